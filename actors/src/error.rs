@@ -1,0 +1,29 @@
+//! The one error type of this layer: what went wrong, in terms a face can map to a status.
+
+use crate::store::StoreError;
+use crosstalk_schema::InvalidInput;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RelayError {
+    /// The client's input was refused; nothing was stored.
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    /// The store failed; the write, if any, was not acknowledged.
+    #[error("storage error: {0}")]
+    Store(#[from] StoreError),
+    /// An actor did not answer in time or has stopped.
+    #[error("the relay is overloaded or stopping: {0}")]
+    Unavailable(&'static str),
+    /// The relay is shutting down and takes no new work.
+    #[error("the relay is shutting down")]
+    ShuttingDown,
+}
+
+impl From<actix::MailboxError> for RelayError {
+    fn from(e: actix::MailboxError) -> Self {
+        match e {
+            actix::MailboxError::Closed => RelayError::Unavailable("actor mailbox closed"),
+            actix::MailboxError::Timeout => RelayError::Unavailable("actor did not answer in time"),
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The sled implementation of [`EventStore`]. One tree holds every channel: events under
+//! `e{channel}\0{id: u64 big-endian}` and the channel's summary under `c{channel}`, so one
+//! sled batch writes events and summary atomically and a range scan reads a channel in id order.
+
+use crate::store::{EventStore, Repair, StoreError, StoredEvent};
+use crosstalk_schema::{codec, ChannelMeta, ChannelName, Record};
+use std::path::Path;
+
+/// Tree holding the log and the channel summaries.
+const LOG_TREE: &str = "log";
+/// How many of a channel's newest records start-up checks for damage.
+const REPAIR_WINDOW: usize = 64;
+/// sled's page cache. The relay keeps its own cache of recent messages, so this stays modest.
+const CACHE_BYTES: u64 = 128 * 1024 * 1024;
+/// sled's background flush interval; acknowledged writes never wait for it (see `commit`).
+const BACKGROUND_FLUSH_MS: u64 = 500;
+
+pub struct SledStore {
+    db: sled::Db,
+    log: sled::Tree,
+}
+
+fn io(e: sled::Error) -> StoreError {
+    match e {
+        sled::Error::Corruption { .. } => StoreError::Corrupt(e.to_string()),
+        other => StoreError::Io(other.to_string()),
+    }
+}
+
+fn event_key(channel: &ChannelName, id: u64) -> Vec<u8> {
+    let name = channel.as_str().as_bytes();
+    let mut key = Vec::with_capacity(name.len() + 10);
+    key.push(b'e');
+    key.extend_from_slice(name);
+    key.push(0);
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
+
+fn meta_key(channel: &ChannelName) -> Vec<u8> {
+    let mut key = Vec::with_capacity(channel.as_str().len() + 1);
+    key.push(b'c');
+    key.extend_from_slice(channel.as_str().as_bytes());
+    key
+}
+
+fn id_of(key: &[u8]) -> Result<u64, StoreError> {
+    let tail: [u8; 8] = key
+        .len()
+        .checked_sub(8)
+        .and_then(|at| key[at..].try_into().ok())
+        .ok_or_else(|| StoreError::Corrupt(format!("event key of {} bytes", key.len())))?;
+    Ok(u64::from_be_bytes(tail))
+}
+
+impl SledStore {
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(CACHE_BYTES)
+            .flush_every_ms(Some(BACKGROUND_FLUSH_MS))
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(io)?;
+        let log = db.open_tree(LOG_TREE).map_err(io)?;
+        Ok(SledStore { db, log })
+    }
+
+    /// Writes raw bytes under an event key, bypassing the codec. Tests use it to simulate
+    /// a damaged record.
+    #[doc(hidden)]
+    pub fn put_raw_event(&self, channel: &ChannelName, id: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.log.insert(event_key(channel, id), bytes).map_err(io)?;
+        Ok(())
+    }
+}
+
+impl EventStore for SledStore {
+    fn append(&self, channel: &ChannelName, events: &[StoredEvent], meta: &ChannelMeta) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for (id, bytes) in events {
+            batch.insert(event_key(channel, *id), bytes.as_slice());
+        }
+        batch.insert(meta_key(channel), codec::encode(meta));
+        self.log.apply_batch(batch).map_err(io)
+    }
+
+    fn read(&self, channel: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        if after >= upto || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::with_capacity(limit.min(256));
+        for item in self
+            .log
+            .range(event_key(channel, after + 1)..=event_key(channel, upto))
+            .take(limit)
+        {
+            let (key, value) = item.map_err(io)?;
+            out.push((id_of(&key)?, value.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn meta(&self, channel: &ChannelName) -> Result<Option<ChannelMeta>, StoreError> {
+        match self.log.get(meta_key(channel)).map_err(io)? {
+            None => Ok(None),
+            Some(bytes) => codec::decode(&bytes)
+                .map(Some)
+                .map_err(|e| StoreError::Corrupt(format!("summary of channel {channel}: {e}"))),
+        }
+    }
+
+    fn channels(&self) -> Result<Vec<(ChannelName, ChannelMeta)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.log.scan_prefix(b"c") {
+            let (key, value) = item.map_err(io)?;
+            let name = std::str::from_utf8(&key[1..])
+                .ok()
+                .and_then(|s| ChannelName::parse(s).ok())
+                .ok_or_else(|| StoreError::Corrupt("a channel summary key is not a channel name".into()))?;
+            let meta =
+                codec::decode(&value).map_err(|e| StoreError::Corrupt(format!("summary of channel {name}: {e}")))?;
+            out.push((name, meta));
+        }
+        Ok(out)
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush().map(drop).map_err(io)
+    }
+
+    fn repair(&self) -> Result<Vec<Repair>, StoreError> {
+        let mut repairs = Vec::new();
+        for (channel, mut meta) in self.channels()? {
+            let prefix = {
+                let mut p = event_key(&channel, 0);
+                p.truncate(p.len() - 8);
+                p
+            };
+            let mut dropped = Vec::new();
+            let mut last_good = 0;
+            for item in self.log.scan_prefix(&prefix).rev().take(REPAIR_WINDOW) {
+                let (key, value) = item.map_err(io)?;
+                let id = id_of(&key)?;
+                if codec::decode::<Record>(&value).is_ok() {
+                    last_good = id;
+                    break;
+                }
+                dropped.push(id);
+            }
+            // Events and summary are written in one atomic batch, so they agree unless the
+            // store was damaged: then the records are the truth.
+            if dropped.is_empty() && meta.last_id == last_good {
+                continue;
+            }
+            let mut batch = sled::Batch::default();
+            for id in &dropped {
+                batch.remove(event_key(&channel, *id));
+            }
+            meta.count = meta.count.saturating_sub(dropped.len() as u64);
+            meta.last_id = last_good;
+            batch.insert(meta_key(&channel), codec::encode(&meta));
+            self.log.apply_batch(batch).map_err(io)?;
+            repairs.push(Repair {
+                channel,
+                dropped,
+                last_good,
+            });
+        }
+        if !repairs.is_empty() {
+            self.flush()?;
+        }
+        Ok(repairs)
+    }
+
+    fn size_on_disk(&self) -> Result<u64, StoreError> {
+        self.db.size_on_disk().map_err(io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crosstalk_schema::{Limits, NewMessage, Timestamp};
+
+    fn record(body: &str) -> Vec<u8> {
+        let m = NewMessage {
+            sender: "a".into(),
+            body: body.into(),
+            ..Default::default()
+        };
+        codec::encode(&Record::Message(
+            m.into_record(&Limits::default(), Timestamp(1)).unwrap(),
+        ))
+    }
+
+    fn meta(count: u64, last_id: u64) -> ChannelMeta {
+        ChannelMeta {
+            count,
+            last_id,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn channels_do_not_bleed_into_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let a = ChannelName::parse("a").unwrap();
+        let ab = ChannelName::parse("a.b").unwrap();
+        store
+            .append(&a, &[(1, record("1")), (3, record("3"))], &meta(2, 3))
+            .unwrap();
+        store.append(&ab, &[(2, record("2"))], &meta(1, 2)).unwrap();
+        let ids: Vec<u64> = store.read(&a, 0, u64::MAX, 10).unwrap().iter().map(|e| e.0).collect();
+        assert_eq!(ids, [1, 3]);
+        let ids: Vec<u64> = store.read(&a, 1, 3, 10).unwrap().iter().map(|e| e.0).collect();
+        assert_eq!(ids, [3]);
+        assert_eq!(store.read(&a, 0, 1, 10).unwrap().len(), 1);
+        assert_eq!(store.channels().unwrap().len(), 2);
+        assert_eq!(store.meta(&ab).unwrap(), Some(meta(1, 2)));
+    }
+
+    #[test]
+    fn repair_drops_a_damaged_tail_and_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = ChannelName::parse("a").unwrap();
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            store
+                .append(&a, &[(1, record("1")), (2, record("2")), (3, record("3"))], &meta(3, 3))
+                .unwrap();
+            let mut torn = record("3");
+            torn.truncate(torn.len() - 1);
+            store.put_raw_event(&a, 3, &torn).unwrap();
+            store.flush().unwrap();
+        }
+        let store = SledStore::open(dir.path()).unwrap();
+        let repairs = store.repair().unwrap();
+        assert_eq!(
+            repairs,
+            [Repair {
+                channel: a.clone(),
+                dropped: vec![3],
+                last_good: 2
+            }]
+        );
+        assert_eq!(store.meta(&a).unwrap(), Some(meta(2, 2)));
+        assert_eq!(store.read(&a, 0, u64::MAX, 10).unwrap().len(), 2);
+        assert!(store.repair().unwrap().is_empty(), "a second repair finds nothing");
+    }
+}

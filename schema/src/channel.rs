@@ -1,0 +1,99 @@
+//! Channel names (normalised and validated) and the per-channel summary kept beside the log.
+
+use crate::{InvalidInput, Timestamp};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Longest channel name accepted, in bytes.
+pub const MAX_CHANNEL_NAME: usize = 64;
+
+/// A valid channel name: 1–64 of `a-z`, `0-9`, `-`, `_`, `.`, not starting with `.`.
+/// Input is trimmed and lowercased first, so `General` and `general` are one channel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ChannelName(String);
+
+impl ChannelName {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        let name = raw.trim().to_ascii_lowercase();
+        let bad = |reason| InvalidInput::ChannelName {
+            name: raw.chars().take(80).collect(),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(bad("must not be empty"));
+        }
+        if name.len() > MAX_CHANNEL_NAME {
+            return Err(bad("must be at most 64 characters"));
+        }
+        if name.starts_with('.') {
+            return Err(bad("must not start with '.'"));
+        }
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
+        {
+            return Err(bad("only letters, digits, '-', '_' and '.' are allowed"));
+        }
+        Ok(ChannelName(name))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ChannelName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What the log knows about a channel without reading its messages. Written in the same
+/// atomic batch as the events it counts, so it never disagrees with the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ChannelMeta {
+    /// Number of messages in the channel.
+    pub count: u64,
+    /// Id of the newest message, 0 when there is none.
+    pub last_id: u64,
+    /// When the newest message was stored.
+    pub last_at: Option<Timestamp>,
+    /// When the channel's first message was stored.
+    pub created_at: Option<Timestamp>,
+}
+
+/// One row of `GET /api/channels`: crosstalk-mcp's fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelSummary {
+    pub channel: String,
+    pub count: u64,
+    pub last_id: u64,
+    pub last_at: Option<String>,
+    pub created_at: Option<String>,
+}
+
+impl ChannelSummary {
+    pub fn new(name: &ChannelName, meta: &ChannelMeta) -> Self {
+        ChannelSummary {
+            channel: name.to_string(),
+            count: meta.count,
+            last_id: meta.last_id,
+            last_at: meta.last_at.map(Timestamp::to_rfc3339),
+            created_at: meta.created_at.map(Timestamp::to_rfc3339),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalises_and_validates() {
+        assert_eq!(ChannelName::parse(" Dev-Ops_1.x ").unwrap().as_str(), "dev-ops_1.x");
+        for bad in ["", "   ", "a b", "a/b", ".hidden", "é", &"x".repeat(65), "a\0b"] {
+            assert!(ChannelName::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(ChannelName::parse(&"x".repeat(64)).is_ok());
+    }
+}

@@ -1,0 +1,29 @@
+//! crosstalk's types: channel names, messages on the wire (JSON) and in the log (postcard),
+//! and the versioned, checksummed encoding of persisted records. No IO, no async.
+
+pub mod channel;
+pub mod codec;
+pub mod message;
+pub mod time;
+
+pub use channel::{ChannelMeta, ChannelName, ChannelSummary};
+pub use codec::{decode, encode, CodecError, FORMAT_VERSION};
+pub use message::{Limits, Message, MessageRecord, NewMessage, Record};
+pub use time::Timestamp;
+
+/// A client's input was not acceptable. The message is shown to the client as is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidInput {
+    #[error("invalid channel name {name:?}: {reason}")]
+    ChannelName { name: String, reason: &'static str },
+    #[error("field `{field}` is required and must not be empty")]
+    Missing { field: &'static str },
+    #[error("field `{field}` is too long: {len} bytes, the limit is {max}")]
+    TooLong {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("field `{field}` must not contain control characters")]
+    ControlChars { field: &'static str },
+}

@@ -1,0 +1,126 @@
+//! Command line and environment. Every setting has a flag and a `CROSSTALK_*` variable;
+//! crosstalk-mcp's `HOST`, `PORT` and `RELAY_DB` are honoured too, below our own names.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use crosstalk_actors::Durability;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "crosstalk",
+    version,
+    about = "A durable, ordered relay for AI coding agents and the humans overseeing them"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the relay (the default when no command is given).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DurabilityArg {
+    /// Acknowledge a write only after it is flushed to disk.
+    Flush,
+    /// Acknowledge at once; the store flushes every 500 ms. A crash can lose acknowledged writes.
+    Relaxed,
+}
+
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// Address to bind [env: CROSSTALK_HOST, HOST] [default: 127.0.0.1]
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Port to bind; 0 picks a free one [env: CROSSTALK_PORT, PORT] [default: 8765]
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Directory of the store [env: CROSSTALK_DATA_DIR, RELAY_DB] [default: ./crosstalk-data]
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// When a write is acknowledged [env: CROSSTALK_DURABILITY] [default: flush]
+    #[arg(long, value_enum)]
+    pub durability: Option<DurabilityArg>,
+    /// Longest long-poll wait a client may ask for, in seconds [env: CROSSTALK_WAIT_CAP_SECS] [default: 300]
+    #[arg(long)]
+    pub wait_cap_secs: Option<u64>,
+    /// Seconds without a heartbeat before a participant is offline [env: CROSSTALK_PRESENCE_TTL_SECS] [default: 120]
+    #[arg(long)]
+    pub presence_ttl_secs: Option<u64>,
+    /// HTTP worker threads [env: CROSSTALK_WORKERS] [default: number of cores]
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Largest message body accepted, in bytes [env: CROSSTALK_MAX_BODY_BYTES] [default: 262144]
+    #[arg(long)]
+    pub max_body_bytes: Option<usize>,
+}
+
+/// The resolved configuration the server runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub host: String,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    pub durability: Durability,
+    pub wait_cap: Duration,
+    pub presence_ttl: Duration,
+    pub workers: usize,
+    pub max_body_bytes: usize,
+}
+
+/// First set of: the flag, then each environment variable in order.
+fn pick<T: std::str::FromStr>(flag: Option<T>, vars: &[&str]) -> Result<Option<T>, String> {
+    if flag.is_some() {
+        return Ok(flag);
+    }
+    for var in vars {
+        if let Ok(raw) = std::env::var(var) {
+            if raw.trim().is_empty() {
+                continue;
+            }
+            return raw
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("{var}={raw:?} is not a valid value"));
+        }
+    }
+    Ok(None)
+}
+
+impl Config {
+    pub fn resolve(args: ServeArgs) -> Result<Config, String> {
+        let durability = match pick::<String>(args.durability.map(|d| format!("{d:?}")), &["CROSSTALK_DURABILITY"])? {
+            None => Durability::Flush,
+            Some(s) => match s.to_ascii_lowercase().as_str() {
+                "flush" => Durability::Flush,
+                "relaxed" => Durability::Relaxed,
+                other => return Err(format!("durability {other:?} is not one of: flush, relaxed")),
+            },
+        };
+        let default_workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let workers = pick(args.workers, &["CROSSTALK_WORKERS"])?.unwrap_or(default_workers);
+        if workers == 0 {
+            return Err("workers must be at least 1".into());
+        }
+        Ok(Config {
+            host: pick(args.host, &["CROSSTALK_HOST", "HOST"])?.unwrap_or_else(|| "127.0.0.1".into()),
+            port: pick(args.port, &["CROSSTALK_PORT", "PORT"])?.unwrap_or(8765),
+            data_dir: pick(args.data_dir, &["CROSSTALK_DATA_DIR", "RELAY_DB"])?
+                .unwrap_or_else(|| "crosstalk-data".into()),
+            durability,
+            wait_cap: Duration::from_secs(pick(args.wait_cap_secs, &["CROSSTALK_WAIT_CAP_SECS"])?.unwrap_or(300)),
+            presence_ttl: Duration::from_secs(
+                pick(args.presence_ttl_secs, &["CROSSTALK_PRESENCE_TTL_SECS"])?
+                    .unwrap_or(120)
+                    .max(1),
+            ),
+            workers,
+            max_body_bytes: pick(args.max_body_bytes, &["CROSSTALK_MAX_BODY_BYTES"])?.unwrap_or(256 * 1024),
+        })
+    }
+}

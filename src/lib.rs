@@ -1,0 +1,11 @@
+//! The `crosstalk` binary's library: configuration and the faces (REST, long-poll, SSE) that
+//! translate HTTP into messages to the relay's actors and back. No business rules live here.
+
+pub mod config;
+pub mod error;
+pub mod rest;
+pub mod server;
+pub mod sse;
+
+pub use config::Config;
+pub use server::run;

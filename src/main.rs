@@ -1,0 +1,20 @@
+//! `crosstalk`: parse the command line, set up logging, run the relay.
+
+use clap::Parser;
+use crosstalk::config::{Cli, Command, Config};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Command::Serve(args)) => args,
+        None => Default::default(),
+    };
+    let config = Config::resolve(args).map_err(anyhow::Error::msg)?;
+    actix_web::rt::System::new().block_on(crosstalk::run(config))?;
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! Assembles the relay and the HTTP server, and owns shutdown: on SIGTERM or SIGINT the
+//! relay's token is cancelled (streams and waits end), the server stops, the store is flushed.
+
+use crate::config::Config;
+use crate::error;
+use crate::rest;
+use actix_web::{web, App, HttpServer};
+use crosstalk_actors::sled_store::SledStore;
+use crosstalk_actors::{Relay, RelayConfig};
+use crosstalk_schema::Limits;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Slack on top of the largest body for the JSON around it.
+const JSON_OVERHEAD: usize = 64 * 1024;
+/// How long in-flight requests get to finish once shutdown starts.
+const SHUTDOWN_GRACE_SECS: u64 = 1;
+
+/// What every handler shares.
+pub struct AppState {
+    pub relay: Relay,
+    /// Longest long-poll a client may ask for.
+    pub wait_cap: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot open the store at {path}: {source}")]
+    Store {
+        path: String,
+        source: crosstalk_actors::RelayError,
+    },
+    #[error("cannot bind {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("server error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("final flush failed: {0}")]
+    Flush(crosstalk_actors::RelayError),
+}
+
+/// Configures the JSON and query extractors so their errors are JSON too.
+pub fn app_config(max_body: usize) -> impl Fn(&mut web::ServiceConfig) + Clone {
+    move |cfg| {
+        cfg.app_data(
+            web::JsonConfig::default()
+                .limit(max_body + JSON_OVERHEAD)
+                .content_type_required(false)
+                .error_handler(error::json_error),
+        )
+        .app_data(web::QueryConfig::default().error_handler(error::query_error))
+        .configure(rest::routes);
+    }
+}
+
+pub async fn run(config: Config) -> Result<(), ServeError> {
+    let store_err = |source| ServeError::Store {
+        path: config.data_dir.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(&config.data_dir)?;
+    let store = SledStore::open(&config.data_dir).map_err(|e| store_err(e.into()))?;
+    let relay_config = RelayConfig {
+        limits: Limits {
+            max_body: config.max_body_bytes,
+            ..Limits::default()
+        },
+        durability: config.durability,
+        presence_ttl: config.presence_ttl,
+    };
+    let (relay, repairs) = Relay::start(Arc::new(store), relay_config).map_err(store_err)?;
+    for r in repairs {
+        eprintln!(
+            "crosstalk: repaired channel {}: dropped damaged records {:?}, serving up to id {}",
+            r.channel, r.dropped, r.last_good
+        );
+    }
+    let state = web::Data::new(AppState {
+        relay: relay.clone(),
+        wait_cap: config.wait_cap,
+    });
+    let configure = app_config(config.max_body_bytes);
+    let addr = format!("{}:{}", config.host, config.port);
+    let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(configure.clone()))
+        .workers(config.workers)
+        .disable_signals()
+        .shutdown_timeout(SHUTDOWN_GRACE_SECS)
+        .bind(&addr)
+        .map_err(|source| ServeError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    for a in server.addrs() {
+        // Scripts and tests read this line to find the port when it was 0.
+        println!("crosstalk listening on http://{a}");
+        tracing::info!(addr = %a, data_dir = %config.data_dir.display(), durability = ?config.durability, "listening");
+    }
+    let server = server.run();
+    let handle = server.handle();
+    let token = relay.shutdown_token();
+    actix_web::rt::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        token.cancel();
+        handle.stop(true).await;
+    });
+    server.await?;
+    relay.shutdown().map_err(ServeError::Flush)?;
+    tracing::info!("store flushed; bye");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = int.recv() => {},
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
