@@ -2,7 +2,7 @@
 //! the tests share.
 
 use crate::error::{self, ApiError};
-use crate::server::AppState;
+use crate::server::{AppState, Gauge};
 use crate::sse;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
@@ -11,6 +11,7 @@ use crosstalk_actors::presence::Heartbeat;
 use crosstalk_actors::Posted;
 use crosstalk_schema::{ChannelName, NewMessage};
 use serde::Deserialize;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,7 +106,11 @@ async fn healthz(state: web::Data<AppState>) -> HttpResponse {
     } else {
         "ok"
     };
-    HttpResponse::Ok().json(serde_json::json!({ "status": status }))
+    HttpResponse::Ok().json(serde_json::json!({
+        "status": status,
+        "streams": state.streams.load(Ordering::Relaxed),
+        "waits": state.waits.load(Ordering::Relaxed),
+    }))
 }
 
 async fn list_channels(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
@@ -159,10 +164,9 @@ async fn wait(
             )))
         }
     };
-    let found = state
-        .relay
-        .wait(&channel, query.since_id, query.limit()?, timeout)
-        .await?;
+    let limit = query.limit()?;
+    let _waiting = Gauge::enter(&state.waits);
+    let found = state.relay.wait(&channel, query.since_id, limit, timeout).await?;
     Ok(messages_json(&found))
 }
 

@@ -8,6 +8,7 @@ use actix_web::{web, App, HttpServer};
 use crosstalk_actors::sled_store::SledStore;
 use crosstalk_actors::{Relay, RelayConfig};
 use crosstalk_schema::Limits;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,26 @@ pub struct AppState {
     pub relay: Relay,
     /// Longest long-poll a client may ask for.
     pub wait_cap: Duration,
+    /// Open SSE streams, shown by `/healthz`.
+    pub streams: Arc<AtomicUsize>,
+    /// Pending long-poll waits, shown by `/healthz`.
+    pub waits: Arc<AtomicUsize>,
+}
+
+/// Counts one open stream or wait for as long as it lives.
+pub struct Gauge(Arc<AtomicUsize>);
+
+impl Gauge {
+    pub fn enter(counter: &Arc<AtomicUsize>) -> Gauge {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Gauge(counter.clone())
+    }
+}
+
+impl Drop for Gauge {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,12 +98,17 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
     let state = web::Data::new(AppState {
         relay: relay.clone(),
         wait_cap: config.wait_cap,
+        streams: Default::default(),
+        waits: Default::default(),
     });
     let configure = app_config(config.max_body_bytes);
     let addr = format!("{}:{}", config.host, config.port);
     let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(configure.clone()))
         .workers(config.workers)
         .disable_signals()
+        // A client that closes its socket is gone: drop its wait or stream at once, so a
+        // long-poll or SSE handler never outlives its client.
+        .h1_allow_half_closed(false)
         .shutdown_timeout(SHUTDOWN_GRACE_SECS)
         .bind(&addr)
         .map_err(|source| ServeError::Bind {

@@ -8,7 +8,7 @@
 
 use crate::error::ApiError;
 use crate::rest::channel_name;
-use crate::server::AppState;
+use crate::server::{AppState, Gauge};
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::{BufMut, Bytes, BytesMut};
 use crosstalk_actors::presence::Heartbeat;
@@ -74,6 +74,7 @@ struct State {
     cancel: CancellationToken,
     ready: Option<Bytes>,
     me: Option<Presence>,
+    _open: Gauge,
 }
 
 pub async fn stream(
@@ -92,7 +93,8 @@ pub async fn stream(
             .and_then(|s| s.trim().parse::<u64>().ok())
             .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be a message id (a non-negative integer)"))?,
     };
-    let relay = state.relay.clone();
+    let app = state;
+    let relay = app.relay.clone();
     let handle = relay.channel(&channel).await?;
     let commits = handle.view.subscribe();
     let presence_events = relay.watch_presence(&channel).await?;
@@ -130,6 +132,7 @@ pub async fn stream(
         cancel: relay.shutdown_token(),
         ready: Some(ready),
         me,
+        _open: Gauge::enter(&app.streams),
     };
     let body = futures_util::stream::unfold(state, |mut s| async move {
         next_chunk(&mut s).await.map(|c| (Ok::<_, Infallible>(c), s))

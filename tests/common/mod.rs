@@ -1,0 +1,267 @@
+//! Shared fixtures: a real `crosstalk` process on 127.0.0.1 with a fresh data directory,
+//! a JSON client, and an SSE reader.
+#![allow(dead_code)]
+
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    pub data_dir: PathBuf,
+    /// Keeps a temporary data directory alive for the server's lifetime.
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts a relay on a free port with a fresh data directory.
+    pub fn start() -> Server {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(args: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let mut s = Self::start_in(&dir, args);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// Starts a relay on an existing data directory (for restarts).
+    pub fn start_in(dir: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+            .arg("serve")
+            .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
+            .arg(dir)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn crosstalk");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let base = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(addr) = line.strip_prefix("crosstalk listening on ") {
+                        break addr.trim().to_owned();
+                    }
+                }
+                _ => {
+                    let status = child.wait();
+                    let mut err = String::new();
+                    if let Some(mut e) = child.stderr.take() {
+                        use std::io::Read;
+                        let _ = e.read_to_string(&mut err);
+                    }
+                    panic!("crosstalk exited before listening: {status:?}\n{err}");
+                }
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server {
+            child,
+            base,
+            data_dir: dir.to_path_buf(),
+            _tmp: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// SIGKILL: the process gets no chance to flush anything.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for exit; returns how long the exit took and whether it was clean.
+    pub fn terminate(&mut self) -> (Duration, bool) {
+        let start = Instant::now();
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = start + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return (start.elapsed(), status.success());
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return (start.elapsed(), false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Takes the data directory away from this server (so a restart can reuse it).
+    pub fn take_dir(&mut self) -> Option<tempfile::TempDir> {
+        self._tmp.take()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("client")
+}
+
+pub fn msg(sender: &str, body: &str) -> Value {
+    json!({ "sender": sender, "type": "message", "body": body })
+}
+
+/// POSTs a message and returns the stored message, panicking on any failure.
+pub async fn post(c: &reqwest::Client, s: &Server, channel: &str, body: Value) -> Value {
+    let r = c
+        .post(s.url(&format!("/api/channels/{channel}/messages")))
+        .json(&body)
+        .send()
+        .await
+        .expect("post");
+    let status = r.status();
+    let v: Value = r.json().await.expect("post json");
+    assert_eq!(status, 201, "post failed: {v}");
+    v
+}
+
+pub async fn get_json(c: &reqwest::Client, url: &str) -> (u16, Value) {
+    let r = c.get(url).send().await.expect("get");
+    let status = r.status().as_u16();
+    let text = r.text().await.expect("body");
+    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    (status, v)
+}
+
+pub async fn messages(c: &reqwest::Client, s: &Server, channel: &str, since: u64) -> Vec<Value> {
+    let mut all = Vec::new();
+    let mut since = since;
+    loop {
+        let (status, v) = get_json(
+            c,
+            &s.url(&format!(
+                "/api/channels/{channel}/messages?since_id={since}&limit=10000"
+            )),
+        )
+        .await;
+        assert_eq!(status, 200, "{v}");
+        let page = v.as_array().expect("array").clone();
+        if page.is_empty() {
+            return all;
+        }
+        since = page.last().unwrap()["id"].as_u64().unwrap();
+        all.extend(page);
+    }
+}
+
+pub fn ids(messages: &[Value]) -> Vec<u64> {
+    messages.iter().map(|m| m["id"].as_u64().expect("id")).collect()
+}
+
+/// One parsed SSE event.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub event: String,
+    pub id: Option<String>,
+    pub data: String,
+}
+
+/// Reads SSE events from a streaming response.
+pub struct SseReader {
+    stream: futures_util::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buf: Vec<u8>,
+}
+
+impl SseReader {
+    pub async fn open(c: &reqwest::Client, url: &str, last_event_id: Option<u64>) -> SseReader {
+        let mut req = c.get(url).timeout(Duration::from_secs(600));
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id.to_string());
+        }
+        let r = req.send().await.expect("stream");
+        assert_eq!(r.status(), 200);
+        assert!(r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream"));
+        SseReader {
+            stream: r.bytes_stream().boxed(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next event (comments skipped), or None if the stream ended or `timeout` passed.
+    pub async fn next(&mut self, timeout: Duration) -> Option<Event> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(pos) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let frame: Vec<u8> = self.buf.drain(..pos + 2).collect();
+                let text = String::from_utf8(frame).expect("utf8 frame");
+                let mut ev = Event {
+                    event: "message".into(),
+                    id: None,
+                    data: String::new(),
+                };
+                let mut has_field = false;
+                for line in text.lines() {
+                    if line.starts_with(':') || line.is_empty() {
+                        continue;
+                    }
+                    has_field = true;
+                    let (k, v) = line.split_once(':').unwrap_or((line, ""));
+                    let v = v.strip_prefix(' ').unwrap_or(v);
+                    match k {
+                        "event" => ev.event = v.into(),
+                        "id" => ev.id = Some(v.into()),
+                        "data" => {
+                            if !ev.data.is_empty() {
+                                ev.data.push('\n');
+                            }
+                            ev.data.push_str(v)
+                        }
+                        _ => {}
+                    }
+                }
+                if has_field && !(ev.data.is_empty() && ev.id.is_none() && ev.event == "message") {
+                    return Some(ev);
+                }
+                continue;
+            }
+            match tokio::time::timeout_at(deadline, self.stream.next()).await {
+                Ok(Some(Ok(chunk))) => self.buf.extend_from_slice(&chunk),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The next `message` event's JSON, skipping other kinds.
+    pub async fn next_message(&mut self, timeout: Duration) -> Option<Value> {
+        loop {
+            let ev = self.next(timeout).await?;
+            if ev.event == "message" {
+                let v: Value = serde_json::from_str(&ev.data).expect("message json");
+                assert_eq!(
+                    ev.id.as_deref(),
+                    Some(v["id"].to_string().as_str()),
+                    "SSE id matches message id"
+                );
+                return Some(v);
+            }
+        }
+    }
+}
