@@ -1,0 +1,22 @@
+# crosstalk relay. Build: docker build -t crosstalk .
+# Run:   docker run -d -p 8765:8765 -v crosstalk-data:/data crosstalk
+# tests/dockerfile.rs mirrors these steps (build command, runtime environment, entrypoint).
+
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p crosstalk
+
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --no-create-home --home-dir /data crosstalk \
+    && mkdir -p /data && chown crosstalk:crosstalk /data
+COPY --from=build /src/target/release/crosstalk /usr/local/bin/crosstalk
+USER crosstalk
+# Inside the container the relay must listen on all interfaces; publish the port with care.
+ENV CROSSTALK_HOST=0.0.0.0 CROSSTALK_PORT=8765 CROSSTALK_DATA_DIR=/data RUST_LOG=info
+VOLUME ["/data"]
+EXPOSE 8765
+# The relay handles SIGTERM itself: streams end, the store is flushed, exit within 2 s.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/crosstalk"]
+CMD ["serve"]
