@@ -25,8 +25,10 @@ pub enum Command {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DurabilityArg {
-    /// Acknowledge a write only after it is flushed to disk.
+    /// Acknowledge a write only after it is flushed to disk (survives a process crash).
     Flush,
+    /// Also fdatasync before acknowledging (survives a power loss); slower.
+    Fsync,
     /// Acknowledge at once; the store flushes every 500 ms. A crash can lose acknowledged writes.
     Relaxed,
 }
@@ -98,8 +100,9 @@ impl Config {
             None => Durability::Flush,
             Some(s) => match s.to_ascii_lowercase().as_str() {
                 "flush" => Durability::Flush,
+                "fsync" => Durability::Fsync,
                 "relaxed" => Durability::Relaxed,
-                other => return Err(format!("durability {other:?} is not one of: flush, relaxed")),
+                other => return Err(format!("durability {other:?} is not one of: flush, fsync, relaxed")),
             },
         };
         let default_workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);

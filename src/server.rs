@@ -89,10 +89,17 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
         presence_ttl: config.presence_ttl,
     };
     let (relay, repairs) = Relay::start(Arc::new(store), relay_config).map_err(store_err)?;
-    for r in repairs {
+    for r in &repairs.damaged {
         eprintln!(
-            "crosstalk: repaired channel {}: dropped damaged records {:?}, serving up to id {}",
+            "crosstalk: store damage repaired in channel {}: dropped damaged records {:?}, serving up to id {}",
             r.channel, r.dropped, r.last_good
+        );
+    }
+    if let Some(t) = repairs.truncated {
+        eprintln!(
+            "crosstalk: store damage: the store ends at id {} but ids up to {} were acknowledged; \
+             serving everything up to {} (new ids start above {})",
+            t.store_last_id, t.acknowledged_last_id, t.store_last_id, t.acknowledged_last_id
         );
     }
     let state = web::Data::new(AppState {

@@ -41,7 +41,16 @@ async fn data_survives_a_graceful_restart_and_ids_continue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_messages_survive_sigkill() {
-    let mut s = Server::start();
+    sigkill_round_trip(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_messages_survive_sigkill_in_fsync_mode() {
+    sigkill_round_trip(&["--durability", "fsync"]).await;
+}
+
+async fn sigkill_round_trip(args: &[&str]) {
+    let mut s = Server::start_with(args);
     let c = client();
     let mut acked = Vec::new();
     for i in 0..50 {
@@ -49,7 +58,7 @@ async fn acknowledged_messages_survive_sigkill() {
     }
     s.kill();
     let dir = s.take_dir().unwrap();
-    let s2 = Server::start_in(dir.path(), &[]);
+    let s2 = Server::start_in(dir.path(), args);
     assert_eq!(messages(&c, &s2, "dev", 0).await, acked);
     let next = post(&c, &s2, "dev", msg("x", "after")).await;
     assert!(next["id"].as_u64().unwrap() > acked.last().unwrap()["id"].as_u64().unwrap());

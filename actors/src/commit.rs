@@ -9,8 +9,14 @@ use tokio::sync::oneshot;
 /// When a write is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
-    /// After the store has flushed it to disk (default): an acknowledged write survives a crash.
+    /// After the store has flushed it (default): written to the disk with sled's flush, so an
+    /// acknowledged write survives a crash of the process. sled's flush on Linux is
+    /// `sync_file_range`, which neither flushes the drive's cache nor commits file metadata;
+    /// sled fsyncs in the background every 500 ms.
     Flush,
+    /// After the flush and an `fdatasync` of the store's log: an acknowledged write also
+    /// survives a power loss on hardware that honours cache flushes. Slower.
+    Fsync,
     /// As soon as it is in the store's memory; the store flushes in the background every
     /// 500 ms, so a crash can lose up to that much acknowledged data. For throwaway relays.
     Relaxed,
@@ -39,7 +45,11 @@ impl Committer {
                     // makes all of it durable.
                     waiters.push(first);
                     waiters.extend(rx.try_iter());
-                    let result = store.flush();
+                    let result = if durability == Durability::Fsync {
+                        store.sync()
+                    } else {
+                        store.flush()
+                    };
                     if let Err(e) = &result {
                         tracing::error!(error = %e, "flush failed; writes are not acknowledged");
                     }

@@ -18,4 +18,4 @@ pub use commit::Durability;
 pub use error::RelayError;
 pub use presence::{Participant, PresenceEvent};
 pub use relay::{Relay, RelayConfig};
-pub use store::{EventStore, StoreError};
+pub use store::{EventStore, RepairReport, StoreError};

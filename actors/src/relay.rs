@@ -6,7 +6,7 @@ use crate::commit::{Committer, Durability};
 use crate::error::RelayError;
 use crate::presence::{Heartbeat, Leave, ListPresence, Participant, PresenceEvent, PresenceSupervisor, WatchPresence};
 use crate::registry::{Directory, OpenChannel, Registry};
-use crate::store::{EventStore, Repair};
+use crate::store::{EventStore, RepairReport};
 use actix::prelude::*;
 use crosstalk_schema::{ChannelName, ChannelSummary, Limits, NewMessage};
 use std::collections::HashMap;
@@ -64,13 +64,22 @@ struct Inner {
 impl Relay {
     /// Repairs a damaged tail if there is one, then starts the actors on the current actix
     /// system. Costs one read per channel, whatever the size of the log.
-    pub fn start(store: Arc<dyn EventStore>, config: RelayConfig) -> Result<(Relay, Vec<Repair>), RelayError> {
+    pub fn start(store: Arc<dyn EventStore>, config: RelayConfig) -> Result<(Relay, RepairReport), RelayError> {
         let repairs = store.repair()?;
-        for r in &repairs {
+        for r in &repairs.damaged {
             tracing::warn!(channel = %r.channel, dropped = ?r.dropped, last_good = r.last_good,
                 "damaged tail removed from the store; serving everything before it");
         }
-        let last_id = store.channels()?.iter().map(|(_, m)| m.last_id).max().unwrap_or(0);
+        if let Some(t) = repairs.truncated {
+            tracing::warn!(
+                store_last_id = t.store_last_id,
+                acknowledged_last_id = t.acknowledged_last_id,
+                "the store lost its tail: acknowledged messages above store_last_id are gone"
+            );
+        }
+        // Ids of dropped records may have been seen by someone: never hand them out again.
+        let stored_max = store.channels()?.iter().map(|(_, m)| m.last_id).max().unwrap_or(0);
+        let last_id = stored_max.max(store.id_floor()?);
         let ids = Arc::new(IdAllocator(AtomicU64::new(last_id)));
         let committer = Committer::start(store.clone(), config.durability)
             .map_err(|e| RelayError::Store(crate::StoreError::Io(e.to_string())))?;

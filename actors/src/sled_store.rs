@@ -2,9 +2,12 @@
 //! `e{channel}\0{id: u64 big-endian}` and the channel's summary under `c{channel}`, so one
 //! sled batch writes events and summary atomically and a range scan reads a channel in id order.
 
-use crate::store::{EventStore, Repair, StoreError, StoredEvent};
+use crate::store::{EventStore, Repair, RepairReport, StoreError, StoredEvent, Truncation};
 use crosstalk_schema::{codec, ChannelMeta, ChannelName, Record};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Tree holding the log and the channel summaries.
 const LOG_TREE: &str = "log";
@@ -15,9 +18,21 @@ const CACHE_BYTES: u64 = 128 * 1024 * 1024;
 /// sled's background flush interval; acknowledged writes never wait for it (see `commit`).
 const BACKGROUND_FLUSH_MS: u64 = 500;
 
+/// File beside sled's own holding the newest id made durable, so start-up can tell when the
+/// store lost its tail. Rewritten after every flush without an fsync of its own: it survives a
+/// process crash (the page cache has it), which is what it is for.
+const MARKER_FILE: &str = "crosstalk.durable";
+
 pub struct SledStore {
     db: sled::Db,
     log: sled::Tree,
+    /// Newest id appended so far (not necessarily durable).
+    appended: AtomicU64,
+    marker: File,
+    /// sled's log file, for `sync` (sled's own flush uses sync_file_range on Linux).
+    log_file: File,
+    /// The marker's value when the store was opened.
+    marked_at_open: u64,
 }
 
 fn io(e: sled::Error) -> StoreError {
@@ -36,6 +51,9 @@ fn event_key(channel: &ChannelName, id: u64) -> Vec<u8> {
     key.extend_from_slice(&id.to_be_bytes());
     key
 }
+
+/// Key of the relay-wide id floor (see [`EventStore::id_floor`]).
+const ID_FLOOR_KEY: &[u8] = b"g";
 
 fn meta_key(channel: &ChannelName) -> Vec<u8> {
     let mut key = Vec::with_capacity(channel.as_str().len() + 1);
@@ -63,7 +81,39 @@ impl SledStore {
             .open()
             .map_err(io)?;
         let log = db.open_tree(LOG_TREE).map_err(io)?;
-        Ok(SledStore { db, log })
+        let marker = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(MARKER_FILE))
+            .map_err(|e| StoreError::Io(format!("{MARKER_FILE}: {e}")))?;
+        let log_file = File::open(dir.join("db")).map_err(|e| StoreError::Io(format!("sled log file: {e}")))?;
+        let mut buf = [0u8; 12];
+        let marked_at_open = match marker.read_exact_at(&mut buf, 0) {
+            Ok(()) if crc32fast::hash(&buf[..8]).to_le_bytes() == buf[8..] => {
+                u64::from_le_bytes(buf[..8].try_into().unwrap_or_default())
+            }
+            _ => 0,
+        };
+        Ok(SledStore {
+            db,
+            log,
+            appended: AtomicU64::new(0),
+            marker,
+            log_file,
+            marked_at_open,
+        })
+    }
+
+    fn write_marker(&self, id: u64) -> Result<(), StoreError> {
+        let mut buf = [0u8; 12];
+        buf[..8].copy_from_slice(&id.to_le_bytes());
+        let crc = crc32fast::hash(&buf[..8]);
+        buf[8..].copy_from_slice(&crc.to_le_bytes());
+        self.marker
+            .write_all_at(&buf, 0)
+            .map_err(|e| StoreError::Io(format!("{MARKER_FILE}: {e}")))
     }
 
     /// Writes raw bytes under an event key, bypassing the codec. Tests use it to simulate
@@ -82,7 +132,11 @@ impl EventStore for SledStore {
             batch.insert(event_key(channel, *id), bytes.as_slice());
         }
         batch.insert(meta_key(channel), codec::encode(meta));
-        self.log.apply_batch(batch).map_err(io)
+        self.log.apply_batch(batch).map_err(io)?;
+        if let Some((last, _)) = events.last() {
+            self.appended.fetch_max(*last, Ordering::AcqRel);
+        }
+        Ok(())
     }
 
     fn read(&self, channel: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
@@ -125,12 +179,37 @@ impl EventStore for SledStore {
         Ok(out)
     }
 
-    fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush().map(drop).map_err(io)
+    fn id_floor(&self) -> Result<u64, StoreError> {
+        match self.log.get(ID_FLOOR_KEY).map_err(io)? {
+            None => Ok(0),
+            Some(bytes) => codec::decode(&bytes).map_err(|e| StoreError::Corrupt(format!("id floor: {e}"))),
+        }
     }
 
-    fn repair(&self) -> Result<Vec<Repair>, StoreError> {
-        let mut repairs = Vec::new();
+    fn flush(&self) -> Result<(), StoreError> {
+        // Everything appended before the flush starts is durable when it returns.
+        let appended = self.appended.load(Ordering::Acquire);
+        self.db.flush().map_err(io)?;
+        if appended > 0 {
+            self.write_marker(appended)?;
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        let appended = self.appended.load(Ordering::Acquire);
+        self.db.flush().map_err(io)?;
+        self.log_file
+            .sync_data()
+            .map_err(|e| StoreError::Io(format!("fdatasync: {e}")))?;
+        if appended > 0 {
+            self.write_marker(appended)?;
+        }
+        Ok(())
+    }
+
+    fn repair(&self) -> Result<RepairReport, StoreError> {
+        let mut report = RepairReport::default();
         for (channel, mut meta) in self.channels()? {
             let prefix = {
                 let mut p = event_key(&channel, 0);
@@ -160,17 +239,33 @@ impl EventStore for SledStore {
             meta.count = meta.count.saturating_sub(dropped.len() as u64);
             meta.last_id = last_good;
             batch.insert(meta_key(&channel), codec::encode(&meta));
+            let floor = dropped.iter().copied().max().unwrap_or(0).max(self.id_floor()?);
+            batch.insert(ID_FLOOR_KEY, codec::encode(&floor));
             self.log.apply_batch(batch).map_err(io)?;
-            repairs.push(Repair {
+            report.damaged.push(Repair {
                 channel,
                 dropped,
                 last_good,
             });
         }
-        if !repairs.is_empty() {
+        let store_last_id = self.channels()?.iter().map(|(_, m)| m.last_id).max().unwrap_or(0);
+        let floor = self.id_floor()?;
+        if self.marked_at_open > store_last_id.max(floor) {
+            report.truncated = Some(Truncation {
+                store_last_id,
+                acknowledged_last_id: self.marked_at_open,
+            });
+            // Those ids were acknowledged and may have been seen: never hand them out again.
+            self.log
+                .insert(ID_FLOOR_KEY, codec::encode(&self.marked_at_open))
+                .map_err(io)?;
+        }
+        if !report.is_clean() {
             self.flush()?;
         }
-        Ok(repairs)
+        self.appended
+            .fetch_max(store_last_id.max(self.id_floor()?), Ordering::AcqRel);
+        Ok(report)
     }
 
     fn size_on_disk(&self) -> Result<u64, StoreError> {
@@ -236,9 +331,10 @@ mod tests {
             store.flush().unwrap();
         }
         let store = SledStore::open(dir.path()).unwrap();
-        let repairs = store.repair().unwrap();
+        let report = store.repair().unwrap();
+        assert_eq!(report.truncated, None);
         assert_eq!(
-            repairs,
+            report.damaged,
             [Repair {
                 channel: a.clone(),
                 dropped: vec![3],
@@ -247,6 +343,36 @@ mod tests {
         );
         assert_eq!(store.meta(&a).unwrap(), Some(meta(2, 2)));
         assert_eq!(store.read(&a, 0, u64::MAX, 10).unwrap().len(), 2);
-        assert!(store.repair().unwrap().is_empty(), "a second repair finds nothing");
+        assert!(store.repair().unwrap().is_clean(), "a second repair finds nothing");
+        assert_eq!(store.id_floor().unwrap(), 3, "the dropped id is never handed out again");
+    }
+
+    #[test]
+    fn a_lost_tail_is_reported_and_its_ids_are_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = ChannelName::parse("a").unwrap();
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            store
+                .append(&a, &[(1, record("1")), (2, record("2"))], &meta(2, 2))
+                .unwrap();
+            store.flush().unwrap();
+            // The tail is lost after it was made durable (simulated: the summary and
+            // record 2 disappear, as if the store's file had been cut).
+            store.log.remove(event_key(&a, 2)).unwrap();
+            store.log.insert(meta_key(&a), codec::encode(&meta(1, 1))).unwrap();
+            store.db.flush().unwrap();
+        }
+        let store = SledStore::open(dir.path()).unwrap();
+        let report = store.repair().unwrap();
+        assert_eq!(
+            report.truncated,
+            Some(Truncation {
+                store_last_id: 1,
+                acknowledged_last_id: 2
+            })
+        );
+        assert_eq!(store.id_floor().unwrap(), 2);
+        assert!(store.repair().unwrap().is_clean());
     }
 }

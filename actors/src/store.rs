@@ -15,6 +15,28 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// What [`EventStore::repair`] found at start-up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Channels whose newest records were damaged, and what was removed.
+    pub damaged: Vec<Repair>,
+    /// The store ends before the last id it had acknowledged: its tail was cut off.
+    pub truncated: Option<Truncation>,
+}
+
+impl RepairReport {
+    pub fn is_clean(&self) -> bool {
+        self.damaged.is_empty() && self.truncated.is_none()
+    }
+}
+
+/// The store's newest id is below the newest id it had made durable before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truncation {
+    pub store_last_id: u64,
+    pub acknowledged_last_id: u64,
+}
+
 /// A damaged tail found by [`EventStore::repair`]: what was dropped from which channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repair {
@@ -40,12 +62,21 @@ pub trait EventStore: Send + Sync + 'static {
     /// Every channel ever written, with its summary. Costs one read per channel, not per event.
     fn channels(&self) -> Result<Vec<(ChannelName, ChannelMeta)>, StoreError>;
 
-    /// Makes everything appended so far durable.
+    /// The largest id ever handed out that may no longer be in the log (a repaired tail's).
+    /// New ids must start above it.
+    fn id_floor(&self) -> Result<u64, StoreError>;
+
+    /// Makes everything appended so far durable against a crash of the process.
     fn flush(&self) -> Result<(), StoreError>;
 
+    /// Like [`flush`](EventStore::flush), and also forces it to stable storage (`fdatasync`),
+    /// so it survives a power loss on hardware that honours cache flushes.
+    fn sync(&self) -> Result<(), StoreError>;
+
     /// Checks the newest records of every channel and removes a damaged tail, so the relay
-    /// serves everything before it. Returns what it removed.
-    fn repair(&self) -> Result<Vec<Repair>, StoreError>;
+    /// serves everything before it; raises [`EventStore::id_floor`] above the removed ids.
+    /// Returns what it removed.
+    fn repair(&self) -> Result<RepairReport, StoreError>;
 
     /// Bytes the store occupies on disk.
     fn size_on_disk(&self) -> Result<u64, StoreError>;

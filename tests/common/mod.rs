@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 pub struct Server {
     pub child: Child,
+    /// Everything the relay wrote to stderr so far.
+    pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
     pub base: String,
     pub data_dir: PathBuf,
     /// Keeps a temporary data directory alive for the server's lifetime.
@@ -63,14 +65,30 @@ impl Server {
                 }
             }
         };
-        // Keep draining stdout so the child never blocks on a full pipe.
+        // Keep draining both pipes so the child never blocks on a full one.
         std::thread::spawn(move || for _ in lines {});
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        if let Some(err) = child.stderr.take() {
+            let sink = stderr.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    let mut s = sink.lock().unwrap();
+                    s.push_str(&line);
+                    s.push('\n');
+                }
+            });
+        }
         Server {
             child,
+            stderr,
             base,
             data_dir: dir.to_path_buf(),
             _tmp: None,
         }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
     }
 
     pub fn url(&self, path: &str) -> String {
