@@ -2,7 +2,9 @@
 //! crosstalk-mcp's `HOST`, `PORT` and `RELAY_DB` are honoured too, below our own names.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use crosstalk_actors::Durability;
+use crosstalk_actors::{Durability, Retention};
+use crosstalk_schema::ChannelName;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -59,6 +61,26 @@ pub struct ServeArgs {
     /// Largest message body accepted, in bytes [env: CROSSTALK_MAX_BODY_BYTES] [default: 262144]
     #[arg(long)]
     pub max_body_bytes: Option<usize>,
+    /// When every active party on a channel waits, milliseconds before one is told to speak
+    /// first [env: CROSSTALK_RELEASE_GRACE_MS] [default: 5000]
+    #[arg(long)]
+    pub release_grace_ms: Option<u64>,
+    /// Remove messages older than this many seconds [env: CROSSTALK_RETENTION_MAX_AGE_SECS] [default: keep]
+    #[arg(long)]
+    pub retention_max_age_secs: Option<u64>,
+    /// Keep at most this many messages per channel [env: CROSSTALK_RETENTION_MAX_COUNT] [default: keep]
+    #[arg(long)]
+    pub retention_max_count: Option<u64>,
+    /// Per-channel retention, `NAME=MAX_COUNT/MAX_AGE_SECS` (either may be empty), comma-separated
+    /// [env: CROSSTALK_RETENTION_CHANNELS]
+    #[arg(long)]
+    pub retention_channels: Option<String>,
+    /// Seconds between retention passes [env: CROSSTALK_RETENTION_INTERVAL_SECS] [default: 60]
+    #[arg(long)]
+    pub retention_interval_secs: Option<u64>,
+    /// Largest shared data content, in bytes [env: CROSSTALK_MAX_SHARED_BYTES] [default: 1048576]
+    #[arg(long)]
+    pub max_shared_bytes: Option<usize>,
 }
 
 /// The resolved configuration the server runs with.
@@ -72,6 +94,36 @@ pub struct Config {
     pub presence_ttl: Duration,
     pub workers: usize,
     pub max_body_bytes: usize,
+    pub release_grace: Duration,
+    pub retention: Retention,
+    pub channel_retention: HashMap<ChannelName, Retention>,
+    pub retention_every: Duration,
+    pub max_shared_bytes: usize,
+}
+
+/// Parses `NAME=MAX_COUNT/MAX_AGE_SECS,…`.
+fn channel_retention(raw: &str) -> Result<HashMap<ChannelName, Retention>, String> {
+    let mut out = HashMap::new();
+    for item in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let bad = || format!("retention {item:?} is not NAME=MAX_COUNT/MAX_AGE_SECS");
+        let (name, spec) = item.split_once('=').ok_or_else(bad)?;
+        let name = ChannelName::parse(name).map_err(|e| e.to_string())?;
+        let (count, age) = spec.split_once('/').unwrap_or((spec, ""));
+        let num = |s: &str| -> Result<Option<u64>, String> {
+            match s.trim() {
+                "" => Ok(None),
+                n => n.parse().map(Some).map_err(|_| bad()),
+            }
+        };
+        out.insert(
+            name,
+            Retention {
+                max_count: num(count)?,
+                max_age: num(age)?.map(Duration::from_secs),
+            },
+        );
+    }
+    Ok(out)
 }
 
 /// First set of: the flag, then each environment variable in order.
@@ -124,6 +176,23 @@ impl Config {
             ),
             workers,
             max_body_bytes: pick(args.max_body_bytes, &["CROSSTALK_MAX_BODY_BYTES"])?.unwrap_or(256 * 1024),
+            release_grace: Duration::from_millis(
+                pick(args.release_grace_ms, &["CROSSTALK_RELEASE_GRACE_MS"])?.unwrap_or(5000),
+            ),
+            retention: Retention {
+                max_age: pick(args.retention_max_age_secs, &["CROSSTALK_RETENTION_MAX_AGE_SECS"])?
+                    .map(Duration::from_secs),
+                max_count: pick(args.retention_max_count, &["CROSSTALK_RETENTION_MAX_COUNT"])?,
+            },
+            channel_retention: channel_retention(
+                &pick(args.retention_channels, &["CROSSTALK_RETENTION_CHANNELS"])?.unwrap_or_default(),
+            )?,
+            retention_every: Duration::from_secs(
+                pick(args.retention_interval_secs, &["CROSSTALK_RETENTION_INTERVAL_SECS"])?
+                    .unwrap_or(60)
+                    .max(1),
+            ),
+            max_shared_bytes: pick(args.max_shared_bytes, &["CROSSTALK_MAX_SHARED_BYTES"])?.unwrap_or(1024 * 1024),
         })
     }
 }

@@ -73,6 +73,9 @@ impl From<RelayError> for ApiError {
                     "the store failed; nothing was acknowledged",
                 )
             }
+            RelayError::Forbidden(m) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", m),
+            RelayError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            RelayError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, "not_found", m),
             RelayError::Unavailable(why) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why),
             RelayError::ShuttingDown => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

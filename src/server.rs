@@ -87,6 +87,11 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
         },
         durability: config.durability,
         presence_ttl: config.presence_ttl,
+        release_grace: config.release_grace,
+        retention: config.retention,
+        channel_retention: config.channel_retention.clone(),
+        retention_every: config.retention_every,
+        max_shared_bytes: config.max_shared_bytes,
     };
     let (relay, repairs) = Relay::start(Arc::new(store), relay_config).map_err(store_err)?;
     for r in &repairs.damaged {
@@ -108,7 +113,7 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
         streams: Default::default(),
         waits: Default::default(),
     });
-    let configure = app_config(config.max_body_bytes);
+    let configure = app_config(config.max_body_bytes.max(config.max_shared_bytes));
     let addr = format!("{}:{}", config.host, config.port);
     let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(configure.clone()))
         .workers(config.workers)

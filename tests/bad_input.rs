@@ -26,7 +26,7 @@ async fn raw(c: &reqwest::Client, method: &str, url: &str, body: Option<&str>) -
 
 #[tokio::test]
 async fn bad_requests_get_clear_json_errors_and_change_nothing() {
-    let s = Server::start_with(&["--max-body-bytes", "1000"]);
+    let s = Server::start_with(&["--max-body-bytes", "1000", "--max-shared-bytes", "100000"]);
     let c = client();
     let good = post(&c, &s, "dev", msg("alice", "keep me")).await;
     let post_url = s.url("/api/channels/dev/messages");
@@ -141,7 +141,12 @@ async fn bad_requests_get_clear_json_errors_and_change_nothing() {
     ];
     for (method, url, body, want_status, want_text) in cases {
         let (status, v) = raw(&c, method, &url, body).await;
-        assert_eq!(status, want_status, "{method} {url} {body:?} -> {v}");
+        assert_eq!(
+            status,
+            want_status,
+            "{method} {url} {:?} -> {v}",
+            body.map(|b| &b[..b.len().min(80)])
+        );
         let err = v["error"].as_str().unwrap_or_else(|| panic!("no error field: {v}"));
         assert!(
             err.to_lowercase().contains(&want_text.to_lowercase()),

@@ -133,5 +133,8 @@ async fn stored_message_has_crosstalk_mcp_shape() {
     let created = m["created_at"].as_str().unwrap();
     assert!(created.ends_with('Z') && created.contains('T'), "{created}");
     let read = messages(&c, &s, "dev", 0).await;
-    assert_eq!(read[0], m, "what is read back equals what the post returned");
+    assert_eq!(read[1], r, "what is read back equals what the post returned");
+    let mut with_reply = m.clone();
+    with_reply["reply_count"] = serde_json::json!(1);
+    assert_eq!(read[0], with_reply, "the question now counts its reply");
 }

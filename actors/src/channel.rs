@@ -1,171 +1,75 @@
-//! A channel: the actor that is the only writer of the channel's log, and the view through
-//! which everyone reads what it has committed.
+//! A channel's actor: the only writer of the channel's log. It validates and folds each
+//! event into the channel's state as it accepts it, commits batches through the group
+//! committer, and publishes each durable batch to the [`ChannelView`]. It also coordinates
+//! waits: one per identity, roles, and releasing one party when everyone is waiting.
 //!
 //! Invariants:
 //! - ids are assigned here, in mailbox order, so they strictly increase within the channel;
-//! - a batch becomes visible (view, watermark, cache) only after the committer says it is
-//!   durable, and batches commit one at a time in id order, so a reader never sees id N+1
-//!   while N is not readable, and never sees what a crash could take back;
-//! - the watermark is a wake-up, not a queue: subscribers re-read from the view by cursor, so
-//!   a slow one costs the channel nothing and misses nothing.
+//! - a batch becomes visible (view, watermark) only after the committer says it is durable,
+//!   and one batch is in flight at a time, so readers see a gap-free, id-ordered prefix and
+//!   never what a crash could take back;
+//! - the working state (`state`, `overlays`, `meta`) is the committed state plus the pending
+//!   events; the view holds the committed state only;
+//! - the watermark is a wake-up, not a queue: subscribers re-read from the view by cursor.
 
 use crate::commit::Committer;
 use crate::error::RelayError;
 use crate::relay::IdAllocator;
-use crate::store::EventStore;
+use crate::store::{Append, EventStore, StoreError};
+use crate::view::{ChannelView, Posted, Published};
 use actix::prelude::*;
-use bytes::Bytes;
-use crosstalk_schema::{codec, ChannelMeta, ChannelName, Limits, Message, NewMessage, Record, Timestamp};
-use parking_lot::RwLock;
-use std::collections::VecDeque;
-use std::future::Future;
+use crosstalk_schema::{
+    codec, ChannelMeta, ChannelState, InvalidInput, Limits, Message, NewMessage, Overlay, Record, Timestamp,
+};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::{oneshot, watch};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 
-/// Committed messages each channel keeps in memory, so tail reads and fan-out skip the store.
-pub const RECENT_CAPACITY: usize = 1024;
-/// Posts queued in a channel's mailbox before senders wait.
+/// Requests queued in a channel's mailbox before senders wait.
 const MAILBOX_CAPACITY: usize = 4096;
+/// Longest channel description, in bytes.
+pub const MAX_DESCRIPTION: usize = 1024;
+/// Events removed per retention pass, so a pass never stalls the channel for long.
+const COMPACT_STEP: usize = 10_000;
 
-/// A committed message, with its JSON encoded once for every reader.
-#[derive(Debug)]
-pub struct Posted {
-    pub message: Message,
-    pub json: Bytes,
+/// How a waiting party takes part in mutual-wait detection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// A normal party: when every active party waits, one is told to speak first.
+    #[default]
+    Active,
+    /// A background worker: hears everything, never counts as a party.
+    Parked,
 }
 
-impl Posted {
-    fn new(message: Message) -> Self {
-        // A Message is strings and integers: JSON encoding cannot fail.
-        let json = serde_json::to_vec(&message).expect("a Message always encodes as JSON");
-        Posted {
-            message,
-            json: Bytes::from(json),
-        }
-    }
-
-    pub fn id(&self) -> u64 {
-        self.message.id
-    }
+/// Why a wait was ended by the channel rather than by a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitControl {
+    /// The same identity started a newer wait on this channel.
+    Superseded,
+    /// Every active party was waiting and nobody spoke: this one should speak first.
+    SpeakFirst,
 }
 
-/// The read side of a channel: what has been committed, shared by every reader.
-pub struct ChannelView {
-    name: ChannelName,
-    store: Arc<dyn EventStore>,
-    /// Id of the newest committed message. Subscribers wait on it.
-    watermark: watch::Sender<u64>,
-    state: RwLock<ViewState>,
+/// Retention of a channel's messages; compaction removes what falls outside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Retention {
+    pub max_age: Option<Duration>,
+    pub max_count: Option<u64>,
 }
 
-struct ViewState {
-    /// The newest committed messages, oldest first.
-    recent: VecDeque<Arc<Posted>>,
-    /// Every committed message with an id above this is in `recent`.
-    floor: u64,
-    /// Committed summary (count, last id, times).
-    meta: ChannelMeta,
-}
-
-impl ChannelView {
-    pub(crate) fn new(name: ChannelName, meta: ChannelMeta, store: Arc<dyn EventStore>) -> Self {
-        ChannelView {
-            name,
-            store,
-            watermark: watch::Sender::new(meta.last_id),
-            state: RwLock::new(ViewState {
-                recent: VecDeque::new(),
-                floor: meta.last_id,
-                meta,
-            }),
-        }
-    }
-
-    pub fn name(&self) -> &ChannelName {
-        &self.name
-    }
-
-    /// Id of the newest committed message (0 if none).
-    pub fn last_id(&self) -> u64 {
-        *self.watermark.borrow()
-    }
-
-    pub fn meta(&self) -> ChannelMeta {
-        self.state.read().meta
-    }
-
-    /// A receiver that wakes whenever new messages are committed.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.watermark.subscribe()
-    }
-
-    /// Committed messages with id > `after`, oldest first, at most `limit`.
-    pub fn read(&self, after: u64, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
-        let upto = {
-            let state = self.state.read();
-            let upto = state.meta.last_id;
-            if after >= upto || limit == 0 {
-                return Ok(Vec::new());
-            }
-            if after >= state.floor {
-                let start = state.recent.partition_point(|p| p.id() <= after);
-                return Ok(state.recent.iter().skip(start).take(limit).cloned().collect());
-            }
-            upto
-        };
-        let mut out = Vec::new();
-        for (id, bytes) in self.store.read(&self.name, after, upto, limit)? {
-            match codec::decode::<Record>(&bytes) {
-                Ok(Record::Message(record)) => out.push(Arc::new(Posted::new(Message::new(id, &self.name, record)))),
-                Err(e) => tracing::error!(channel = %self.name, id, error = %e, "skipping a damaged record"),
-            }
-        }
-        Ok(out)
-    }
-
-    /// Like [`read`](Self::read), but when nothing is there yet waits until something is
-    /// committed, `timeout` passes, or `cancel` completes; then returns what there is.
-    pub async fn wait(
-        &self,
-        after: u64,
-        limit: usize,
-        timeout: Duration,
-        cancel: impl Future<Output = ()>,
-    ) -> Result<Vec<Arc<Posted>>, RelayError> {
-        // Subscribe before reading, so a commit between the read and the wait still wakes us.
-        let mut rx = self.subscribe();
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline, cancel);
-        loop {
-            let found = self.read(after, limit)?;
-            if !found.is_empty() {
-                return Ok(found);
-            }
-            tokio::select! {
-                changed = rx.changed() => if changed.is_err() { return Ok(Vec::new()) },
-                _ = &mut deadline => return Ok(Vec::new()),
-                _ = &mut cancel => return Ok(Vec::new()),
-            }
-        }
-    }
-
-    /// Makes a durable batch visible. Only the channel actor calls this, in id order.
-    fn publish(&self, batch: Vec<Arc<Posted>>, meta: ChannelMeta) {
-        {
-            let mut state = self.state.write();
-            for p in batch {
-                state.recent.push_back(p);
-            }
-            while state.recent.len() > RECENT_CAPACITY {
-                if let Some(old) = state.recent.pop_front() {
-                    state.floor = old.id();
-                }
-            }
-            state.meta = meta;
-        }
-        self.watermark.send_replace(meta.last_id);
-    }
+/// Settings every channel actor shares.
+#[derive(Debug, Clone)]
+pub struct ChannelConfig {
+    pub limits: Limits,
+    /// A party not heard from for this long no longer counts in mutual-wait detection.
+    pub presence_ttl: Duration,
+    /// How long every active party must have been waiting before one is released.
+    pub release_grace: Duration,
+    pub retention: Retention,
+    /// How often retention runs.
+    pub retention_every: Duration,
 }
 
 /// Post a message; answers once it is durable and visible.
@@ -173,25 +77,85 @@ impl ChannelView {
 #[rtype(result = "Result<Arc<Posted>, RelayError>")]
 pub struct Post(pub NewMessage);
 
-struct Pending {
-    posted: Arc<Posted>,
-    encoded: Vec<u8>,
-    reply: oneshot::Sender<Result<Arc<Posted>, RelayError>>,
+/// Start a session (ending an active one first).
+#[derive(Message)]
+#[rtype(result = "Result<ChannelState, RelayError>")]
+pub struct StartSession {
+    pub max_turns: Option<u32>,
 }
 
-/// The single writer of one channel's log.
+/// End the active session.
+#[derive(Message)]
+#[rtype(result = "Result<ChannelState, RelayError>")]
+pub struct EndSession;
+
+/// Set the channel's description.
+#[derive(Message)]
+#[rtype(result = "Result<ChannelState, RelayError>")]
+pub struct Describe(pub String);
+
+/// Register a wait by `instance`; any earlier wait of the same instance is superseded.
+#[derive(Message)]
+#[rtype(result = "(u64, oneshot::Receiver<WaitControl>)")]
+pub struct BeginWait {
+    pub instance: String,
+    pub role: Role,
+}
+
+/// A wait ended (however it ended).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EndWait {
+    pub instance: String,
+    pub generation: u64,
+}
+
+type Done = oneshot::Sender<Result<(), RelayError>>;
+
+struct Pending {
+    id: u64,
+    encoded: Vec<u8>,
+    posted: Option<Arc<Posted>>,
+    idem: Option<String>,
+    /// Told when the event is durable (or failed).
+    done: Vec<Done>,
+}
+
+struct Waiter {
+    generation: u64,
+    role: Role,
+    control: oneshot::Sender<WaitControl>,
+}
+
 pub struct ChannelActor {
     view: Arc<ChannelView>,
     store: Arc<dyn EventStore>,
     committer: Committer,
     ids: Arc<IdAllocator>,
-    limits: Limits,
-    /// Summary including the batch in flight (the view's is the committed one).
+    config: ChannelConfig,
+    /// Summary including pending events.
     meta: ChannelMeta,
-    /// Posts accepted while a batch is being committed; they form the next batch.
+    /// Channel state including pending events.
+    state: ChannelState,
+    /// Overlays including pending events.
+    overlays: HashMap<u64, Overlay>,
+    /// What the next batch writes besides its events.
+    next_overlays: BTreeSet<u64>,
+    next_replies: Vec<(u64, u64)>,
+    next_state_dirty: bool,
+    /// Events accepted but not yet in a batch.
     pending: Vec<Pending>,
-    /// A batch is between append and durable. At most one, so batches commit in order.
-    in_flight: bool,
+    /// The batch between append and durable. At most one, so batches commit in order.
+    in_flight: Option<Vec<Pending>>,
+    /// Idempotency keys of events not yet committed.
+    idem_uncommitted: HashMap<String, u64>,
+    waiters: HashMap<String, Waiter>,
+    /// Active parties: who posted or waited actively, and when.
+    parties: HashMap<String, Instant>,
+    next_generation: u64,
+    /// Commits so far; a release timer only fires if nobody spoke since it was set.
+    spoken: u64,
+    release_timer: Option<SpawnHandle>,
 }
 
 impl ChannelActor {
@@ -200,73 +164,321 @@ impl ChannelActor {
         store: Arc<dyn EventStore>,
         committer: Committer,
         ids: Arc<IdAllocator>,
-        limits: Limits,
+        config: ChannelConfig,
+        overlays: HashMap<u64, Overlay>,
     ) -> Self {
-        let meta = view.meta();
         ChannelActor {
+            meta: view.meta(),
+            state: view.channel_state(),
             view,
             store,
             committer,
             ids,
-            limits,
-            meta,
+            config,
+            overlays,
+            next_overlays: BTreeSet::new(),
+            next_replies: Vec::new(),
+            next_state_dirty: false,
             pending: Vec::new(),
-            in_flight: false,
+            in_flight: None,
+            idem_uncommitted: HashMap::new(),
+            waiters: HashMap::new(),
+            parties: HashMap::new(),
+            next_generation: 0,
+            spoken: 0,
+            release_timer: None,
         }
     }
 
+    /// Assigns the next id to `record`, folds it into the working state, and queues it.
+    /// Returns the id and, for a message, what readers will see.
+    fn accept(&mut self, record: Record, idem: Option<String>, ctx: &mut Context<Self>) -> (u64, Option<Arc<Posted>>) {
+        let id = self.ids.next();
+        let session_was_active = self.state.active_session().is_some();
+        let effects = self.state.apply(id, &record);
+        let mut posted = None;
+        match &record {
+            Record::Message(m) => {
+                self.meta.count += 1;
+                if let Some(parent) = m.reply_to {
+                    self.overlays.entry(parent).or_default().reply_count += 1;
+                    self.next_overlays.insert(parent);
+                    self.next_replies.push((parent, id));
+                }
+                if let Some(q) = effects.answered {
+                    self.overlays.entry(q).or_default().answered_by = Some(id);
+                    self.next_overlays.insert(q);
+                }
+                if effects.answered.is_some()
+                    || session_was_active
+                    || crosstalk_schema::kind_is(&m.kind, crosstalk_schema::message::QUESTION)
+                {
+                    self.next_state_dirty = true;
+                }
+                posted = Some(Arc::new(Posted::new(Message::new(id, self.view.name(), m.clone()))));
+            }
+            _ => self.next_state_dirty = true,
+        }
+        let now = Timestamp::now();
+        self.meta.last_id = id;
+        self.meta.last_at = Some(now);
+        self.meta.created_at.get_or_insert(now);
+        if let Some(k) = &idem {
+            self.idem_uncommitted.insert(k.clone(), id);
+        }
+        self.pending.push(Pending {
+            id,
+            encoded: codec::encode(&record),
+            posted: posted.clone(),
+            idem,
+            done: Vec::new(),
+        });
+        if let Some(reason) = effects.session_ended {
+            let session_id = self
+                .state
+                .session
+                .as_ref()
+                .map(|s| s.session_id.clone())
+                .unwrap_or_default();
+            self.accept(
+                Record::SessionEnded {
+                    session_id,
+                    reason,
+                    at: now,
+                },
+                None,
+                ctx,
+            );
+        }
+        self.start_commit(ctx);
+        (id, posted)
+    }
+
+    /// A receiver told when event `id` (pending or in flight) is durable.
+    fn when_durable(&mut self, id: u64) -> oneshot::Receiver<Result<(), RelayError>> {
+        let (tx, rx) = oneshot::channel();
+        let entry = self
+            .pending
+            .iter_mut()
+            .chain(self.in_flight.iter_mut().flatten())
+            .find(|p| p.id == id);
+        match entry {
+            Some(p) => p.done.push(tx),
+            None => {
+                let _ = tx.send(Ok(()));
+            }
+        }
+        rx
+    }
+
     fn start_commit(&mut self, ctx: &mut Context<Self>) {
-        if self.in_flight || self.pending.is_empty() {
+        if self.in_flight.is_some() || self.pending.is_empty() {
             return;
         }
         let batch = std::mem::take(&mut self.pending);
-        let mut meta = self.meta;
-        for p in &batch {
-            meta.count += 1;
-            meta.last_id = p.posted.id();
-        }
-        let now = Timestamp::now();
-        meta.last_at = Some(now);
-        meta.created_at.get_or_insert(now);
-        let events: Vec<_> = batch.iter().map(|p| (p.posted.id(), p.encoded.clone())).collect();
-        if let Err(e) = self.store.append(self.view.name(), &events, &meta) {
+        let events: Vec<_> = batch.iter().map(|p| (p.id, p.encoded.clone())).collect();
+        let overlays: Vec<(u64, Overlay)> = std::mem::take(&mut self.next_overlays)
+            .into_iter()
+            .map(|id| (id, self.overlays.get(&id).copied().unwrap_or_default()))
+            .collect();
+        let replies = std::mem::take(&mut self.next_replies);
+        let state = std::mem::take(&mut self.next_state_dirty).then(|| self.state.clone());
+        let idempotency: Vec<(String, u64)> = batch.iter().filter_map(|p| p.idem.clone().map(|k| (k, p.id))).collect();
+        let meta = self.meta;
+        let appended = self.store.append(Append {
+            channel: self.view.name(),
+            events: &events,
+            meta: &meta,
+            state: state.as_ref(),
+            overlays: &overlays,
+            replies: &replies,
+            idempotency: &idempotency,
+        });
+        if let Err(e) = appended {
             tracing::error!(channel = %self.view.name(), error = %e, "append failed");
-            for p in batch {
-                let _ = p.reply.send(Err(e.clone().into()));
-            }
+            self.fail(batch, e);
             return;
         }
-        self.meta = meta;
-        self.in_flight = true;
+        let publish = Published {
+            messages: batch.iter().filter_map(|p| p.posted.clone()).collect(),
+            meta,
+            state,
+            overlays,
+        };
+        self.in_flight = Some(batch);
         let durable = self.committer.durable();
         ctx.spawn(
             async move {
                 durable
                     .await
-                    .unwrap_or_else(|_| Err(crate::StoreError::Io("committer gone".into())))
+                    .unwrap_or_else(|_| Err(StoreError::Io("committer gone".into())))
             }
             .into_actor(self)
             .map(move |result, act, ctx| {
-                act.in_flight = false;
+                let batch = act.in_flight.take().unwrap_or_default();
                 match result {
                     Ok(()) => {
-                        let posted: Vec<_> = batch.iter().map(|p| p.posted.clone()).collect();
-                        act.view.publish(posted, meta);
+                        for m in &publish.messages {
+                            act.parties.insert(m.message.sender.clone(), Instant::now());
+                        }
+                        act.view.publish(publish);
+                        act.spoken += 1;
+                        if let Some(t) = act.release_timer.take() {
+                            ctx.cancel_future(t);
+                        }
                         for p in batch {
-                            let _ = p.reply.send(Ok(p.posted));
+                            if let Some(k) = &p.idem {
+                                act.idem_uncommitted.remove(k);
+                            }
+                            for d in p.done {
+                                let _ = d.send(Ok(()));
+                            }
                         }
                     }
                     Err(e) => {
-                        // The batch may still reach disk later; it is never acknowledged
-                        // and never shown until a restart reads it back.
-                        for p in batch {
-                            let _ = p.reply.send(Err(e.clone().into()));
-                        }
+                        tracing::error!(channel = %act.view.name(), error = %e, "flush failed");
+                        act.fail(batch, e);
                     }
                 }
                 act.start_commit(ctx);
             }),
         );
+    }
+
+    /// A batch failed: tell its waiters, and go back to the store's idea of the state (the
+    /// batch is never shown; if it reached the store's memory, a restart may read it back).
+    fn fail(&mut self, batch: Vec<Pending>, e: StoreError) {
+        for p in batch.into_iter().chain(std::mem::take(&mut self.pending)) {
+            if let Some(k) = &p.idem {
+                self.idem_uncommitted.remove(k);
+            }
+            for d in p.done {
+                let _ = d.send(Err(e.clone().into()));
+            }
+        }
+        self.meta = self.view.meta();
+        self.state = self.view.channel_state();
+        self.next_overlays.clear();
+        self.next_replies.clear();
+        self.next_state_dirty = false;
+        if let Ok(overlays) = self.store.overlays(self.view.name()) {
+            self.overlays = overlays.into_iter().collect();
+        }
+    }
+
+    fn reply_to_exists(&self, parent: u64) -> Result<bool, RelayError> {
+        if self
+            .pending
+            .iter()
+            .chain(self.in_flight.iter().flatten())
+            .any(|p| p.id == parent)
+        {
+            return Ok(self
+                .pending
+                .iter()
+                .chain(self.in_flight.iter().flatten())
+                .any(|p| p.id == parent && p.posted.is_some()));
+        }
+        Ok(self.view.get(parent)?.is_some())
+    }
+
+    /// The id an idempotency key already has on this channel, committed or not.
+    fn idempotent(&self, key: &str) -> Result<Option<u64>, RelayError> {
+        if let Some(id) = self.idem_uncommitted.get(key) {
+            return Ok(Some(*id));
+        }
+        Ok(self.store.idempotent(self.view.name(), key)?)
+    }
+
+    /// Answer with the state once event `id` is durable.
+    fn state_when_durable(&mut self, id: u64) -> ResponseFuture<Result<ChannelState, RelayError>> {
+        let durable = self.when_durable(id);
+        let view = self.view.clone();
+        Box::pin(async move {
+            durable
+                .await
+                .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
+            Ok(view.channel_state())
+        })
+    }
+
+    fn check_release(&mut self, ctx: &mut Context<Self>) {
+        let ttl = self.config.presence_ttl;
+        let waiters = &self.waiters;
+        self.parties
+            .retain(|p, seen| seen.elapsed() < ttl || waiters.contains_key(p));
+        if self.parties.len() < 2 || self.release_timer.is_some() {
+            return;
+        }
+        let all_waiting = self
+            .parties
+            .keys()
+            .all(|p| self.waiters.get(p).is_some_and(|w| w.role == Role::Active));
+        if !all_waiting {
+            return;
+        }
+        let spoken = self.spoken;
+        let handle = ctx.run_later(self.config.release_grace, move |act, ctx| {
+            act.release_timer = None;
+            if act.spoken != spoken {
+                return act.check_release(ctx);
+            }
+            let all_waiting = act.parties.len() >= 2
+                && act
+                    .parties
+                    .keys()
+                    .all(|p| act.waiters.get(p).is_some_and(|w| w.role == Role::Active));
+            if !all_waiting {
+                return;
+            }
+            // Deterministic: the smallest instance id speaks first.
+            if let Some(first) = act.parties.keys().min().cloned() {
+                if let Some(w) = act.waiters.remove(&first) {
+                    tracing::debug!(channel = %act.view.name(), instance = %first, "mutual wait: released to speak first");
+                    let _ = w.control.send(WaitControl::SpeakFirst);
+                }
+            }
+        });
+        self.release_timer = Some(handle);
+    }
+
+    /// One retention pass: removes what falls outside the retention policy.
+    fn compact(&mut self) {
+        let Retention { max_age, max_count } = self.config.retention;
+        let committed = self.view.meta();
+        let mut upto = 0u64;
+        if let Some(max) = max_count {
+            let excess = committed.count.saturating_sub(max) as usize;
+            if excess > 0 {
+                if let Ok(old) = self.view.read(0, excess.min(COMPACT_STEP)) {
+                    upto = upto.max(old.last().map_or(0, |p| p.id()));
+                }
+            }
+        }
+        if let Some(age) = max_age {
+            let cutoff = Timestamp::now().0 - age.as_micros() as i64;
+            if let Ok(old) = self.store.read(self.view.name(), 0, committed.last_id, COMPACT_STEP) {
+                for (id, bytes) in old {
+                    match codec::decode::<Record>(&bytes) {
+                        Ok(Record::Message(m)) if m.created_at.0 >= cutoff => break,
+                        _ => upto = upto.max(id),
+                    }
+                }
+            }
+        }
+        if upto == 0 {
+            return;
+        }
+        match self.store.compact(self.view.name(), upto, COMPACT_STEP, &committed) {
+            Ok(0) => {}
+            Ok(removed) => {
+                let after = self.store.meta(self.view.name()).ok().flatten().unwrap_or(committed);
+                self.meta.count = self.meta.count.saturating_sub(committed.count - after.count);
+                self.view.compacted(upto, after);
+                tracing::info!(channel = %self.view.name(), removed, upto, "retention removed old messages");
+            }
+            Err(e) => tracing::error!(channel = %self.view.name(), error = %e, "retention failed"),
+        }
     }
 }
 
@@ -275,6 +487,14 @@ impl Actor for ChannelActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
+        let r = self.config.retention;
+        if r.max_age.is_some() || r.max_count.is_some() {
+            self.compact();
+            ctx.run_interval(self.config.retention_every, |act, _| {
+                // Compaction writes only committed history, never what is in flight.
+                act.compact()
+            });
+        }
     }
 }
 
@@ -282,17 +502,178 @@ impl Handler<Post> for ChannelActor {
     type Result = ResponseFuture<Result<Arc<Posted>, RelayError>>;
 
     fn handle(&mut self, Post(post): Post, ctx: &mut Context<Self>) -> Self::Result {
-        let record = match post.into_record(&self.limits, Timestamp::now()) {
-            Ok(r) => r,
-            Err(e) => return Box::pin(async move { Err(e.into()) }),
+        let limits = self.config.limits;
+        let prepared = (|| {
+            let idem = post.idempotency_key(&limits)?;
+            if let Some(k) = &idem {
+                if let Some(id) = self.idempotent(k)? {
+                    return Ok(Err(id));
+                }
+            }
+            let mut record = post.into_record(&limits, Timestamp::now())?;
+            if let Some(parent) = record.reply_to {
+                if !self.reply_to_exists(parent)? {
+                    return Err(RelayError::Invalid(InvalidInput::Other(format!(
+                        "reply_to {parent} is not a message of channel {}",
+                        self.view.name()
+                    ))));
+                }
+            }
+            if record.session_id.is_none() {
+                record.session_id = self.state.active_session().map(str::to_owned);
+            }
+            Ok(Ok((record, idem)))
+        })();
+        match prepared {
+            Err(e) => Box::pin(async move { Err(e) }),
+            Ok(Err(existing)) => {
+                // An idempotent retry: answer with the original once it is durable.
+                let durable = self.when_durable(existing);
+                let view = self.view.clone();
+                Box::pin(async move {
+                    durable
+                        .await
+                        .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
+                    view.get(existing)?
+                        .ok_or(RelayError::Unavailable("the original message is no longer stored"))
+                })
+            }
+            Ok(Ok((record, idem))) => {
+                let (id, posted) = self.accept(Record::Message(record), idem, ctx);
+                let durable = self.when_durable(id);
+                Box::pin(async move {
+                    durable
+                        .await
+                        .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
+                    posted.ok_or(RelayError::Unavailable("not a message"))
+                })
+            }
+        }
+    }
+}
+
+impl Handler<StartSession> for ChannelActor {
+    type Result = ResponseFuture<Result<ChannelState, RelayError>>;
+
+    fn handle(&mut self, msg: StartSession, ctx: &mut Context<Self>) -> Self::Result {
+        let now = Timestamp::now();
+        if let Some(active) = self.state.active_session().map(str::to_owned) {
+            self.accept(
+                Record::SessionEnded {
+                    session_id: active,
+                    reason: "replaced".into(),
+                    at: now,
+                },
+                None,
+                ctx,
+            );
+        }
+        let session_id = format!("sess-{}", uuid::Uuid::new_v4().simple());
+        let (id, _) = self.accept(
+            Record::SessionStarted {
+                session_id,
+                max_turns: msg.max_turns,
+                at: now,
+            },
+            None,
+            ctx,
+        );
+        self.state_when_durable(id)
+    }
+}
+
+impl Handler<EndSession> for ChannelActor {
+    type Result = ResponseFuture<Result<ChannelState, RelayError>>;
+
+    fn handle(&mut self, _: EndSession, ctx: &mut Context<Self>) -> Self::Result {
+        let Some(active) = self.state.active_session().map(str::to_owned) else {
+            let state = self.state.clone();
+            return Box::pin(async move { Ok(state) });
         };
-        let id = self.ids.next();
-        let encoded = codec::encode(&Record::Message(record.clone()));
-        let posted = Arc::new(Posted::new(Message::new(id, self.view.name(), record)));
-        let (reply, rx) = oneshot::channel();
-        self.pending.push(Pending { posted, encoded, reply });
-        self.start_commit(ctx);
-        Box::pin(async move { rx.await.unwrap_or(Err(RelayError::Unavailable("channel stopped"))) })
+        let (id, _) = self.accept(
+            Record::SessionEnded {
+                session_id: active,
+                reason: "ended".into(),
+                at: Timestamp::now(),
+            },
+            None,
+            ctx,
+        );
+        self.state_when_durable(id)
+    }
+}
+
+impl Handler<Describe> for ChannelActor {
+    type Result = ResponseFuture<Result<ChannelState, RelayError>>;
+
+    fn handle(&mut self, Describe(description): Describe, ctx: &mut Context<Self>) -> Self::Result {
+        let description = description.trim().to_owned();
+        if description.len() > MAX_DESCRIPTION {
+            let e = InvalidInput::TooLong {
+                field: "description",
+                len: description.len(),
+                max: MAX_DESCRIPTION,
+            };
+            return Box::pin(async move { Err(e.into()) });
+        }
+        if self.state.description.as_deref() == Some(description.as_str()) {
+            let state = self.state.clone();
+            return Box::pin(async move { Ok(state) });
+        }
+        let (id, _) = self.accept(
+            Record::Described {
+                description,
+                at: Timestamp::now(),
+            },
+            None,
+            ctx,
+        );
+        self.state_when_durable(id)
+    }
+}
+
+impl Handler<BeginWait> for ChannelActor {
+    type Result = MessageResult<BeginWait>;
+
+    fn handle(&mut self, msg: BeginWait, ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(old) = self.waiters.remove(&msg.instance) {
+            let _ = old.control.send(WaitControl::Superseded);
+        }
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let (control, rx) = oneshot::channel();
+        match msg.role {
+            Role::Active => {
+                self.parties.insert(msg.instance.clone(), Instant::now());
+            }
+            Role::Parked => {
+                self.parties.remove(&msg.instance);
+            }
+        }
+        self.waiters.insert(
+            msg.instance,
+            Waiter {
+                generation,
+                role: msg.role,
+                control,
+            },
+        );
+        self.check_release(ctx);
+        MessageResult((generation, rx))
+    }
+}
+
+impl Handler<EndWait> for ChannelActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: EndWait, _: &mut Context<Self>) {
+        if self
+            .waiters
+            .get(&msg.instance)
+            .is_some_and(|w| w.generation == msg.generation)
+        {
+            self.waiters.remove(&msg.instance);
+        }
     }
 }
 

@@ -14,6 +14,15 @@ pub enum RelayError {
     /// An actor did not answer in time or has stopped.
     #[error("the relay is overloaded or stopping: {0}")]
     Unavailable(&'static str),
+    /// The caller may not do this (e.g. act as an identity bound to another session).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Conflicts with the current state (e.g. an instance id live in another session).
+    #[error("{0}")]
+    Conflict(String),
+    /// What the request names does not exist.
+    #[error("{0}")]
+    NotFound(String),
     /// The relay is shutting down and takes no new work.
     #[error("the relay is shutting down")]
     ShuttingDown,

@@ -1,38 +1,191 @@
-//! The registry: the directory of channels. It starts a channel's actor on first use and is
-//! the only writer of the directory; faces look channels up through [`crate::Relay`], which
-//! reads the directory without a round trip once a channel is open.
+//! The registry: the directory of channels and of instances (agents and humans).
+//!
+//! It starts a channel's actor on first use and is the only writer of the channel directory;
+//! faces look channels up through [`crate::Relay`], which reads the directory without a round
+//! trip once a channel is open. It also owns identities: registration, the binding of an
+//! identity to the session that registered it, heartbeats, and per-identity read cursors.
 
-use crate::channel::{ChannelActor, ChannelHandle, ChannelView};
+use crate::channel::{ChannelActor, ChannelConfig, ChannelHandle};
 use crate::commit::Committer;
 use crate::error::RelayError;
 use crate::relay::IdAllocator;
-use crate::store::EventStore;
+use crate::store::{EventStore, Space};
+use crate::view::ChannelView;
 use actix::prelude::*;
-use crosstalk_schema::{ChannelName, Limits};
+use crosstalk_schema::{codec, ChannelName, Instance, InstanceKind, Timestamp};
 use parking_lot::RwLock;
+use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub(crate) type Directory = Arc<RwLock<HashMap<ChannelName, ChannelHandle>>>;
+
+/// Longest instance description, in bytes.
+pub const MAX_INSTANCE_DESCRIPTION: usize = 1024;
 
 /// Open a channel, starting its actor if it is not running yet.
 #[derive(Message)]
 #[rtype(result = "Result<ChannelHandle, RelayError>")]
 pub struct OpenChannel(pub ChannelName);
 
+/// Register (or re-register) an instance. `session` is the caller's session (the MCP
+/// session id, or a REST session token); `None` asks for a new token.
+#[derive(Message)]
+#[rtype(result = "Result<Registered, RelayError>")]
+pub struct Register {
+    pub instance_id: String,
+    pub description: Option<String>,
+    pub kind: InstanceKind,
+    pub session: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Registered {
+    #[serde(flatten)]
+    pub instance: InstanceView,
+    /// The session the identity is bound to: present it (`X-Crosstalk-Session`) to act as it.
+    pub session: String,
+}
+
+/// Checks that `session` may act as `instance_id`, and counts as its heartbeat. An identity
+/// bound to a live session can only be used with that session; an unknown or stale one is free.
+#[derive(Message)]
+#[rtype(result = "Result<(), RelayError>")]
+pub struct Authorize {
+    pub instance_id: String,
+    pub session: Option<String>,
+}
+
+/// Every known instance, online or not.
+#[derive(Message)]
+#[rtype(result = "Vec<InstanceView>")]
+pub struct ListInstances;
+
+/// Moves an identity's read cursor on a channel forward (never back).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AdvanceCursor {
+    pub instance_id: String,
+    pub channel: ChannelName,
+    pub id: u64,
+}
+
+/// An identity's read cursors: channel → last id read.
+#[derive(Message)]
+#[rtype(result = "Vec<(ChannelName, u64)>")]
+pub struct Cursors(pub String);
+
+/// An instance as `list_instances` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceView {
+    pub instance_id: String,
+    pub description: Option<String>,
+    pub kind: InstanceKind,
+    /// `online` if heard from within the presence TTL, else `offline`.
+    pub status: &'static str,
+    pub last_seen: Option<String>,
+    pub registered_at: String,
+}
+
+struct Live {
+    instance: Instance,
+    session: Option<String>,
+    seen: Option<(Instant, Timestamp)>,
+}
+
 pub struct Registry {
     pub(crate) directory: Directory,
     pub(crate) store: Arc<dyn EventStore>,
     pub(crate) committer: Committer,
     pub(crate) ids: Arc<IdAllocator>,
-    pub(crate) limits: Limits,
+    pub(crate) channel_config: ChannelConfig,
+    pub(crate) presence_ttl: Duration,
+    /// Retention overrides by channel.
+    per_channel: HashMap<ChannelName, crate::channel::Retention>,
+    instances: HashMap<String, Live>,
+    cursors: HashMap<String, HashMap<ChannelName, u64>>,
+}
+
+impl Registry {
+    pub(crate) fn new(
+        directory: Directory,
+        store: Arc<dyn EventStore>,
+        committer: Committer,
+        ids: Arc<IdAllocator>,
+        channel_config: ChannelConfig,
+        per_channel: HashMap<ChannelName, crate::channel::Retention>,
+    ) -> Result<Self, RelayError> {
+        let mut instances = HashMap::new();
+        for (_, bytes) in store.scan_aux(Space::Instances, b"", false, usize::MAX)? {
+            match codec::decode::<Instance>(&bytes) {
+                Ok(instance) => {
+                    instances.insert(
+                        instance.instance_id.clone(),
+                        Live {
+                            instance,
+                            session: None,
+                            seen: None,
+                        },
+                    );
+                }
+                Err(e) => tracing::error!(error = %e, "skipping a damaged instance record"),
+            }
+        }
+        let mut cursors: HashMap<String, HashMap<ChannelName, u64>> = HashMap::new();
+        for (key, value) in store.scan_aux(Space::Cursors, b"", false, usize::MAX)? {
+            let mut parts = key.splitn(2, |b| *b == 0);
+            let (Some(who), Some(ch)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let (Ok(who), Some(ch), Ok(id)) = (
+                String::from_utf8(who.to_vec()),
+                std::str::from_utf8(ch).ok().and_then(|c| ChannelName::parse(c).ok()),
+                <[u8; 8]>::try_from(value.as_slice()).map(u64::from_be_bytes),
+            ) else {
+                continue;
+            };
+            cursors.entry(who).or_default().insert(ch, id);
+        }
+        Ok(Registry {
+            presence_ttl: channel_config.presence_ttl,
+            directory,
+            store,
+            committer,
+            ids,
+            channel_config,
+            per_channel,
+            instances,
+            cursors,
+        })
+    }
+
+    fn view(&self, live: &Live) -> InstanceView {
+        let online = live.seen.is_some_and(|(at, _)| at.elapsed() < self.presence_ttl);
+        InstanceView {
+            instance_id: live.instance.instance_id.clone(),
+            description: live.instance.description.clone(),
+            kind: live.instance.kind,
+            status: if online { "online" } else { "offline" },
+            last_seen: live.seen.map(|(_, t)| t.to_rfc3339()),
+            registered_at: live.instance.registered_at.to_rfc3339(),
+        }
+    }
+
+    fn live_elsewhere(&self, instance_id: &str, session: Option<&str>) -> bool {
+        self.instances.get(instance_id).is_some_and(|l| {
+            l.session.is_some()
+                && l.session.as_deref() != session
+                && l.seen.is_some_and(|(at, _)| at.elapsed() < self.presence_ttl)
+        })
+    }
 }
 
 impl Actor for Registry {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(1024);
+        ctx.set_mailbox_capacity(4096);
     }
 }
 
@@ -44,18 +197,155 @@ impl Handler<OpenChannel> for Registry {
             return Ok(handle.clone());
         }
         let meta = self.store.meta(&name)?.unwrap_or_default();
-        let view = Arc::new(ChannelView::new(name.clone(), meta, self.store.clone()));
+        let state = self.store.state(&name)?;
+        let overlays: HashMap<_, _> = self.store.overlays(&name)?.into_iter().collect();
+        let view = Arc::new(ChannelView::new(
+            name.clone(),
+            meta,
+            state,
+            overlays.clone(),
+            self.store.clone(),
+        ));
+        let mut config = self.channel_config.clone();
+        if let Some(r) = self.per_channel.get(&name) {
+            config.retention = *r;
+        }
         let addr = ChannelActor::new(
             view.clone(),
             self.store.clone(),
             self.committer.clone(),
             self.ids.clone(),
-            self.limits,
+            config,
+            overlays,
         )
         .start();
         let handle = ChannelHandle { addr, view };
         self.directory.write().insert(name.clone(), handle.clone());
         tracing::debug!(channel = %name, last_id = meta.last_id, "channel opened");
         Ok(handle)
+    }
+}
+
+impl Handler<Register> for Registry {
+    type Result = ResponseFuture<Result<Registered, RelayError>>;
+
+    fn handle(&mut self, msg: Register, _: &mut Context<Self>) -> Self::Result {
+        let result = (|| {
+            let id = crosstalk_schema::identity::instance_id(&msg.instance_id)?;
+            if let Some(d) = &msg.description {
+                if d.len() > MAX_INSTANCE_DESCRIPTION {
+                    return Err(RelayError::Invalid(crosstalk_schema::InvalidInput::TooLong {
+                        field: "description",
+                        len: d.len(),
+                        max: MAX_INSTANCE_DESCRIPTION,
+                    }));
+                }
+            }
+            if self.live_elsewhere(&id, msg.session.as_deref()) {
+                return Err(RelayError::Conflict(format!(
+                    "instance id {id:?} is in use by another live session; pick another id, or wait until it has \
+                     been silent for {} s",
+                    self.presence_ttl.as_secs()
+                )));
+            }
+            let session = msg
+                .session
+                .clone()
+                .unwrap_or_else(|| format!("ct-{}", uuid::Uuid::new_v4().simple()));
+            let now = Timestamp::now();
+            let registered_at = self.instances.get(&id).map_or(now, |l| l.instance.registered_at);
+            let instance = Instance {
+                instance_id: id.clone(),
+                description: msg.description.clone().filter(|d| !d.trim().is_empty()),
+                kind: msg.kind,
+                registered_at,
+            };
+            self.store
+                .put_aux(Space::Instances, id.as_bytes(), Some(&codec::encode(&instance)))?;
+            let live = Live {
+                instance,
+                session: Some(session.clone()),
+                seen: Some((Instant::now(), now)),
+            };
+            let view = self.view(&live);
+            self.instances.insert(id, live);
+            Ok(Registered {
+                instance: view,
+                session,
+            })
+        })();
+        let durable = result.is_ok().then(|| self.committer.durable());
+        Box::pin(async move {
+            if let Some(d) = durable {
+                d.await.unwrap_or(Err(crate::StoreError::Io("committer gone".into())))?;
+            }
+            result
+        })
+    }
+}
+
+impl Handler<Authorize> for Registry {
+    type Result = Result<(), RelayError>;
+
+    fn handle(&mut self, msg: Authorize, _: &mut Context<Self>) -> Self::Result {
+        if self.live_elsewhere(&msg.instance_id, msg.session.as_deref()) {
+            return Err(RelayError::Forbidden(format!(
+                "instance {:?} is registered to another session; send that session's token to act as it",
+                msg.instance_id
+            )));
+        }
+        if let Some(live) = self.instances.get_mut(&msg.instance_id) {
+            if msg.session.is_some() && live.session == msg.session || live.session.is_none() {
+                live.seen = Some((Instant::now(), Timestamp::now()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Handler<ListInstances> for Registry {
+    type Result = MessageResult<ListInstances>;
+
+    fn handle(&mut self, _: ListInstances, _: &mut Context<Self>) -> Self::Result {
+        let mut list: Vec<InstanceView> = self.instances.values().map(|l| self.view(l)).collect();
+        list.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+        MessageResult(list)
+    }
+}
+
+impl Handler<AdvanceCursor> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: AdvanceCursor, _: &mut Context<Self>) {
+        let cursor = self
+            .cursors
+            .entry(msg.instance_id.clone())
+            .or_default()
+            .entry(msg.channel.clone())
+            .or_insert(0);
+        if msg.id <= *cursor && *cursor != 0 {
+            return;
+        }
+        *cursor = msg.id.max(*cursor);
+        let mut key = msg.instance_id.into_bytes();
+        key.push(0);
+        key.extend_from_slice(msg.channel.as_str().as_bytes());
+        if let Err(e) = self.store.put_aux(Space::Cursors, &key, Some(&cursor.to_be_bytes())) {
+            tracing::error!(error = %e, "cursor write failed");
+        }
+    }
+}
+
+impl Handler<Cursors> for Registry {
+    type Result = MessageResult<Cursors>;
+
+    fn handle(&mut self, Cursors(who): Cursors, _: &mut Context<Self>) -> Self::Result {
+        let mut list: Vec<(ChannelName, u64)> = self
+            .cursors
+            .get(&who)
+            .map(|m| m.iter().map(|(c, id)| (c.clone(), *id)).collect())
+            .unwrap_or_default();
+        list.sort();
+        MessageResult(list)
     }
 }

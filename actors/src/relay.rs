@@ -1,14 +1,28 @@
 //! [`Relay`]: the cheap, cloneable handle every face uses. It sends messages to the actors,
-//! reads committed state through channel views, and owns the shutdown signal.
+//! reads committed state through channel views, and owns the shutdown signal. Operations that
+//! span actors (waits, asking a question, the inbox, search) are composed here.
 
-use crate::channel::{ChannelHandle, Post, Posted};
+use crate::channel::{
+    BeginWait, ChannelConfig, ChannelHandle, Describe, EndSession, EndWait, Post, Retention, Role, StartSession,
+    WaitControl,
+};
 use crate::commit::{Committer, Durability};
 use crate::error::RelayError;
 use crate::presence::{Heartbeat, Leave, ListPresence, Participant, PresenceEvent, PresenceSupervisor, WatchPresence};
-use crate::registry::{Directory, OpenChannel, Registry};
+use crate::registry::{
+    AdvanceCursor, Authorize, Cursors, Directory, InstanceView, ListInstances, OpenChannel, Register, Registered,
+    Registry,
+};
+use crate::search::{self, Indexer, Query};
+use crate::shared::{Fetch, ListShared, Share, SharedStore, SharedSummary, Unshare};
 use crate::store::{EventStore, RepairReport};
+use crate::view::{ChannelView, Posted};
 use actix::prelude::*;
-use crosstalk_schema::{ChannelName, ChannelSummary, Limits, NewMessage};
+use crosstalk_schema::message::{ANY_HUMAN, DIRECTIVE, INTERRUPT, QUESTION};
+use crosstalk_schema::{
+    kind_is, ChannelName, ChannelState, ChannelSummary, InstanceKind, Limits, NewMessage, SharedData,
+};
+use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,9 +33,11 @@ use tokio_util::sync::CancellationToken;
 /// Longest a face waits for an actor to answer before reporting the relay unavailable.
 /// A post's answer includes its flush, so this is generous.
 pub const ACTOR_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Messages the inbox returns per call at most.
+pub const INBOX_LIMIT: usize = 1000;
 
-/// Hands out message ids: unique across the relay, increasing. Starts above the largest id
-/// in the store, so ids continue after a restart without reuse of any acknowledged id.
+/// Hands out event ids: unique across the relay, increasing. Starts above every id the store
+/// has ever handed out, so ids continue after a restart without reuse.
 pub struct IdAllocator(AtomicU64);
 
 impl IdAllocator {
@@ -34,8 +50,16 @@ impl IdAllocator {
 pub struct RelayConfig {
     pub limits: Limits,
     pub durability: Durability,
-    /// A participant not heard from for this long is gone.
+    /// A participant not heard from for this long is offline.
     pub presence_ttl: Duration,
+    /// How long every active party must wait before one is told to speak first.
+    pub release_grace: Duration,
+    /// Retention for every channel, unless overridden in `channel_retention`.
+    pub retention: Retention,
+    pub channel_retention: HashMap<ChannelName, Retention>,
+    pub retention_every: Duration,
+    /// Largest shared data content, in bytes.
+    pub max_shared_bytes: usize,
 }
 
 impl Default for RelayConfig {
@@ -44,8 +68,83 @@ impl Default for RelayConfig {
             limits: Limits::default(),
             durability: Durability::Flush,
             presence_ttl: Duration::from_secs(120),
+            release_grace: Duration::from_secs(5),
+            retention: Retention::default(),
+            channel_retention: HashMap::new(),
+            retention_every: Duration::from_secs(60),
+            max_shared_bytes: 1024 * 1024,
         }
     }
+}
+
+/// How to wait.
+#[derive(Debug, Clone, Default)]
+pub struct WaitOptions {
+    pub since_id: u64,
+    pub limit: usize,
+    pub timeout: Duration,
+    /// The waiting identity: enables one-wait-per-identity, roles and release.
+    pub instance: Option<String>,
+    pub role: Role,
+    /// Skip the caller's own messages (only with an identity).
+    pub exclude_self: bool,
+}
+
+/// Why a wait returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitOutcome {
+    Messages,
+    Timeout,
+    /// A newer wait by the same identity on the same channel took over.
+    Superseded,
+    /// Every active party was waiting: this one should speak first.
+    SpeakFirst,
+    /// The peer's last word was `done`.
+    Done,
+    ShuttingDown,
+}
+
+impl WaitOutcome {
+    /// What the caller should do next, in one sentence.
+    pub fn hint(self) -> &'static str {
+        match self {
+            WaitOutcome::Messages => "Handle these messages, then wait again with since_id = next_since_id.",
+            WaitOutcome::Timeout => "Nothing yet: wait again with the same since_id (next_since_id).",
+            WaitOutcome::Superseded => "A newer wait of yours on this channel replaced this one; use that one.",
+            WaitOutcome::SpeakFirst => {
+                "Everyone on this channel is waiting and nobody is speaking: you go first — post your message, then wait."
+            }
+            WaitOutcome::Done => "The other party said done. Reply with done to finish, or post to continue.",
+            WaitOutcome::ShuttingDown => "The relay is restarting; wait again in a moment with the same since_id.",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WaitResult {
+    pub messages: Vec<Arc<Posted>>,
+    pub outcome: WaitOutcome,
+    /// The since_id to use for the next wait or read.
+    pub next_since_id: u64,
+}
+
+/// What `get_directives` returns.
+#[derive(Debug, Clone)]
+pub struct Directives {
+    /// INTERRUPT and DIRECTIVE messages after `since_id` for the recipient or for everyone.
+    pub directives: Vec<Arc<Posted>>,
+    /// QUESTIONs still open for the recipient or for everyone.
+    pub open_questions: Vec<Arc<Posted>>,
+    pub next_since_id: u64,
+}
+
+/// A channel found by name or description.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChannelInfo {
+    #[serde(flatten)]
+    pub summary: ChannelSummary,
+    pub description: Option<String>,
 }
 
 #[derive(Clone)]
@@ -56,9 +155,34 @@ pub struct Relay {
 struct Inner {
     registry: Addr<Registry>,
     presence: Addr<PresenceSupervisor>,
+    shared: Addr<SharedStore>,
     directory: Directory,
     store: Arc<dyn EventStore>,
+    committer: Committer,
     shutdown: CancellationToken,
+}
+
+/// Ends a registered wait however the waiting future ends.
+struct WaitGuard {
+    handle: ChannelHandle,
+    instance: String,
+    generation: u64,
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        let _ = self.handle.addr.try_send(EndWait {
+            instance: std::mem::take(&mut self.instance),
+            generation: self.generation,
+        });
+    }
+}
+
+fn for_recipient(recipient: Option<&str>, who: Option<&str>) -> bool {
+    match (recipient, who) {
+        (None, _) | (_, None) => true,
+        (Some(r), Some(w)) => r.eq_ignore_ascii_case(w) || r.eq_ignore_ascii_case(ANY_HUMAN),
+    }
 }
 
 impl Relay {
@@ -84,24 +208,53 @@ impl Relay {
         let committer = Committer::start(store.clone(), config.durability)
             .map_err(|e| RelayError::Store(crate::StoreError::Io(e.to_string())))?;
         let directory = Directory::default();
-        let registry = Registry {
-            directory: directory.clone(),
-            store: store.clone(),
-            committer,
-            ids,
+        let channel_config = ChannelConfig {
             limits: config.limits,
-        }
+            presence_ttl: config.presence_ttl,
+            release_grace: config.release_grace,
+            retention: config.retention,
+            retention_every: config.retention_every,
+        };
+        let per_channel = config.channel_retention.clone();
+        let registry = Registry::new(
+            directory.clone(),
+            store.clone(),
+            committer.clone(),
+            ids,
+            channel_config,
+            per_channel,
+        )?
         .start();
         let presence = PresenceSupervisor::new(config.presence_ttl).start();
+        let shared = SharedStore::new(store.clone(), committer.clone(), config.max_shared_bytes).start();
+        let views_dir = directory.clone();
+        Indexer::new(
+            store.clone(),
+            Arc::new(move || views_dir.read().values().map(|h| h.view.clone()).collect()),
+        )
+        .start();
         tracing::info!(last_id, "relay started");
-        let inner = Inner {
-            registry,
-            presence,
-            directory,
-            store,
-            shutdown: CancellationToken::new(),
+        let relay = Relay {
+            inner: Arc::new(Inner {
+                registry,
+                presence,
+                shared,
+                directory,
+                store,
+                committer,
+                shutdown: CancellationToken::new(),
+            }),
         };
-        Ok((Relay { inner: Arc::new(inner) }, repairs))
+        // Open channels with unindexed messages in the background, so search catches up.
+        let opener = relay.clone();
+        actix::spawn(async move {
+            if let Ok(list) = opener.inner.store.channels() {
+                for (name, _) in list {
+                    let _ = opener.channel(&name).await;
+                }
+            }
+        });
+        Ok((relay, repairs))
     }
 
     /// The channel's handle, starting its actor on first use.
@@ -119,41 +272,183 @@ impl Relay {
             .await?
     }
 
+    fn open_view(&self, name: &ChannelName) -> Option<Arc<ChannelView>> {
+        self.inner.directory.read().get(name).map(|h| h.view.clone())
+    }
+
+    /// Checks that `session` may act as `instance_id` (and records a heartbeat).
+    pub async fn authorize(&self, instance_id: &str, session: Option<&str>) -> Result<(), RelayError> {
+        self.inner
+            .registry
+            .send(Authorize {
+                instance_id: instance_id.to_owned(),
+                session: session.map(str::to_owned),
+            })
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
+    }
+
     /// Posts a message; returns it once it is durable and visible to every reader.
-    pub async fn post(&self, channel: &ChannelName, post: NewMessage) -> Result<Arc<Posted>, RelayError> {
+    /// `session` is the caller's session: the sender must not be bound to another one.
+    pub async fn post(
+        &self,
+        channel: &ChannelName,
+        post: NewMessage,
+        session: Option<&str>,
+    ) -> Result<Arc<Posted>, RelayError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(RelayError::ShuttingDown);
         }
+        let sender = post.sender.trim().to_owned();
+        if !sender.is_empty() {
+            self.authorize(&sender, session).await?;
+        }
         let handle = self.channel(channel).await?;
-        handle.addr.send(Post(post)).timeout(ACTOR_CALL_TIMEOUT).await?
+        let posted = handle.addr.send(Post(post)).timeout(ACTOR_CALL_TIMEOUT).await??;
+        self.heartbeat(Heartbeat {
+            channel: channel.clone(),
+            participant_id: posted.message.sender.clone(),
+            display_name: None,
+            kind: None,
+            side: posted.message.side.clone(),
+            activity: "posted",
+        });
+        // Joining by posting: the sender gets a read cursor here (its inbox covers the channel).
+        self.advance_cursor(&posted.message.sender, channel, 0);
+        Ok(posted)
+    }
+
+    fn advance_cursor(&self, who: &str, channel: &ChannelName, id: u64) {
+        let _ = self.inner.registry.try_send(AdvanceCursor {
+            instance_id: who.to_owned(),
+            channel: channel.clone(),
+            id,
+        });
     }
 
     /// Committed messages with id > `after`, oldest first. An unknown channel is empty and is
-    /// not created by being read.
-    pub async fn read(&self, channel: &ChannelName, after: u64, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
-        if !self.inner.directory.read().contains_key(channel) && self.inner.store.meta(channel)?.is_none() {
-            return Ok(Vec::new());
-        }
-        self.channel(channel).await?.view.read(after, limit)
-    }
-
-    /// Like `read`, but waits up to `timeout` for something to arrive. Ends early, empty, when
-    /// the relay shuts down.
-    pub async fn wait(
+    /// not created by being read. With `reader`, its read cursor moves past what it got.
+    pub async fn read(
         &self,
         channel: &ChannelName,
         after: u64,
         limit: usize,
-        timeout: Duration,
+        reader: Option<&str>,
     ) -> Result<Vec<Arc<Posted>>, RelayError> {
-        let handle = self.channel(channel).await?;
-        handle
-            .view
-            .wait(after, limit, timeout, self.inner.shutdown.cancelled())
-            .await
+        if !self.inner.directory.read().contains_key(channel) && self.inner.store.meta(channel)?.is_none() {
+            return Ok(Vec::new());
+        }
+        let (found, scanned) = self.channel(channel).await?.view.read_scanned(after, limit)?;
+        if let Some(who) = reader {
+            self.advance_cursor(who, channel, scanned);
+        }
+        Ok(found)
     }
 
-    /// Every channel with at least one message, most recently active first.
+    /// Waits for messages after `since_id`: see [`WaitOptions`] and [`WaitOutcome`].
+    /// Ends early when the relay shuts down or the returned future is dropped.
+    pub async fn wait(&self, channel: &ChannelName, opts: WaitOptions) -> Result<WaitResult, RelayError> {
+        let handle = self.channel(channel).await?;
+        let view = handle.view.clone();
+        // Subscribe before reading, so a commit between the read and the wait still wakes us.
+        let mut commits = view.subscribe();
+        let mut control = None;
+        let mut _guard = None;
+        if let Some(me) = &opts.instance {
+            let (generation, rx) = handle
+                .addr
+                .send(BeginWait {
+                    instance: me.clone(),
+                    role: opts.role,
+                })
+                .timeout(ACTOR_CALL_TIMEOUT)
+                .await?;
+            control = Some(rx);
+            _guard = Some(WaitGuard {
+                handle: handle.clone(),
+                instance: me.clone(),
+                generation,
+            });
+            self.heartbeat(Heartbeat {
+                channel: channel.clone(),
+                participant_id: me.clone(),
+                display_name: None,
+                kind: None,
+                side: None,
+                activity: "waiting",
+            });
+        }
+        let me = opts.instance.as_deref().filter(|_| opts.exclude_self);
+        if let Some(me) = me {
+            if let Some(done) = view.pending_done(me).filter(|d| d.id() > opts.since_id) {
+                let next = done.id();
+                return Ok(self.waited(channel, me, vec![done], WaitOutcome::Done, next));
+            }
+        }
+        let deadline = tokio::time::sleep(opts.timeout);
+        tokio::pin!(deadline);
+        let mut cursor = opts.since_id;
+        loop {
+            let (found, scanned) = view.read_scanned(cursor, opts.limit)?;
+            cursor = scanned;
+            let found: Vec<_> = found
+                .into_iter()
+                .filter(|p| me != Some(p.message.sender.as_str()))
+                .collect();
+            if !found.is_empty() {
+                let outcome = if me.is_some() && found.iter().any(|p| kind_is(&p.message.kind, "done")) {
+                    WaitOutcome::Done
+                } else {
+                    WaitOutcome::Messages
+                };
+                return Ok(self.waited(channel, opts.instance.as_deref().unwrap_or(""), found, outcome, cursor));
+            }
+            let control_fired = async {
+                match control.as_mut() {
+                    Some(rx) => rx.await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            let outcome = tokio::select! {
+                changed = commits.changed() => match changed {
+                    Ok(()) => continue,
+                    Err(_) => WaitOutcome::ShuttingDown,
+                },
+                c = control_fired => match c {
+                    Some(WaitControl::Superseded) => WaitOutcome::Superseded,
+                    Some(WaitControl::SpeakFirst) => WaitOutcome::SpeakFirst,
+                    None => { control = None; continue }
+                },
+                _ = &mut deadline => WaitOutcome::Timeout,
+                _ = self.inner.shutdown.cancelled() => WaitOutcome::ShuttingDown,
+            };
+            return Ok(WaitResult {
+                messages: Vec::new(),
+                outcome,
+                next_since_id: cursor,
+            });
+        }
+    }
+
+    fn waited(
+        &self,
+        channel: &ChannelName,
+        who: &str,
+        messages: Vec<Arc<Posted>>,
+        outcome: WaitOutcome,
+        next_since_id: u64,
+    ) -> WaitResult {
+        if !who.is_empty() {
+            self.advance_cursor(who, channel, next_since_id);
+        }
+        WaitResult {
+            messages,
+            outcome,
+            next_since_id,
+        }
+    }
+
+    /// Every channel with at least one event, most recently active first.
     pub fn list_channels(&self) -> Result<Vec<ChannelSummary>, RelayError> {
         let mut metas: HashMap<ChannelName, _> = self.inner.store.channels()?.into_iter().collect();
         // Open channels may have a batch in flight: show only what they have committed.
@@ -162,11 +457,283 @@ impl Relay {
         }
         let mut list: Vec<ChannelSummary> = metas
             .iter()
-            .filter(|(_, m)| m.count > 0)
+            .filter(|(_, m)| m.last_id > 0)
             .map(|(name, meta)| ChannelSummary::new(name, meta))
             .collect();
         list.sort_by_key(|c| std::cmp::Reverse(c.last_id));
         Ok(list)
+    }
+
+    /// Creates a channel (or updates its description).
+    pub async fn create_channel(&self, channel: &ChannelName, description: &str) -> Result<ChannelInfo, RelayError> {
+        let handle = self.channel(channel).await?;
+        let state = handle
+            .addr
+            .send(Describe(description.to_owned()))
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await??;
+        Ok(ChannelInfo {
+            summary: ChannelSummary::new(channel, &handle.view.meta()),
+            description: state.description,
+        })
+    }
+
+    /// Channels whose name or description contains `query` (case-insensitive).
+    pub async fn find_channels(&self, query: &str) -> Result<Vec<ChannelInfo>, RelayError> {
+        let needle = query.trim().to_lowercase();
+        let mut out = Vec::new();
+        for summary in self.list_channels()? {
+            let Ok(name) = ChannelName::parse(&summary.channel) else {
+                continue;
+            };
+            let description = match self.open_view(&name) {
+                Some(v) => v.channel_state().description,
+                None => self.inner.store.state(&name)?.description,
+            };
+            let hit = summary.channel.contains(&needle)
+                || description.as_ref().is_some_and(|d| d.to_lowercase().contains(&needle));
+            if hit {
+                out.push(ChannelInfo { summary, description });
+            }
+        }
+        Ok(out)
+    }
+
+    pub async fn channel_state(&self, channel: &ChannelName) -> Result<ChannelState, RelayError> {
+        Ok(self.channel(channel).await?.view.channel_state())
+    }
+
+    pub async fn start_session(
+        &self,
+        channel: &ChannelName,
+        max_turns: Option<u32>,
+    ) -> Result<ChannelState, RelayError> {
+        let handle = self.channel(channel).await?;
+        handle
+            .addr
+            .send(StartSession { max_turns })
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
+    }
+
+    pub async fn end_session(&self, channel: &ChannelName) -> Result<ChannelState, RelayError> {
+        let handle = self.channel(channel).await?;
+        handle.addr.send(EndSession).timeout(ACTOR_CALL_TIMEOUT).await?
+    }
+
+    /// The replies to a message, oldest first.
+    pub async fn replies(&self, channel: &ChannelName, id: u64, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
+        let view = self.channel(channel).await?.view;
+        if view.get(id)?.is_none() && view.overlay(id).is_none() {
+            return Err(RelayError::NotFound(format!("no message {id} in channel {channel}")));
+        }
+        view.replies(id, limit)
+    }
+
+    /// INTERRUPTs, DIRECTIVEs and open QUESTIONs for `recipient` (or for everyone).
+    pub async fn directives(
+        &self,
+        channel: &ChannelName,
+        recipient: Option<&str>,
+        since_id: u64,
+    ) -> Result<Directives, RelayError> {
+        let view = self.channel(channel).await?.view;
+        let mut directives = Vec::new();
+        let mut cursor = since_id;
+        loop {
+            let (batch, scanned) = view.read_scanned(cursor, 1000)?;
+            let done = scanned == cursor;
+            cursor = scanned;
+            directives.extend(batch.into_iter().filter(|p| {
+                (kind_is(&p.message.kind, INTERRUPT) || kind_is(&p.message.kind, DIRECTIVE))
+                    && for_recipient(p.message.recipient.as_deref(), recipient)
+            }));
+            if done || cursor >= view.last_id() {
+                break;
+            }
+        }
+        let state = view.channel_state();
+        let mut open_questions = Vec::new();
+        for (id, to) in &state.open_questions {
+            if for_recipient(to.as_deref(), recipient) {
+                if let Some(q) = view.get(*id)? {
+                    open_questions.push(q);
+                }
+            }
+        }
+        Ok(Directives {
+            directives,
+            open_questions,
+            next_since_id: cursor,
+        })
+    }
+
+    /// Posts a QUESTION and waits until an ANSWER replies to it, or `timeout` passes.
+    /// Returns the question and, if it came, the answer.
+    pub async fn ask(
+        &self,
+        channel: &ChannelName,
+        mut question: NewMessage,
+        session: Option<&str>,
+        timeout: Duration,
+    ) -> Result<(Arc<Posted>, Option<Arc<Posted>>), RelayError> {
+        question.kind = Some(QUESTION.to_uppercase());
+        let q = self.post(channel, question, session).await?;
+        let answer = self.await_answer(channel, q.id(), timeout).await?;
+        Ok((q, answer))
+    }
+
+    /// Waits until the QUESTION `id` has an ANSWER, or `timeout` passes.
+    pub async fn await_answer(
+        &self,
+        channel: &ChannelName,
+        id: u64,
+        timeout: Duration,
+    ) -> Result<Option<Arc<Posted>>, RelayError> {
+        let view = self.channel(channel).await?.view;
+        let mut commits = view.subscribe();
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            if let Some(answer) = view.overlay(id).and_then(|o| o.answered_by) {
+                return view.get(answer);
+            }
+            tokio::select! {
+                changed = commits.changed() => if changed.is_err() { return Ok(None) },
+                _ = &mut deadline => return Ok(None),
+                _ = self.inner.shutdown.cancelled() => return Ok(None),
+            }
+        }
+    }
+
+    /// What is new for `who` on every channel it has joined (posted in or read), since its
+    /// cursor: messages from others, addressed to it or to everyone. Moves the cursors, and
+    /// answers only once they are durable, so nothing is ever handed out twice.
+    pub async fn inbox(&self, who: &str, kind: InstanceKind, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
+        let cursors = self
+            .inner
+            .registry
+            .send(Cursors(who.to_owned()))
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?;
+        let mut out = Vec::new();
+        for (channel, cursor) in cursors {
+            if out.len() >= limit {
+                break;
+            }
+            let view = self.channel(&channel).await?.view;
+            let (batch, scanned) = view.read_scanned(cursor, limit - out.len())?;
+            out.extend(batch.into_iter().filter(|p| {
+                let m = &p.message;
+                m.sender != who
+                    && match m.recipient.as_deref() {
+                        None => true,
+                        Some(r) if r.eq_ignore_ascii_case(ANY_HUMAN) => kind == InstanceKind::Human,
+                        Some(r) => r == who,
+                    }
+            }));
+            self.advance_cursor(who, &channel, scanned);
+        }
+        // The cursor writes are queued before this request: one flush covers them.
+        let _ = self
+            .inner
+            .registry
+            .send(Cursors(who.to_owned()))
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?;
+        self.inner.committer.durable().await.unwrap_or(Ok(()))?;
+        Ok(out)
+    }
+
+    pub async fn register(
+        &self,
+        instance_id: &str,
+        description: Option<String>,
+        kind: InstanceKind,
+        session: Option<String>,
+    ) -> Result<Registered, RelayError> {
+        self.inner
+            .registry
+            .send(Register {
+                instance_id: instance_id.to_owned(),
+                description,
+                kind,
+                session,
+            })
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
+    }
+
+    pub async fn list_instances(&self) -> Result<Vec<InstanceView>, RelayError> {
+        Ok(self
+            .inner
+            .registry
+            .send(ListInstances)
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?)
+    }
+
+    pub async fn share_data(
+        &self,
+        owner: &str,
+        key: &str,
+        content: String,
+        description: Option<String>,
+        session: Option<&str>,
+    ) -> Result<SharedSummary, RelayError> {
+        self.authorize(owner, session).await?;
+        self.inner
+            .shared
+            .send(Share {
+                key: key.to_owned(),
+                owner: owner.to_owned(),
+                content,
+                description,
+            })
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
+    }
+
+    pub async fn get_shared_data(&self, key: &str, version: Option<u64>) -> Result<SharedData, RelayError> {
+        self.inner
+            .shared
+            .send(Fetch {
+                key: key.to_owned(),
+                version,
+            })
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
+    }
+
+    pub async fn list_shared_data(&self) -> Result<Vec<SharedSummary>, RelayError> {
+        self.inner.shared.send(ListShared).timeout(ACTOR_CALL_TIMEOUT).await?
+    }
+
+    pub async fn delete_shared_data(
+        &self,
+        owner: &str,
+        key: &str,
+        session: Option<&str>,
+    ) -> Result<SharedSummary, RelayError> {
+        self.authorize(owner, session).await?;
+        self.inner
+            .shared
+            .send(Unshare {
+                key: key.to_owned(),
+                owner: owner.to_owned(),
+            })
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
+    }
+
+    /// Case-insensitive search across channels, newest first, served from the index.
+    pub async fn search(&self, query: Query) -> Result<Vec<Arc<Posted>>, RelayError> {
+        for (name, _) in self.inner.store.channels()? {
+            if self.open_view(&name).is_none() {
+                self.channel(&name).await?;
+            }
+        }
+        search::search(self.inner.store.as_ref(), &|c| self.open_view(c), &query)
     }
 
     /// Records that a participant is on a channel. Best effort: presence is advisory, and a

@@ -1,9 +1,20 @@
-//! The sled implementation of [`EventStore`]. One tree holds every channel: events under
-//! `e{channel}\0{id: u64 big-endian}` and the channel's summary under `c{channel}`, so one
-//! sled batch writes events and summary atomically and a range scan reads a channel in id order.
+//! The sled implementation of [`EventStore`]. One tree holds every channel, so one sled batch
+//! writes a commit atomically and a range scan reads a channel in id order. Keys (ids are
+//! u64 big-endian, `\0` separates a channel name from what follows):
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `e{channel}\0{id}` | an event (codec-encoded `Record`) |
+//! | `c{channel}` | the channel's summary (`ChannelMeta`) |
+//! | `s{channel}` | the channel's state snapshot (`ChannelState`) |
+//! | `o{channel}\0{id}` | overlay of a message (`Overlay`) |
+//! | `p{channel}\0{parent}{reply}` | reply index (empty) |
+//! | `k{channel}\0{idempotency key}` | id the key was given |
+//! | `g` | relay-wide id floor |
+//! | `a{space}{key}` | auxiliary state of other actors |
 
-use crate::store::{EventStore, Repair, RepairReport, StoreError, StoredEvent, Truncation};
-use crosstalk_schema::{codec, ChannelMeta, ChannelName, Record};
+use crate::store::{Append, AuxEntries, EventStore, Repair, RepairReport, Space, StoreError, StoredEvent, Truncation};
+use crosstalk_schema::{codec, ChannelMeta, ChannelName, ChannelState, Overlay, Record};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -43,13 +54,7 @@ fn io(e: sled::Error) -> StoreError {
 }
 
 fn event_key(channel: &ChannelName, id: u64) -> Vec<u8> {
-    let name = channel.as_str().as_bytes();
-    let mut key = Vec::with_capacity(name.len() + 10);
-    key.push(b'e');
-    key.extend_from_slice(name);
-    key.push(0);
-    key.extend_from_slice(&id.to_be_bytes());
-    key
+    channel_id_key(b'e', channel, id)
 }
 
 /// Key of the relay-wide id floor (see [`EventStore::id_floor`]).
@@ -60,6 +65,38 @@ fn meta_key(channel: &ChannelName) -> Vec<u8> {
     key.push(b'c');
     key.extend_from_slice(channel.as_str().as_bytes());
     key
+}
+
+/// `{tag}{channel}\0`: the prefix of a channel's keys of one kind.
+fn channel_prefix(tag: u8, channel: &ChannelName) -> Vec<u8> {
+    let name = channel.as_str().as_bytes();
+    let mut key = Vec::with_capacity(name.len() + 18);
+    key.push(tag);
+    key.extend_from_slice(name);
+    key.push(0);
+    key
+}
+
+fn channel_id_key(tag: u8, channel: &ChannelName, id: u64) -> Vec<u8> {
+    let mut key = channel_prefix(tag, channel);
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
+
+fn aux_key(space: Space, key: &[u8]) -> Vec<u8> {
+    let tag = match space {
+        Space::Instances => b'i',
+        Space::Cursors => b'u',
+        Space::SharedData => b'd',
+        Space::SharedVersions => b'v',
+        Space::Search => b'w',
+        Space::Jobs => b'j',
+    };
+    let mut k = Vec::with_capacity(key.len() + 2);
+    k.push(b'a');
+    k.push(tag);
+    k.extend_from_slice(key);
+    k
 }
 
 fn id_of(key: &[u8]) -> Result<u64, StoreError> {
@@ -126,17 +163,138 @@ impl SledStore {
 }
 
 impl EventStore for SledStore {
-    fn append(&self, channel: &ChannelName, events: &[StoredEvent], meta: &ChannelMeta) -> Result<(), StoreError> {
+    fn append(&self, b: Append<'_>) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
-        for (id, bytes) in events {
-            batch.insert(event_key(channel, *id), bytes.as_slice());
+        for (id, bytes) in b.events {
+            batch.insert(event_key(b.channel, *id), bytes.as_slice());
         }
-        batch.insert(meta_key(channel), codec::encode(meta));
+        batch.insert(meta_key(b.channel), codec::encode(b.meta));
+        if let Some(state) = b.state {
+            let mut key = meta_key(b.channel);
+            key[0] = b's';
+            batch.insert(key, codec::encode(state));
+        }
+        for (id, overlay) in b.overlays {
+            batch.insert(channel_id_key(b'o', b.channel, *id), codec::encode(overlay));
+        }
+        for (parent, reply) in b.replies {
+            let mut key = channel_id_key(b'p', b.channel, *parent);
+            key.extend_from_slice(&reply.to_be_bytes());
+            batch.insert(key, &[][..]);
+        }
+        for (idem, id) in b.idempotency {
+            let mut key = channel_prefix(b'k', b.channel);
+            key.extend_from_slice(idem.as_bytes());
+            batch.insert(key, &id.to_be_bytes()[..]);
+        }
         self.log.apply_batch(batch).map_err(io)?;
-        if let Some((last, _)) = events.last() {
+        if let Some((last, _)) = b.events.last() {
             self.appended.fetch_max(*last, Ordering::AcqRel);
         }
         Ok(())
+    }
+
+    fn read_one(&self, channel: &ChannelName, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.log.get(event_key(channel, id)).map_err(io)?.map(|v| v.to_vec()))
+    }
+
+    fn state(&self, channel: &ChannelName) -> Result<ChannelState, StoreError> {
+        let mut key = meta_key(channel);
+        key[0] = b's';
+        match self.log.get(key).map_err(io)? {
+            None => Ok(ChannelState::default()),
+            Some(bytes) => codec::decode(&bytes).map_err(|e| StoreError::Corrupt(format!("state of {channel}: {e}"))),
+        }
+    }
+
+    fn overlays(&self, channel: &ChannelName) -> Result<Vec<(u64, Overlay)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.log.scan_prefix(channel_prefix(b'o', channel)) {
+            let (key, value) = item.map_err(io)?;
+            let overlay =
+                codec::decode(&value).map_err(|e| StoreError::Corrupt(format!("overlay in {channel}: {e}")))?;
+            out.push((id_of(&key)?, overlay));
+        }
+        Ok(out)
+    }
+
+    fn replies(&self, channel: &ChannelName, parent: u64, limit: usize) -> Result<Vec<u64>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.log.scan_prefix(channel_id_key(b'p', channel, parent)).take(limit) {
+            let (key, _) = item.map_err(io)?;
+            out.push(id_of(&key)?);
+        }
+        Ok(out)
+    }
+
+    fn idempotent(&self, channel: &ChannelName, idem: &str) -> Result<Option<u64>, StoreError> {
+        let mut key = channel_prefix(b'k', channel);
+        key.extend_from_slice(idem.as_bytes());
+        match self.log.get(key).map_err(io)? {
+            None => Ok(None),
+            Some(v) => id_of(&v).map(Some),
+        }
+    }
+
+    fn compact(&self, channel: &ChannelName, upto: u64, max: usize, meta: &ChannelMeta) -> Result<usize, StoreError> {
+        let mut batch = sled::Batch::default();
+        let mut removed = 0usize;
+        let mut messages = 0u64;
+        for item in self
+            .log
+            .range(event_key(channel, 0)..=event_key(channel, upto))
+            .take(max)
+        {
+            let (key, value) = item.map_err(io)?;
+            if matches!(codec::decode::<Record>(&value), Ok(Record::Message(_)) | Err(_)) {
+                messages += 1;
+            }
+            batch.remove(key);
+            removed += 1;
+        }
+        if removed == 0 {
+            return Ok(0);
+        }
+        let mut meta = *meta;
+        meta.count = meta.count.saturating_sub(messages);
+        batch.insert(meta_key(channel), codec::encode(&meta));
+        self.log.apply_batch(batch).map_err(io)?;
+        Ok(removed)
+    }
+
+    fn put_aux(&self, space: Space, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError> {
+        let key = aux_key(space, key);
+        match value {
+            Some(v) => self.log.insert(key, v).map(drop).map_err(io),
+            None => self.log.remove(key).map(drop).map_err(io),
+        }
+    }
+
+    fn get_aux(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.log.get(aux_key(space, key)).map_err(io)?.map(|v| v.to_vec()))
+    }
+
+    fn scan_aux(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<AuxEntries, StoreError> {
+        let full = aux_key(space, prefix);
+        let strip = full.len() - prefix.len();
+        let iter = self.log.scan_prefix(&full);
+        let iter: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> = if newest_first {
+            Box::new(iter.rev())
+        } else {
+            Box::new(iter)
+        };
+        let mut out = Vec::new();
+        for item in iter.take(limit) {
+            let (k, v) = item.map_err(io)?;
+            out.push((k[strip..].to_vec(), v.to_vec()));
+        }
+        Ok(out)
     }
 
     fn read(&self, channel: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
@@ -289,6 +447,20 @@ mod tests {
         ))
     }
 
+    fn append(store: &SledStore, channel: &ChannelName, events: &[StoredEvent], meta: &ChannelMeta) {
+        store
+            .append(Append {
+                channel,
+                events,
+                meta,
+                state: None,
+                overlays: &[],
+                replies: &[],
+                idempotency: &[],
+            })
+            .unwrap();
+    }
+
     fn meta(count: u64, last_id: u64) -> ChannelMeta {
         ChannelMeta {
             count,
@@ -303,10 +475,8 @@ mod tests {
         let store = SledStore::open(dir.path()).unwrap();
         let a = ChannelName::parse("a").unwrap();
         let ab = ChannelName::parse("a.b").unwrap();
-        store
-            .append(&a, &[(1, record("1")), (3, record("3"))], &meta(2, 3))
-            .unwrap();
-        store.append(&ab, &[(2, record("2"))], &meta(1, 2)).unwrap();
+        append(&store, &a, &[(1, record("1")), (3, record("3"))], &meta(2, 3));
+        append(&store, &ab, &[(2, record("2"))], &meta(1, 2));
         let ids: Vec<u64> = store.read(&a, 0, u64::MAX, 10).unwrap().iter().map(|e| e.0).collect();
         assert_eq!(ids, [1, 3]);
         let ids: Vec<u64> = store.read(&a, 1, 3, 10).unwrap().iter().map(|e| e.0).collect();
@@ -322,9 +492,12 @@ mod tests {
         let a = ChannelName::parse("a").unwrap();
         {
             let store = SledStore::open(dir.path()).unwrap();
-            store
-                .append(&a, &[(1, record("1")), (2, record("2")), (3, record("3"))], &meta(3, 3))
-                .unwrap();
+            append(
+                &store,
+                &a,
+                &[(1, record("1")), (2, record("2")), (3, record("3"))],
+                &meta(3, 3),
+            );
             let mut torn = record("3");
             torn.truncate(torn.len() - 1);
             store.put_raw_event(&a, 3, &torn).unwrap();
@@ -353,9 +526,7 @@ mod tests {
         let a = ChannelName::parse("a").unwrap();
         {
             let store = SledStore::open(dir.path()).unwrap();
-            store
-                .append(&a, &[(1, record("1")), (2, record("2"))], &meta(2, 2))
-                .unwrap();
+            append(&store, &a, &[(1, record("1")), (2, record("2"))], &meta(2, 2));
             store.flush().unwrap();
             // The tail is lost after it was made durable (simulated: the summary and
             // record 2 disappear, as if the store's file had been cut).

@@ -2,10 +2,46 @@
 //! everything else (ids, visibility, broadcast) is the actors' business. sled implements it
 //! today ([`crate::sled_store`]); a distributed log can replace it without touching the faces.
 
-use crosstalk_schema::{ChannelMeta, ChannelName};
+use crosstalk_schema::{ChannelMeta, ChannelName, ChannelState, Overlay};
 
 /// One stored event: its id and its encoded record (`crosstalk_schema::codec`).
 pub type StoredEvent = (u64, Vec<u8>);
+
+/// Auxiliary entries: key (without the space's prefix) and value.
+pub type AuxEntries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Everything one commit of a channel writes, applied atomically.
+pub struct Append<'a> {
+    pub channel: &'a ChannelName,
+    /// New events, ids strictly increasing and above the channel's last id.
+    pub events: &'a [StoredEvent],
+    pub meta: &'a ChannelMeta,
+    /// The channel's state snapshot, when the batch changed it.
+    pub state: Option<&'a ChannelState>,
+    /// Overlays of earlier messages the batch changed.
+    pub overlays: &'a [(u64, Overlay)],
+    /// `(parent, reply)` pairs for the reply index.
+    pub replies: &'a [(u64, u64)],
+    /// Idempotency keys of the batch's posts, with the id each one got.
+    pub idempotency: &'a [(String, u64)],
+}
+
+/// Key spaces for state that is not a channel's log: each owner encodes its own values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Space {
+    /// Registered instances, by instance id.
+    Instances,
+    /// Read cursors, by instance id and channel.
+    Cursors,
+    /// Current shared data entries, by key.
+    SharedData,
+    /// Every version of every shared data entry, by key and version.
+    SharedVersions,
+    /// Search postings, by term and message id.
+    Search,
+    /// Bookkeeping of background jobs (search indexer progress, …).
+    Jobs,
+}
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -51,10 +87,37 @@ pub trait EventStore: Send + Sync + 'static {
     /// Appends `events` (ids strictly increasing, all above the channel's last id) and stores
     /// `meta` with them, atomically: after a crash either all of it is there or none.
     /// Not durable until [`EventStore::flush`] returns.
-    fn append(&self, channel: &ChannelName, events: &[StoredEvent], meta: &ChannelMeta) -> Result<(), StoreError>;
+    fn append(&self, batch: Append<'_>) -> Result<(), StoreError>;
 
     /// Events with `after < id <= upto`, oldest first, at most `limit`.
     fn read(&self, channel: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError>;
+
+    /// One event by id.
+    fn read_one(&self, channel: &ChannelName, id: u64) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// The channel's state snapshot (default when never written).
+    fn state(&self, channel: &ChannelName) -> Result<ChannelState, StoreError>;
+
+    /// Every overlay of the channel. Costs one read per message that has one.
+    fn overlays(&self, channel: &ChannelName) -> Result<Vec<(u64, Overlay)>, StoreError>;
+
+    /// Ids of the replies to `parent`, oldest first, at most `limit`.
+    fn replies(&self, channel: &ChannelName, parent: u64, limit: usize) -> Result<Vec<u64>, StoreError>;
+
+    /// The id an idempotency key was given on the channel.
+    fn idempotent(&self, channel: &ChannelName, key: &str) -> Result<Option<u64>, StoreError>;
+
+    /// Removes the channel's events with `id <= upto` (retention), leaving at most `max`
+    /// removed per call; returns how many were removed. Updates the summary's count.
+    fn compact(&self, channel: &ChannelName, upto: u64, max: usize, meta: &ChannelMeta) -> Result<usize, StoreError>;
+
+    /// Auxiliary state: `None` deletes.
+    fn put_aux(&self, space: Space, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError>;
+    fn get_aux(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Entries whose key starts with `prefix`, in key order (reversed when `newest_first`),
+    /// at most `limit`.
+    fn scan_aux(&self, space: Space, prefix: &[u8], newest_first: bool, limit: usize)
+        -> Result<AuxEntries, StoreError>;
 
     /// The channel's summary, `None` for a channel never written.
     fn meta(&self, channel: &ChannelName) -> Result<Option<ChannelMeta>, StoreError>;

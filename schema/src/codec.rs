@@ -88,7 +88,9 @@ mod tests {
     #[test]
     fn small_on_disk() {
         // A 100-byte body costs little more than itself.
-        let Record::Message(mut m) = record();
+        let Record::Message(mut m) = record() else {
+            unreachable!()
+        };
         m.body = "x".repeat(100);
         assert!(encode(&Record::Message(m)).len() < 140);
     }

@@ -3,12 +3,16 @@
 
 pub mod channel;
 pub mod codec;
+pub mod identity;
 pub mod message;
+pub mod state;
 pub mod time;
 
 pub use channel::{ChannelMeta, ChannelName, ChannelSummary};
 pub use codec::{decode, encode, CodecError, FORMAT_VERSION};
-pub use message::{Limits, Message, MessageRecord, NewMessage, Record};
+pub use identity::{Instance, InstanceKind, SharedData};
+pub use message::{kind_is, Limits, Message, MessageRecord, NewMessage, Overlay, Record};
+pub use state::{ChannelState, Effects, Session};
 pub use time::Timestamp;
 
 /// A client's input was not acceptable. The message is shown to the client as is.
@@ -26,4 +30,8 @@ pub enum InvalidInput {
     },
     #[error("field `{field}` must not contain control characters")]
     ControlChars { field: &'static str },
+    #[error("field `{field}` is invalid: {reason}")]
+    Invalid { field: &'static str, reason: &'static str },
+    #[error("{0}")]
+    Other(String),
 }

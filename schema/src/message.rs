@@ -42,6 +42,9 @@ pub struct NewMessage {
     pub status: Option<String>,
     #[serde(default)]
     pub side: Option<String>,
+    /// A retry with the same key on the same channel returns the original message.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
 }
 
 impl NewMessage {
@@ -81,18 +84,53 @@ impl NewMessage {
                 max: limits.max_body,
             });
         }
+        let kind = optional("type", self.kind)?.unwrap_or_else(|| DEFAULT_TYPE.to_owned());
+        let mut status = optional("status", self.status)?;
+        if kind_is(&kind, QUESTION) && status.is_none() {
+            status = Some(STATUS_OPEN.to_owned());
+        }
         Ok(MessageRecord {
             sender: short("sender", sender)?,
-            kind: optional("type", self.kind)?.unwrap_or_else(|| DEFAULT_TYPE.to_owned()),
+            kind,
             body: self.body,
             created_at: now,
             session_id: optional("session_id", self.session_id)?,
             recipient: optional("recipient", self.recipient)?,
             reply_to: self.reply_to,
-            status: optional("status", self.status)?,
+            status,
             side: optional("side", self.side)?,
         })
     }
+
+    /// The idempotency key, validated like the other short fields.
+    pub fn idempotency_key(&self, limits: &Limits) -> Result<Option<String>, InvalidInput> {
+        match self.idempotency_key.as_deref().map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(k) if k.len() > limits.max_field => Err(InvalidInput::TooLong {
+                field: "idempotency_key",
+                len: k.len(),
+                max: limits.max_field,
+            }),
+            Some(k) => Ok(Some(k.to_owned())),
+        }
+    }
+}
+
+/// Message types that carry meaning (compared case-insensitively; any other type is free text).
+pub const QUESTION: &str = "question";
+pub const ANSWER: &str = "answer";
+pub const INTERRUPT: &str = "interrupt";
+pub const DIRECTIVE: &str = "directive";
+pub const DONE: &str = "done";
+/// Status of a QUESTION until an ANSWER replies to it, and after.
+pub const STATUS_OPEN: &str = "open";
+pub const STATUS_ANSWERED: &str = "answered";
+/// A recipient that means "every human".
+pub const ANY_HUMAN: &str = "any-human";
+
+/// Whether a message's `type` is `kind`, ignoring case.
+pub fn kind_is(kind: &str, wanted: &str) -> bool {
+    kind.eq_ignore_ascii_case(wanted)
 }
 
 /// One event of a channel's log. New kinds are added at the end only: postcard encodes the
@@ -100,6 +138,23 @@ impl NewMessage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Record {
     Message(MessageRecord),
+    /// A session began on the channel (crosstalk-mcp's `start_session`).
+    SessionStarted {
+        session_id: String,
+        max_turns: Option<u32>,
+        at: Timestamp,
+    },
+    /// The session ended: `reason` is `ended`, `max_turns` or `done`.
+    SessionEnded {
+        session_id: String,
+        reason: String,
+        at: Timestamp,
+    },
+    /// The channel's description was set.
+    Described {
+        description: String,
+        at: Timestamp,
+    },
 }
 
 /// A message as the log stores it. The id and the channel are the record's key, not part of it.
@@ -132,6 +187,9 @@ pub struct Message {
     pub reply_to: Option<u64>,
     pub status: Option<String>,
     pub side: Option<String>,
+    /// Messages whose `reply_to` names this one.
+    #[serde(default)]
+    pub reply_count: u64,
 }
 
 impl Message {
@@ -148,8 +206,26 @@ impl Message {
             reply_to: record.reply_to,
             status: record.status,
             side: record.side,
+            reply_count: 0,
         }
     }
+
+    /// Applies what later events changed about this message.
+    pub fn with_overlay(mut self, overlay: &Overlay) -> Self {
+        self.reply_count = overlay.reply_count;
+        if overlay.answered_by.is_some() {
+            self.status = Some(STATUS_ANSWERED.to_owned());
+        }
+        self
+    }
+}
+
+/// What later messages changed about an earlier one: how many replies it has, and (for a
+/// QUESTION) which ANSWER closed it. Kept beside the log, updated in the replies' batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Overlay {
+    pub reply_count: u64,
+    pub answered_by: Option<u64>,
 }
 
 #[cfg(test)]

@@ -1,0 +1,192 @@
+//! Full-text search over every channel, served from an inverted index kept in the store
+//! (`term\0{id}` → channel). The indexer pulls committed messages from channel views by
+//! cursor in the background, so posting never waits for it and a restart resumes where it
+//! stopped. A message is searchable a moment after it is committed.
+
+use crate::error::RelayError;
+use crate::store::{EventStore, Space};
+use crate::view::{ChannelView, Posted};
+use actix::prelude::*;
+use crosstalk_schema::{kind_is, ChannelName};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the indexer looks for new messages.
+const INDEX_EVERY: Duration = Duration::from_millis(100);
+/// Messages indexed per channel per pass.
+const INDEX_BATCH: usize = 2000;
+/// Distinct terms indexed per message.
+const MAX_TERMS: usize = 64;
+/// Shortest and longest indexed term, in bytes.
+const TERM_LEN: std::ops::RangeInclusive<usize> = 2..=40;
+/// Postings looked at per query term when choosing the rarest one.
+const SELECTIVITY_PROBE: usize = 2000;
+/// Postings a query scans at most before answering with what it found.
+const MAX_SCAN: usize = 200_000;
+
+/// The lowercase terms of a text, deduplicated, in order of first appearance.
+pub fn terms(text: &str) -> Vec<String> {
+    let mut seen = HashSet::new();
+    text.split(|c: char| !c.is_alphanumeric())
+        .map(|t| t.to_lowercase())
+        .filter(|t| TERM_LEN.contains(&t.len()) && seen.insert(t.clone()))
+        .take(MAX_TERMS)
+        .collect()
+}
+
+fn posting_key(term: &str, id: u64) -> Vec<u8> {
+    let mut k = term.as_bytes().to_vec();
+    k.push(0);
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn progress_key(channel: &ChannelName) -> Vec<u8> {
+    let mut k = b"index:".to_vec();
+    k.extend_from_slice(channel.as_str().as_bytes());
+    k
+}
+
+/// What to search for.
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    pub text: String,
+    pub channel: Option<ChannelName>,
+    pub sender: Option<String>,
+    pub kind: Option<String>,
+    pub limit: usize,
+}
+
+/// Keeps the index up to date. Channels come from `channels`, a function that lists the
+/// views of every channel (open or not), so the indexer needs no knowledge of the registry.
+pub struct Indexer {
+    store: Arc<dyn EventStore>,
+    views: Arc<dyn Fn() -> Vec<Arc<ChannelView>> + Send + Sync>,
+}
+
+impl Indexer {
+    pub fn new(store: Arc<dyn EventStore>, views: Arc<dyn Fn() -> Vec<Arc<ChannelView>> + Send + Sync>) -> Self {
+        Indexer { store, views }
+    }
+
+    fn progress(&self, channel: &ChannelName) -> u64 {
+        self.store
+            .get_aux(Space::Jobs, &progress_key(channel))
+            .ok()
+            .flatten()
+            .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+            .map_or(0, u64::from_be_bytes)
+    }
+
+    fn index_pass(&mut self) {
+        for view in (self.views)() {
+            let done = self.progress(view.name());
+            if view.last_id() <= done {
+                continue;
+            }
+            let Ok((batch, scanned)) = view.read_scanned(done, INDEX_BATCH) else {
+                continue;
+            };
+            for p in &batch {
+                for term in terms(&p.message.body) {
+                    let _ = self.store.put_aux(
+                        Space::Search,
+                        &posting_key(&term, p.id()),
+                        Some(view.name().as_str().as_bytes()),
+                    );
+                }
+            }
+            // Postings first, progress second: a crash between them re-indexes, never skips.
+            let _ = self
+                .store
+                .put_aux(Space::Jobs, &progress_key(view.name()), Some(&scanned.to_be_bytes()));
+        }
+    }
+}
+
+impl Actor for Indexer {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(INDEX_EVERY, |act, _| act.index_pass());
+    }
+}
+
+/// Runs a query: newest first, every term present (case-insensitive), filters applied.
+pub fn search(
+    store: &dyn EventStore,
+    view_of: &dyn Fn(&ChannelName) -> Option<Arc<ChannelView>>,
+    q: &Query,
+) -> Result<Vec<Arc<Posted>>, RelayError> {
+    let wanted = terms(&q.text);
+    if wanted.is_empty() {
+        return Err(RelayError::Invalid(crosstalk_schema::InvalidInput::Other(
+            "query has no searchable term (terms are 2-40 letters or digits)".into(),
+        )));
+    }
+    // Scan the postings of the rarest term; check the others on the message itself.
+    let rarest = wanted
+        .iter()
+        .min_by_key(|t| {
+            store
+                .scan_aux(
+                    Space::Search,
+                    &posting_key(t, 0)[..t.len() + 1],
+                    true,
+                    SELECTIVITY_PROBE,
+                )
+                .map_or(0, |v| v.len())
+        })
+        .cloned()
+        .unwrap_or_default();
+    let prefix = &posting_key(&rarest, 0)[..rarest.len() + 1];
+    let mut out = Vec::new();
+    for (key, channel) in store.scan_aux(Space::Search, prefix, true, MAX_SCAN)? {
+        if out.len() >= q.limit {
+            break;
+        }
+        let Ok(id_bytes) = <[u8; 8]>::try_from(&key[key.len() - 8..]) else {
+            continue;
+        };
+        let id = u64::from_be_bytes(id_bytes);
+        let Some(channel) = std::str::from_utf8(&channel)
+            .ok()
+            .and_then(|c| ChannelName::parse(c).ok())
+        else {
+            continue;
+        };
+        if q.channel.as_ref().is_some_and(|c| c != &channel) {
+            continue;
+        }
+        let Some(view) = view_of(&channel) else { continue };
+        let Some(p) = view.get(id)? else { continue };
+        let m = &p.message;
+        if q.sender.as_ref().is_some_and(|s| !m.sender.eq_ignore_ascii_case(s)) {
+            continue;
+        }
+        if q.kind.as_ref().is_some_and(|k| !kind_is(&m.kind, k)) {
+            continue;
+        }
+        let body_terms: HashSet<String> = terms(&m.body).into_iter().collect();
+        if wanted.iter().all(|t| body_terms.contains(t)) {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::terms;
+
+    #[test]
+    fn terms_are_lowercase_unique_and_bounded() {
+        assert_eq!(
+            terms("Fix the AUTH bug; auth-token x"),
+            ["fix", "the", "auth", "bug", "token"]
+        );
+        assert_eq!(terms("Ünïcode wörds"), ["ünïcode", "wörds"]);
+        assert!(terms(&"word ".repeat(500)).len() == 1);
+    }
+}

@@ -1,0 +1,256 @@
+//! Shared data: named blobs an identity publishes for others (drafts, specs, diffs). Each key
+//! has one owner; only the owner can overwrite or delete it. Every version is kept.
+
+use crate::commit::Committer;
+use crate::error::RelayError;
+use crate::store::{EventStore, Space};
+use actix::prelude::*;
+use crosstalk_schema::{codec, InvalidInput, SharedData, Timestamp};
+use serde::Serialize;
+use std::sync::Arc;
+
+/// Longest shared data key, in bytes.
+pub const MAX_KEY: usize = 256;
+
+/// Publish a new version of `key`.
+#[derive(Message)]
+#[rtype(result = "Result<SharedSummary, RelayError>")]
+pub struct Share {
+    pub key: String,
+    pub owner: String,
+    pub content: String,
+    pub description: Option<String>,
+}
+
+/// The current version of `key`, or a given one.
+#[derive(Message)]
+#[rtype(result = "Result<SharedData, RelayError>")]
+pub struct Fetch {
+    pub key: String,
+    pub version: Option<u64>,
+}
+
+/// Every current entry, without content.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<SharedSummary>, RelayError>")]
+pub struct ListShared;
+
+/// Delete `key` (the owner only); earlier versions stay readable by version.
+#[derive(Message)]
+#[rtype(result = "Result<SharedSummary, RelayError>")]
+pub struct Unshare {
+    pub key: String,
+    pub owner: String,
+}
+
+/// A shared entry without its content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SharedSummary {
+    pub key: String,
+    pub owner: String,
+    pub description: Option<String>,
+    pub version: u64,
+    pub size: usize,
+    pub updated_at: String,
+    pub deleted: bool,
+}
+
+impl From<&SharedData> for SharedSummary {
+    fn from(d: &SharedData) -> Self {
+        SharedSummary {
+            key: d.key.clone(),
+            owner: d.owner.clone(),
+            description: d.description.clone(),
+            version: d.version,
+            size: d.content.len(),
+            updated_at: d.updated_at.to_rfc3339(),
+            deleted: d.deleted,
+        }
+    }
+}
+
+pub struct SharedStore {
+    store: Arc<dyn EventStore>,
+    committer: Committer,
+    /// Largest content accepted, in bytes.
+    max_size: usize,
+}
+
+fn valid_key(key: &str) -> Result<String, RelayError> {
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(InvalidInput::Missing { field: "key" }.into());
+    }
+    if key.len() > MAX_KEY {
+        return Err(InvalidInput::TooLong {
+            field: "key",
+            len: key.len(),
+            max: MAX_KEY,
+        }
+        .into());
+    }
+    if key.chars().any(char::is_control) || key.contains('\0') {
+        return Err(InvalidInput::ControlChars { field: "key" }.into());
+    }
+    Ok(key.to_owned())
+}
+
+fn version_key(key: &str, version: u64) -> Vec<u8> {
+    let mut k = key.as_bytes().to_vec();
+    k.push(0);
+    k.extend_from_slice(&version.to_be_bytes());
+    k
+}
+
+impl SharedStore {
+    pub fn new(store: Arc<dyn EventStore>, committer: Committer, max_size: usize) -> Self {
+        SharedStore {
+            store,
+            committer,
+            max_size,
+        }
+    }
+
+    fn current(&self, key: &str) -> Result<Option<SharedData>, RelayError> {
+        match self.store.get_aux(Space::SharedData, key.as_bytes())? {
+            None => Ok(None),
+            Some(bytes) => Ok(Some(codec::decode(&bytes).map_err(|e| {
+                RelayError::Store(crate::StoreError::Corrupt(format!("shared data {key:?}: {e}")))
+            })?)),
+        }
+    }
+
+    fn write(&mut self, entry: SharedData) -> ResponseFuture<Result<SharedSummary, RelayError>> {
+        let encoded = codec::encode(&entry);
+        let written = self
+            .store
+            .put_aux(
+                Space::SharedVersions,
+                &version_key(&entry.key, entry.version),
+                Some(&encoded),
+            )
+            .and_then(|_| {
+                self.store
+                    .put_aux(Space::SharedData, entry.key.as_bytes(), Some(&encoded))
+            });
+        let durable = self.committer.durable();
+        let summary = SharedSummary::from(&entry);
+        Box::pin(async move {
+            written?;
+            durable
+                .await
+                .unwrap_or(Err(crate::StoreError::Io("committer gone".into())))?;
+            Ok(summary)
+        })
+    }
+}
+
+impl Actor for SharedStore {
+    type Context = Context<Self>;
+}
+
+impl Handler<Share> for SharedStore {
+    type Result = ResponseFuture<Result<SharedSummary, RelayError>>;
+
+    fn handle(&mut self, msg: Share, _: &mut Context<Self>) -> Self::Result {
+        let prepared = (|| {
+            let key = valid_key(&msg.key)?;
+            if msg.content.len() > self.max_size {
+                return Err(InvalidInput::TooLong {
+                    field: "content",
+                    len: msg.content.len(),
+                    max: self.max_size,
+                }
+                .into());
+            }
+            let current = self.current(&key)?;
+            if let Some(c) = current.as_ref().filter(|c| !c.deleted && c.owner != msg.owner) {
+                return Err(RelayError::Forbidden(format!(
+                    "shared data {key:?} belongs to {:?}; only its owner can change it",
+                    c.owner
+                )));
+            }
+            Ok(SharedData {
+                key,
+                owner: msg.owner,
+                description: msg.description.filter(|d| !d.trim().is_empty()),
+                content: msg.content,
+                version: current.map_or(1, |c| c.version + 1),
+                updated_at: Timestamp::now(),
+                deleted: false,
+            })
+        })();
+        match prepared {
+            Ok(entry) => self.write(entry),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+}
+
+impl Handler<Unshare> for SharedStore {
+    type Result = ResponseFuture<Result<SharedSummary, RelayError>>;
+
+    fn handle(&mut self, msg: Unshare, _: &mut Context<Self>) -> Self::Result {
+        let prepared = (|| {
+            let key = valid_key(&msg.key)?;
+            let current = self
+                .current(&key)?
+                .filter(|c| !c.deleted)
+                .ok_or_else(|| RelayError::NotFound(format!("no shared data under {key:?}")))?;
+            if current.owner != msg.owner {
+                return Err(RelayError::Forbidden(format!(
+                    "shared data {key:?} belongs to {:?}; only its owner can delete it",
+                    current.owner
+                )));
+            }
+            Ok(SharedData {
+                version: current.version + 1,
+                content: String::new(),
+                updated_at: Timestamp::now(),
+                deleted: true,
+                ..current
+            })
+        })();
+        match prepared {
+            Ok(entry) => self.write(entry),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+}
+
+impl Handler<Fetch> for SharedStore {
+    type Result = Result<SharedData, RelayError>;
+
+    fn handle(&mut self, msg: Fetch, _: &mut Context<Self>) -> Self::Result {
+        let key = valid_key(&msg.key)?;
+        let found = match msg.version {
+            None => self.current(&key)?.filter(|c| !c.deleted),
+            Some(v) => match self.store.get_aux(Space::SharedVersions, &version_key(&key, v))? {
+                None => None,
+                Some(bytes) => Some(codec::decode(&bytes).map_err(|e| {
+                    RelayError::Store(crate::StoreError::Corrupt(format!("shared data {key:?} v{v}: {e}")))
+                })?),
+            },
+        };
+        found.ok_or_else(|| match msg.version {
+            None => RelayError::NotFound(format!("no shared data under {key:?}")),
+            Some(v) => RelayError::NotFound(format!("shared data {key:?} has no version {v}")),
+        })
+    }
+}
+
+impl Handler<ListShared> for SharedStore {
+    type Result = Result<Vec<SharedSummary>, RelayError>;
+
+    fn handle(&mut self, _: ListShared, _: &mut Context<Self>) -> Self::Result {
+        let mut out = Vec::new();
+        for (_, bytes) in self.store.scan_aux(Space::SharedData, b"", false, usize::MAX)? {
+            if let Ok(d) = codec::decode::<SharedData>(&bytes) {
+                if !d.deleted {
+                    out.push(SharedSummary::from(&d));
+                }
+            }
+        }
+        Ok(out)
+    }
+}

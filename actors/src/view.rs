@@ -1,0 +1,285 @@
+//! The read side of a channel: what its actor has committed, shared by every reader without a
+//! round trip to the actor. Only the channel actor writes it, and only with durable batches.
+
+use crate::error::RelayError;
+use crate::store::EventStore;
+use bytes::Bytes;
+use crosstalk_schema::{codec, kind_is, ChannelMeta, ChannelName, ChannelState, Message, Overlay, Record};
+use parking_lot::RwLock;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// Committed messages each channel keeps in memory, so tail reads and fan-out skip the store.
+pub const RECENT_CAPACITY: usize = 1024;
+
+/// A committed message, with its JSON encoded once for every reader.
+#[derive(Debug)]
+pub struct Posted {
+    pub message: Message,
+    pub json: Bytes,
+}
+
+impl Posted {
+    pub fn new(message: Message) -> Self {
+        // A Message is strings and integers: JSON encoding cannot fail.
+        let json = serde_json::to_vec(&message).expect("a Message always encodes as JSON");
+        Posted {
+            message,
+            json: Bytes::from(json),
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.message.id
+    }
+}
+
+pub struct ChannelView {
+    name: ChannelName,
+    store: Arc<dyn EventStore>,
+    /// Id of the newest committed event. Subscribers wait on it.
+    watermark: watch::Sender<u64>,
+    state: RwLock<ViewState>,
+}
+
+struct ViewState {
+    /// The newest committed messages, oldest first, as posted (no overlay applied).
+    recent: VecDeque<Arc<Posted>>,
+    /// Every committed message with an id above this is in `recent`.
+    floor: u64,
+    meta: ChannelMeta,
+    channel: ChannelState,
+    /// Reply counts and answers of earlier messages.
+    overlays: HashMap<u64, Overlay>,
+    /// Ids at or below this were removed by retention.
+    compacted_upto: u64,
+}
+
+/// What one committed batch changes in the view.
+pub(crate) struct Published {
+    pub messages: Vec<Arc<Posted>>,
+    pub meta: ChannelMeta,
+    pub state: Option<ChannelState>,
+    pub overlays: Vec<(u64, Overlay)>,
+}
+
+impl ChannelView {
+    pub(crate) fn new(
+        name: ChannelName,
+        meta: ChannelMeta,
+        channel: ChannelState,
+        overlays: HashMap<u64, Overlay>,
+        store: Arc<dyn EventStore>,
+    ) -> Self {
+        ChannelView {
+            name,
+            store,
+            watermark: watch::Sender::new(meta.last_id),
+            state: RwLock::new(ViewState {
+                recent: VecDeque::new(),
+                floor: meta.last_id,
+                meta,
+                channel,
+                overlays,
+                compacted_upto: 0,
+            }),
+        }
+    }
+
+    pub fn name(&self) -> &ChannelName {
+        &self.name
+    }
+
+    /// Id of the newest committed event (0 if none).
+    pub fn last_id(&self) -> u64 {
+        *self.watermark.borrow()
+    }
+
+    pub fn meta(&self) -> ChannelMeta {
+        self.state.read().meta
+    }
+
+    /// The committed channel state: description, session, open questions.
+    pub fn channel_state(&self) -> ChannelState {
+        self.state.read().channel.clone()
+    }
+
+    pub fn overlay(&self, id: u64) -> Option<Overlay> {
+        self.state.read().overlays.get(&id).copied()
+    }
+
+    /// A receiver that wakes whenever new events are committed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.watermark.subscribe()
+    }
+
+    fn dressed(p: &Arc<Posted>, overlays: &HashMap<u64, Overlay>) -> Arc<Posted> {
+        match overlays.get(&p.id()) {
+            None => p.clone(),
+            Some(o) => Arc::new(Posted::new(p.message.clone().with_overlay(o))),
+        }
+    }
+
+    /// Decodes stored events into messages with their overlays (events that are not
+    /// messages are skipped; a damaged one is logged and skipped).
+    fn decode_all(&self, events: Vec<(u64, Vec<u8>)>) -> Vec<Arc<Posted>> {
+        let messages: Vec<Message> = events
+            .iter()
+            .filter_map(|(id, bytes)| self.decode(*id, bytes))
+            .collect();
+        let state = self.state.read();
+        messages
+            .into_iter()
+            .map(|m| {
+                let m = match state.overlays.get(&m.id) {
+                    Some(o) => m.with_overlay(o),
+                    None => m,
+                };
+                Arc::new(Posted::new(m))
+            })
+            .collect()
+    }
+
+    fn decode(&self, id: u64, bytes: &[u8]) -> Option<Message> {
+        match codec::decode::<Record>(bytes) {
+            Ok(Record::Message(record)) => Some(Message::new(id, &self.name, record)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::error!(channel = %self.name, id, error = %e, "skipping a damaged record");
+                None
+            }
+        }
+    }
+
+    /// Committed messages with id > `after`, oldest first, at most `limit`.
+    pub fn read(&self, after: u64, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
+        Ok(self.read_scanned(after, limit)?.0)
+    }
+
+    /// Like [`read`](Self::read), and also the id of the last event looked at (messages and
+    /// other events alike), so a cursor can move past events that are not messages.
+    pub fn read_scanned(&self, after: u64, limit: usize) -> Result<(Vec<Arc<Posted>>, u64), RelayError> {
+        let mut cursor = after;
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let upto = {
+                let state = self.state.read();
+                let upto = state.meta.last_id;
+                if cursor >= upto {
+                    break;
+                }
+                if cursor >= state.floor {
+                    let start = state.recent.partition_point(|p| p.id() <= cursor);
+                    out.extend(
+                        state
+                            .recent
+                            .iter()
+                            .skip(start)
+                            .take(limit - out.len())
+                            .map(|p| Self::dressed(p, &state.overlays)),
+                    );
+                    // Everything up to the watermark is in `recent` (events that are not
+                    // messages included, being skipped).
+                    cursor = if out.len() >= limit {
+                        out.last().map_or(upto, |p| p.id())
+                    } else {
+                        upto
+                    };
+                    break;
+                }
+                upto
+            };
+            let batch = self.store.read(&self.name, cursor, upto, limit - out.len())?;
+            let Some(last) = batch.last().map(|e| e.0) else {
+                cursor = upto;
+                break;
+            };
+            out.extend(self.decode_all(batch));
+            cursor = last;
+        }
+        Ok((out, cursor))
+    }
+
+    /// One committed message by id.
+    pub fn get(&self, id: u64) -> Result<Option<Arc<Posted>>, RelayError> {
+        {
+            let state = self.state.read();
+            if id > state.meta.last_id || id <= state.compacted_upto {
+                return Ok(None);
+            }
+            if id > state.floor {
+                let at = state.recent.partition_point(|p| p.id() < id);
+                return Ok(state
+                    .recent
+                    .get(at)
+                    .filter(|p| p.id() == id)
+                    .map(|p| Self::dressed(p, &state.overlays)));
+            }
+        }
+        Ok(self
+            .store
+            .read_one(&self.name, id)?
+            .and_then(|bytes| self.decode_all(vec![(id, bytes)]).pop()))
+    }
+
+    /// The messages replying to `parent`, oldest first.
+    pub fn replies(&self, parent: u64, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
+        let last = self.last_id();
+        let mut out = Vec::new();
+        for id in self.store.replies(&self.name, parent, limit)? {
+            if id > last {
+                break;
+            }
+            if let Some(p) = self.get(id)? {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest committed message not sent by `me`, if it is a `done` that `me` has not
+    /// answered since (only the recent window is consulted).
+    pub fn pending_done(&self, me: &str) -> Option<Arc<Posted>> {
+        let state = self.state.read();
+        let newest = state.recent.back()?;
+        (newest.message.sender != me && kind_is(&newest.message.kind, crosstalk_schema::message::DONE))
+            .then(|| newest.clone())
+    }
+
+    /// Makes a durable batch visible. Only the channel actor calls this, in id order.
+    pub(crate) fn publish(&self, p: Published) {
+        {
+            let mut state = self.state.write();
+            for m in p.messages {
+                state.recent.push_back(m);
+            }
+            while state.recent.len() > RECENT_CAPACITY {
+                if let Some(old) = state.recent.pop_front() {
+                    state.floor = old.id();
+                }
+            }
+            state.meta = p.meta;
+            if let Some(channel) = p.state {
+                state.channel = channel;
+            }
+            for (id, o) in p.overlays {
+                state.overlays.insert(id, o);
+            }
+        }
+        self.watermark.send_replace(p.meta.last_id);
+    }
+
+    /// Records that retention removed everything up to `upto`.
+    pub(crate) fn compacted(&self, upto: u64, meta: ChannelMeta) {
+        let mut state = self.state.write();
+        state.compacted_upto = state.compacted_upto.max(upto);
+        state.meta.count = meta.count;
+        while state.recent.front().is_some_and(|p| p.id() <= upto) {
+            if let Some(old) = state.recent.pop_front() {
+                state.floor = state.floor.max(old.id());
+            }
+        }
+        state.floor = state.floor.max(upto);
+    }
+}

@@ -1,0 +1,205 @@
+//! A channel's derived state — its description, its session, its open questions — and the
+//! fold that derives it from the channel's events. The actor keeps a snapshot beside the log,
+//! written in the same batch as the events it folds, so start-up needs no replay and a replay
+//! gives exactly the snapshot.
+
+use crate::message::{kind_is, MessageRecord, Record, ANSWER, DONE, QUESTION};
+use crate::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ChannelState {
+    pub description: Option<String>,
+    /// The current or last session.
+    pub session: Option<Session>,
+    /// QUESTIONs no ANSWER has closed yet: id → recipient.
+    pub open_questions: BTreeMap<u64, Option<String>>,
+}
+
+/// crosstalk-mcp's opt-in session: counts turns, ends at `max_turns` or when two distinct
+/// senders have posted `done`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    pub session_id: String,
+    pub started_at: Timestamp,
+    pub max_turns: Option<u32>,
+    pub turns: u32,
+    /// Distinct senders that posted `done` during the session.
+    pub done_by: Vec<String>,
+    pub ended_at: Option<Timestamp>,
+    pub end_reason: Option<String>,
+}
+
+impl Session {
+    pub fn is_active(&self) -> bool {
+        self.ended_at.is_none()
+    }
+}
+
+/// What folding one message produced beyond itself.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Effects {
+    /// The QUESTION this ANSWER closed.
+    pub answered: Option<u64>,
+    /// The session ended because of this message; the reason.
+    pub session_ended: Option<String>,
+}
+
+impl ChannelState {
+    /// The active session's id, which a message posted without one joins.
+    pub fn active_session(&self) -> Option<&str> {
+        self.session
+            .as_ref()
+            .filter(|s| s.is_active())
+            .map(|s| s.session_id.as_str())
+    }
+
+    /// Folds one event into the state. `answered_question` is the id of the QUESTION an
+    /// ANSWER replies to, if the channel has that QUESTION open.
+    pub fn apply(&mut self, id: u64, record: &Record) -> Effects {
+        match record {
+            Record::Message(m) => self.apply_message(id, m),
+            Record::SessionStarted {
+                session_id,
+                max_turns,
+                at,
+            } => {
+                self.session = Some(Session {
+                    session_id: session_id.clone(),
+                    started_at: *at,
+                    max_turns: *max_turns,
+                    turns: 0,
+                    done_by: Vec::new(),
+                    ended_at: None,
+                    end_reason: None,
+                });
+                Effects::default()
+            }
+            Record::SessionEnded { session_id, reason, at } => {
+                if let Some(s) = self
+                    .session
+                    .as_mut()
+                    .filter(|s| &s.session_id == session_id && s.is_active())
+                {
+                    s.ended_at = Some(*at);
+                    s.end_reason = Some(reason.clone());
+                }
+                Effects::default()
+            }
+            Record::Described { description, .. } => {
+                self.description = Some(description.clone());
+                Effects::default()
+            }
+        }
+    }
+
+    fn apply_message(&mut self, id: u64, m: &MessageRecord) -> Effects {
+        let mut effects = Effects::default();
+        if kind_is(&m.kind, QUESTION) {
+            self.open_questions.insert(id, m.recipient.clone());
+        }
+        if kind_is(&m.kind, ANSWER) {
+            if let Some(q) = m.reply_to.filter(|q| self.open_questions.contains_key(q)) {
+                self.open_questions.remove(&q);
+                effects.answered = Some(q);
+            }
+        }
+        if let Some(s) = self.session.as_mut().filter(|s| s.is_active()) {
+            let in_session = m.session_id.as_deref().is_none_or(|sid| sid == s.session_id);
+            if in_session {
+                s.turns += 1;
+                if kind_is(&m.kind, DONE) && !s.done_by.contains(&m.sender) {
+                    s.done_by.push(m.sender.clone());
+                }
+                let reason = if s.done_by.len() >= 2 {
+                    Some("done")
+                } else if s.max_turns.is_some_and(|max| s.turns >= max) {
+                    Some("max_turns")
+                } else {
+                    None
+                };
+                effects.session_ended = reason.map(str::to_owned);
+            }
+        }
+        effects
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(sender: &str, kind: &str, reply_to: Option<u64>) -> Record {
+        Record::Message(MessageRecord {
+            sender: sender.into(),
+            kind: kind.into(),
+            body: "b".into(),
+            created_at: Timestamp(0),
+            session_id: None,
+            recipient: None,
+            reply_to,
+            status: None,
+            side: None,
+        })
+    }
+
+    fn start(max_turns: Option<u32>) -> Record {
+        Record::SessionStarted {
+            session_id: "s".into(),
+            max_turns,
+            at: Timestamp(1),
+        }
+    }
+
+    #[test]
+    fn an_answer_closes_its_question_once() {
+        let mut st = ChannelState::default();
+        st.apply(1, &m("agent", "QUESTION", None));
+        assert!(st.open_questions.contains_key(&1));
+        assert_eq!(st.apply(2, &m("human", "answer", Some(1))).answered, Some(1));
+        assert!(st.open_questions.is_empty());
+        assert_eq!(st.apply(3, &m("human", "ANSWER", Some(1))).answered, None);
+    }
+
+    #[test]
+    fn session_ends_when_two_distinct_senders_say_done() {
+        let mut st = ChannelState::default();
+        st.apply(1, &start(None));
+        assert_eq!(st.active_session(), Some("s"));
+        assert_eq!(st.apply(2, &m("a", "DONE", None)).session_ended, None);
+        assert_eq!(
+            st.apply(3, &m("a", "done", None)).session_ended,
+            None,
+            "same sender twice"
+        );
+        assert_eq!(
+            st.apply(4, &m("b", "Done", None)).session_ended.as_deref(),
+            Some("done")
+        );
+        assert_eq!(st.session.as_ref().unwrap().turns, 3);
+    }
+
+    #[test]
+    fn session_ends_at_max_turns_and_replay_is_deterministic() {
+        let events = [start(Some(2)), m("a", "message", None), m("b", "message", None)];
+        let mut st = ChannelState::default();
+        let mut ended = None;
+        for (i, e) in events.iter().enumerate() {
+            ended = st.apply(i as u64 + 1, e).session_ended.or(ended);
+        }
+        assert_eq!(ended.as_deref(), Some("max_turns"));
+        let end = Record::SessionEnded {
+            session_id: "s".into(),
+            reason: "max_turns".into(),
+            at: Timestamp(9),
+        };
+        st.apply(4, &end);
+        assert!(st.active_session().is_none());
+        let mut replay = ChannelState::default();
+        for (i, e) in events.iter().chain([&end]).enumerate() {
+            replay.apply(i as u64 + 1, e);
+        }
+        assert_eq!(replay, st);
+    }
+}
