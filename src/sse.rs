@@ -36,6 +36,8 @@ pub struct StreamQuery {
     display_name: Option<String>,
     kind: Option<String>,
     side: Option<String>,
+    /// The session token, for EventSource clients that cannot send headers.
+    session: Option<String>,
 }
 
 /// Says the participant left when its stream ends, however it ends.
@@ -43,6 +45,8 @@ struct Presence {
     relay: Relay,
     channel: ChannelName,
     heartbeat: Heartbeat,
+    /// The session the stream authenticated with, for registry heartbeats.
+    session: Option<String>,
 }
 
 impl Presence {
@@ -104,8 +108,11 @@ pub async fn stream(
         .filter(|p| !p.is_empty())
     {
         Some(id) => {
+            let session = crate::rest::session(&req).map(str::to_owned).or(query.session);
+            relay.authorize(&id, session.as_deref()).await?;
             let me = Presence {
                 relay: relay.clone(),
+                session,
                 channel: channel.clone(),
                 heartbeat: Heartbeat {
                     channel: channel.clone(),
@@ -162,6 +169,9 @@ async fn next_chunk(s: &mut State) -> Option<Bytes> {
                     out.put_slice(b"\n\n");
                     s.cursor = p.id();
                 }
+                if let Some(me) = &s.me {
+                    me.relay.mark_read(&me.heartbeat.participant_id, &me.channel, s.cursor);
+                }
                 return Some(out.freeze());
             }
             Ok(_) => {}
@@ -188,6 +198,7 @@ async fn next_chunk(s: &mut State) -> Option<Bytes> {
             _ = s.keepalive.tick() => {
                 if let Some(me) = &s.me {
                     me.beat();
+                    let _ = me.relay.authorize(&me.heartbeat.participant_id, me.session.as_deref()).await;
                 }
                 return Some(Bytes::from_static(b": keep-alive\n\n"));
             }

@@ -318,6 +318,11 @@ impl Relay {
         Ok(posted)
     }
 
+    /// Records that `who` has read `channel` up to `id` (its cursor never moves back).
+    pub fn mark_read(&self, who: &str, channel: &ChannelName, id: u64) {
+        self.advance_cursor(who, channel, id);
+    }
+
     fn advance_cursor(&self, who: &str, channel: &ChannelName, id: u64) {
         let _ = self.inner.registry.try_send(AdvanceCursor {
             instance_id: who.to_owned(),
