@@ -81,6 +81,13 @@ pub struct ServeArgs {
     /// Largest shared data content, in bytes [env: CROSSTALK_MAX_SHARED_BYTES] [default: 1048576]
     #[arg(long)]
     pub max_shared_bytes: Option<usize>,
+    /// Shared bearer token required on every route but /healthz [env: CROSSTALK_TOKEN, RELAY_TOKEN]
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Per-participant tokens, `id:token,…`: each acts only as its id
+    /// [env: CROSSTALK_PARTICIPANTS, RELAY_PARTICIPANTS]
+    #[arg(long)]
+    pub participants: Option<String>,
 }
 
 /// The resolved configuration the server runs with.
@@ -99,6 +106,7 @@ pub struct Config {
     pub channel_retention: HashMap<ChannelName, Retention>,
     pub retention_every: Duration,
     pub max_shared_bytes: usize,
+    pub auth: crate::auth::Auth,
 }
 
 /// Parses `NAME=MAX_COUNT/MAX_AGE_SECS,…`.
@@ -193,6 +201,10 @@ impl Config {
                     .max(1),
             ),
             max_shared_bytes: pick(args.max_shared_bytes, &["CROSSTALK_MAX_SHARED_BYTES"])?.unwrap_or(1024 * 1024),
+            auth: crate::auth::Auth::new(
+                pick(args.token, &["CROSSTALK_TOKEN", "RELAY_TOKEN"])?,
+                pick::<String>(args.participants, &["CROSSTALK_PARTICIPANTS", "RELAY_PARTICIPANTS"])?.as_deref(),
+            )?,
         })
     }
 }

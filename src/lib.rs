@@ -1,6 +1,7 @@
 //! The `crosstalk` binary's library: configuration and the faces (REST, long-poll, SSE) that
 //! translate HTTP into messages to the relay's actors and back. No business rules live here.
 
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod rest;

@@ -229,6 +229,7 @@ async fn get_messages(
     let channel = channel_name(&path)?;
     let reader = query.instance_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
     if let Some(who) = reader {
+        crate::auth::acting_as(&req, who)?;
         state.relay.authorize(who, session(&req)).await?;
     }
     let found = state
@@ -245,6 +246,7 @@ async fn post_message(
     body: web::Json<NewMessage>,
 ) -> Result<HttpResponse, ApiError> {
     let channel = channel_name(&path)?;
+    crate::auth::acting_as(&req, &body.sender)?;
     let posted = state.relay.post(&channel, body.into_inner(), session(&req)).await?;
     Ok(HttpResponse::build(StatusCode::CREATED)
         .content_type("application/json")
@@ -265,6 +267,7 @@ async fn wait(
         .filter(|s| !s.is_empty())
         .map(str::to_owned);
     if let Some(who) = &instance {
+        crate::auth::acting_as(&req, who)?;
         state.relay.authorize(who, session(&req)).await?;
     }
     let opts = WaitOptions {

@@ -114,19 +114,32 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
         waits: Default::default(),
     });
     let configure = app_config(config.max_body_bytes.max(config.max_shared_bytes));
+    let auth = web::Data::new(config.auth.clone());
+    let loopback =
+        config.host == "localhost" || config.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !loopback && !config.auth.enabled() {
+        tracing::warn!(host = %config.host, "listening beyond loopback without a token: anyone who can reach this \
+            port can read and post; set CROSSTALK_TOKEN (or RELAY_TOKEN)");
+    }
     let addr = format!("{}:{}", config.host, config.port);
-    let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(configure.clone()))
-        .workers(config.workers)
-        .disable_signals()
-        // A client that closes its socket is gone: drop its wait or stream at once, so a
-        // long-poll or SSE handler never outlives its client.
-        .h1_allow_half_closed(false)
-        .shutdown_timeout(SHUTDOWN_GRACE_SECS)
-        .bind(&addr)
-        .map_err(|source| ServeError::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .app_data(auth.clone())
+            .wrap(actix_web::middleware::from_fn(crate::auth::require))
+            .configure(configure.clone())
+    })
+    .workers(config.workers)
+    .disable_signals()
+    // A client that closes its socket is gone: drop its wait or stream at once, so a
+    // long-poll or SSE handler never outlives its client.
+    .h1_allow_half_closed(false)
+    .shutdown_timeout(SHUTDOWN_GRACE_SECS)
+    .bind(&addr)
+    .map_err(|source| ServeError::Bind {
+        addr: addr.clone(),
+        source,
+    })?;
     for a in server.addrs() {
         // Scripts and tests read this line to find the port when it was 0.
         println!("crosstalk listening on http://{a}");

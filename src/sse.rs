@@ -108,6 +108,7 @@ pub async fn stream(
         .filter(|p| !p.is_empty())
     {
         Some(id) => {
+            crate::auth::acting_as(&req, &id)?;
             let session = crate::rest::session(&req).map(str::to_owned).or(query.session);
             relay.authorize(&id, session.as_deref()).await?;
             let me = Presence {

@@ -129,6 +129,7 @@ pub async fn ask(
 ) -> Result<HttpResponse, ApiError> {
     let channel = channel_name(&path)?;
     let body = body.into_inner();
+    crate::auth::acting_as(&req, &body.question.sender)?;
     let wait = timeout(body.timeout_s, DEFAULT_ASK_WAIT, state.wait_cap)?;
     let (q, answer) = state.relay.ask(&channel, body.question, session(&req), wait).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({

@@ -22,6 +22,7 @@ pub async fn register(
     body: web::Json<RegisterBody>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
+    crate::auth::acting_as(&req, &body.instance_id)?;
     let kind = InstanceKind::parse(body.kind.as_deref())?;
     let registered = state
         .relay
@@ -51,6 +52,7 @@ pub async fn inbox(
     query: web::Query<InboxQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let who = query.instance_id.trim();
+    crate::auth::acting_as(&req, who)?;
     state.relay.authorize(who, session(&req)).await?;
     let kind = state
         .relay
@@ -128,6 +130,7 @@ pub async fn share_data(
     body: web::Json<ShareBody>,
 ) -> Result<HttpResponse, ApiError> {
     let b = body.into_inner();
+    crate::auth::acting_as(&req, &b.owner)?;
     let summary = state
         .relay
         .share_data(b.owner.trim(), &b.key, b.content, b.description, session(&req))
@@ -173,6 +176,7 @@ pub async fn delete_data(
     path: web::Path<String>,
     query: web::Query<OwnerQuery>,
 ) -> Result<HttpResponse, ApiError> {
+    crate::auth::acting_as(&req, &query.owner)?;
     let summary = state
         .relay
         .delete_shared_data(query.owner.trim(), &path, session(&req))

@@ -1,0 +1,161 @@
+//! Bearer-token access control, crosstalk-mcp's model: an optional shared token
+//! (`RELAY_TOKEN`) and optional per-participant tokens (`RELAY_PARTICIPANTS="id:token,…"`).
+//! A participant token acts only as its own identity. With neither set, every request is let
+//! in (loopback deployments). Tokens are compared in constant time and never logged.
+
+use crate::error::ApiError;
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::middleware::Next;
+use actix_web::{web, HttpMessage, HttpRequest, ResponseError};
+use std::collections::HashMap;
+
+/// Paths anyone may call: health checks from load balancers and orchestrators.
+const OPEN_PATHS: &[&str] = &["/healthz"];
+
+/// Who a request authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// No token is configured.
+    Anyone,
+    /// The shared token: may act as anyone.
+    Shared,
+    /// A participant token: may act only as this identity.
+    Participant(String),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Auth {
+    shared: Option<String>,
+    /// token → identity
+    participants: HashMap<String, String>,
+}
+
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Auth {
+    /// `participants` is `id:token,id:token`.
+    pub fn new(shared: Option<String>, participants: Option<&str>) -> Result<Auth, String> {
+        let mut map = HashMap::new();
+        for pair in participants
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            let (id, token) = pair
+                .split_once(':')
+                .filter(|(id, token)| !id.trim().is_empty() && !token.trim().is_empty())
+                .ok_or_else(|| "participants must be id:token pairs separated by commas".to_owned())?;
+            map.insert(token.trim().to_owned(), id.trim().to_owned());
+        }
+        Ok(Auth {
+            shared: shared.filter(|s| !s.trim().is_empty()),
+            participants: map,
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.shared.is_some() || !self.participants.is_empty()
+    }
+
+    fn resolve(&self, token: &str) -> Option<Principal> {
+        let mut found = None;
+        // Look at every candidate so timing does not tell which one matched.
+        if self
+            .shared
+            .as_deref()
+            .is_some_and(|s| ct_eq(s.as_bytes(), token.as_bytes()))
+        {
+            found = Some(Principal::Shared);
+        }
+        for (t, id) in &self.participants {
+            if ct_eq(t.as_bytes(), token.as_bytes()) && found.is_none() {
+                found = Some(Principal::Participant(id.clone()));
+            }
+        }
+        found
+    }
+}
+
+fn token_of(req: &ServiceRequest) -> Option<String> {
+    if let Some(h) = req.headers().get("authorization").and_then(|v| v.to_str().ok()) {
+        let h = h.trim();
+        if h.len() > 7 && h[..7].eq_ignore_ascii_case("bearer ") {
+            return Some(h[7..].trim().to_owned());
+        }
+    }
+    // EventSource cannot send headers: `?token=` is accepted on SSE streams only.
+    if req.path().ends_with("/stream") {
+        return web::Query::<HashMap<String, String>>::from_query(req.query_string())
+            .ok()
+            .and_then(|q| q.get("token").cloned());
+    }
+    None
+}
+
+/// The middleware: resolves the request's token or answers 401.
+pub async fn require(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let auth = req
+        .app_data::<web::Data<Auth>>()
+        .map(|a| a.get_ref().clone())
+        .unwrap_or_default();
+    let principal = if !auth.enabled() || OPEN_PATHS.contains(&req.path()) {
+        Some(Principal::Anyone)
+    } else {
+        token_of(&req).and_then(|t| auth.resolve(&t))
+    };
+    match principal {
+        Some(p) => {
+            req.extensions_mut().insert(p);
+            next.call(req).await.map(ServiceResponse::map_into_left_body)
+        }
+        None => {
+            let mut resp = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing or wrong bearer token (send Authorization: Bearer <token>)",
+            )
+            .error_response();
+            resp.headers_mut().insert(
+                actix_web::http::header::WWW_AUTHENTICATE,
+                actix_web::http::header::HeaderValue::from_static("Bearer"),
+            );
+            Ok(req.into_response(resp).map_into_right_body())
+        }
+    }
+}
+
+/// Refuses a participant token acting as anyone but itself.
+pub fn acting_as(req: &HttpRequest, who: &str) -> Result<(), ApiError> {
+    match req.extensions().get::<Principal>() {
+        Some(Principal::Participant(id)) if id != who.trim() => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("this token belongs to {id:?}; it cannot act as {:?}", who.trim()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_tokens() {
+        let a = Auth::new(Some("s3cret".into()), Some("alice:ta, bob:tb")).unwrap();
+        assert_eq!(a.resolve("s3cret"), Some(Principal::Shared));
+        assert_eq!(a.resolve("tb"), Some(Principal::Participant("bob".into())));
+        assert_eq!(a.resolve("s3cre"), None);
+        assert_eq!(a.resolve(""), None);
+        assert!(Auth::new(None, Some("nocolon")).is_err());
+        assert!(!Auth::new(Some(" ".into()), None).unwrap().enabled());
+    }
+}
