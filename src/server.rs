@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::error;
+use crate::mcp::{self, McpSettings};
 use crate::rest;
 use actix_web::{web, App, HttpServer};
 use crosstalk_actors::sled_store::SledStore;
@@ -102,19 +103,38 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
         waits: Default::default(),
     });
     let configure = app_config(config.max_body_bytes);
+    // Built once: every worker's scope shares its sessions.
+    let mcp = mcp::service(
+        relay.clone(),
+        &McpSettings {
+            wait_cap: config.mcp_wait_cap,
+            allowed_hosts: config.allowed_hosts.clone(),
+            max_body_bytes: config.max_body_bytes,
+            waits: state.waits.clone(),
+        },
+    );
     let addr = format!("{}:{}", config.host, config.port);
-    let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(configure.clone()))
-        .workers(config.workers)
-        .disable_signals()
-        // A client that closes its socket is gone: drop its wait or stream at once, so a
-        // long-poll or SSE handler never outlives its client.
-        .h1_allow_half_closed(false)
-        .shutdown_timeout(SHUTDOWN_GRACE_SECS)
-        .bind(&addr)
-        .map_err(|source| ServeError::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
+    if !is_loopback(&config.host) && config.allowed_hosts.is_empty() {
+        tracing::warn!(host = %config.host,
+            "MCP at /mcp answers only to Host localhost, 127.0.0.1 and ::1; set --allowed-hosts to the names clients use");
+    }
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .service(web::scope(mcp::MCP_PATH).service(mcp.clone().scope()))
+            .configure(configure.clone())
+    })
+    .workers(config.workers)
+    .disable_signals()
+    // A client that closes its socket is gone: drop its wait or stream at once, so a
+    // long-poll or SSE handler never outlives its client.
+    .h1_allow_half_closed(false)
+    .shutdown_timeout(SHUTDOWN_GRACE_SECS)
+    .bind(&addr)
+    .map_err(|source| ServeError::Bind {
+        addr: addr.clone(),
+        source,
+    })?;
     for a in server.addrs() {
         // Scripts and tests read this line to find the port when it was 0.
         println!("crosstalk listening on http://{a}");
@@ -133,6 +153,10 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
     relay.shutdown().map_err(ServeError::Flush)?;
     tracing::info!("store flushed; bye");
     Ok(())
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 async fn wait_for_signal() {
