@@ -120,8 +120,15 @@ where
     let call: Call = Arc::new(move |cx, args| {
         let f = f.clone();
         Box::pin(async move {
-            let args: A = serde_json::from_value(Value::Object(args))
-                .map_err(|e| ToolError(format!("invalid arguments for {name}: {e}")))?;
+            let args: A = serde_path_to_error::deserialize(Value::Object(args)).map_err(|e| {
+                let path = e.path().to_string();
+                let e = e.into_inner();
+                if path == "." {
+                    ToolError(format!("invalid arguments for {name}: {e}"))
+                } else {
+                    ToolError(format!("invalid arguments for {name}: {path}: {e}"))
+                }
+            })?;
             f(cx, args).await
         })
     });
