@@ -292,3 +292,48 @@ async fn until_waits(c: &reqwest::Client, s: &Server, want: u64) {
     }
     panic!("waits never became {want}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_wait_resumed_with_last_event_id_still_gets_its_answer() {
+    let s = Server::start();
+    let c = client();
+    let m = Mcp::connect(&s).await;
+    let id = m.next_id();
+    let body = m.request_body(
+        id,
+        "tools/call",
+        json!({"name": "wait_for_message",
+        "arguments": {"channel": "dev", "timeout_s": 30}}),
+    );
+    let r = m.post_raw(&body).send().await.unwrap();
+    let mut first = SseReader::from_response(r);
+    let priming = first.next(Duration::from_secs(5)).await.expect("a priming event");
+    let event_id = priming.id.expect("the priming event carries an event id");
+    // The network drops; the client reconnects with Last-Event-ID inside the grace period.
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = m
+        .http
+        .get(&m.url)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", m.session.as_deref().unwrap())
+        .header("MCP-Protocol-Version", LEGACY)
+        .header("Last-Event-ID", &event_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut resumed = SseReader::from_response(r);
+    // Past the grace period: the resumed call must still be alive.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let posted = post(&c, &s, "dev", msg("b", "late but there")).await;
+    loop {
+        let n = next_notification(&mut resumed, Duration::from_secs(10))
+            .await
+            .expect("the answer on the resumed stream");
+        if n["id"] == json!(id) {
+            assert_eq!(n["result"]["structuredContent"]["messages"], json!([posted]), "{n}");
+            break;
+        }
+    }
+}
