@@ -67,16 +67,16 @@ pub fn list(relay: &Relay) -> Result<ListResourcesResult, McpError> {
 /// channels come into being with their first post, and may be watched before it.
 pub async fn read(relay: &Relay, uri: &str) -> Result<ReadResourceResult, McpError> {
     let name = parse_uri(uri)?;
-    let last_id = match relay.channel(&name).await {
-        Ok(h) => h.view.last_id(),
-        Err(e) => return Err(McpError::internal_error(format!("cannot open channel: {e}"), None)),
-    };
-    let after = newest_after(relay, &name, last_id).await?;
-    let messages = relay
-        .read(&name, after, READ_TAIL)
-        .await
-        .map_err(|e| McpError::internal_error(format!("cannot read channel: {e}"), None))?;
-    let messages: Vec<serde_json::Value> = messages
+    let read_err =
+        |e: crosstalk_actors::RelayError| McpError::internal_error(format!("cannot read channel: {e}"), None);
+    // Reads only: an unknown channel is not started (nor created) by being read.
+    let mut tail = relay.read(&name, 0, READ_TAIL + 1).await.map_err(read_err)?;
+    if tail.len() > READ_TAIL {
+        let after = newest_after(relay, &name).await?;
+        tail = relay.read(&name, after, READ_TAIL).await.map_err(read_err)?;
+    }
+    let last_id = tail.last().map_or(0, |p| p.id());
+    let messages: Vec<serde_json::Value> = tail
         .iter()
         .filter_map(|p| serde_json::from_slice(&p.json).ok())
         .collect();
@@ -88,10 +88,10 @@ pub async fn read(relay: &Relay, uri: &str) -> Result<ReadResourceResult, McpErr
     .with_mime_type("application/json")]))
 }
 
-/// The cursor after which at most `READ_TAIL` messages remain. Ids are global, so a
-/// channel's ids have gaps: binary-search the cursor, each probe a read of `READ_TAIL + 1`
-/// messages (about 40 probes for any id range, none for a short channel).
-async fn newest_after(relay: &Relay, name: &ChannelName, last_id: u64) -> Result<u64, McpError> {
+/// The cursor after which exactly the newest `READ_TAIL` messages remain, for a channel
+/// holding more. Ids are global, so a channel's ids have gaps: binary-search the cursor,
+/// each probe a read of at most `READ_TAIL + 1` messages (at most 64 probes).
+async fn newest_after(relay: &Relay, name: &ChannelName) -> Result<u64, McpError> {
     let fits = |after: u64| async move {
         relay
             .read(name, after, READ_TAIL + 1)
@@ -99,11 +99,8 @@ async fn newest_after(relay: &Relay, name: &ChannelName, last_id: u64) -> Result
             .map(|found| found.len() <= READ_TAIL)
             .map_err(|e| McpError::internal_error(format!("cannot read channel: {e}"), None))
     };
-    if fits(0).await? {
-        return Ok(0);
-    }
     // Invariant: fits(hi) and !fits(lo).
-    let (mut lo, mut hi) = (0u64, last_id);
+    let (mut lo, mut hi) = (0u64, u64::MAX);
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if fits(mid).await? {
