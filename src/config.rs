@@ -88,6 +88,14 @@ pub struct ServeArgs {
     /// [env: CROSSTALK_PARTICIPANTS, RELAY_PARTICIPANTS]
     #[arg(long)]
     pub participants: Option<String>,
+    /// Longest MCP `wait_for_message`, in seconds; keep it under your MCP host's tool-call
+    /// timeout [env: CROSSTALK_MCP_WAIT_CAP_SECS] [default: 55]
+    #[arg(long)]
+    pub mcp_wait_cap_secs: Option<u64>,
+    /// Host names (or host:port) the MCP endpoint answers to besides loopback, comma-separated;
+    /// a defence against DNS rebinding [env: CROSSTALK_ALLOWED_HOSTS] [default: loopback only]
+    #[arg(long)]
+    pub allowed_hosts: Option<String>,
 }
 
 /// The resolved configuration the server runs with.
@@ -107,6 +115,11 @@ pub struct Config {
     pub retention_every: Duration,
     pub max_shared_bytes: usize,
     pub auth: crate::auth::Auth,
+    /// Longest MCP `wait_for_message`.
+    pub mcp_wait_cap: Duration,
+    /// Hosts the MCP endpoint answers to in addition to loopback (never empty when set:
+    /// an empty list would switch the DNS-rebinding check off).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Parses `NAME=MAX_COUNT/MAX_AGE_SECS,…`.
@@ -132,6 +145,33 @@ fn channel_retention(raw: &str) -> Result<HashMap<ChannelName, Retention>, Strin
         );
     }
     Ok(out)
+}
+
+/// Default cap on an MCP `wait_for_message`: under the 60 s after which some MCP hosts give
+/// up on a tool call.
+pub const DEFAULT_MCP_WAIT_CAP_SECS: u64 = 55;
+
+/// Parses `--allowed-hosts`: comma-separated host names or `host:port` authorities. Refuses a
+/// list with no host in it, so a blank setting can never switch the Host check off.
+pub fn parse_allowed_hosts(raw: &str) -> Result<Vec<String>, String> {
+    let hosts: Vec<String> = raw
+        .split(',')
+        .map(|h| h.trim().to_ascii_lowercase())
+        .filter(|h| !h.is_empty())
+        .collect();
+    if hosts.is_empty() {
+        return Err(
+            "allowed hosts is empty: list at least one host name, or leave the setting unset for loopback only".into(),
+        );
+    }
+    for h in &hosts {
+        if h == "*" || h.contains('/') || h.contains(char::is_whitespace) || h.contains('@') {
+            return Err(format!(
+                "allowed host {h:?} is not a host name or host:port (wildcards are not supported)"
+            ));
+        }
+    }
+    Ok(hosts)
 }
 
 /// First set of: the flag, then each environment variable in order.
@@ -205,6 +245,33 @@ impl Config {
                 pick(args.token, &["CROSSTALK_TOKEN", "RELAY_TOKEN"])?,
                 pick::<String>(args.participants, &["CROSSTALK_PARTICIPANTS", "RELAY_PARTICIPANTS"])?.as_deref(),
             )?,
+            mcp_wait_cap: Duration::from_secs(
+                pick(args.mcp_wait_cap_secs, &["CROSSTALK_MCP_WAIT_CAP_SECS"])?.unwrap_or(DEFAULT_MCP_WAIT_CAP_SECS),
+            ),
+            allowed_hosts: match args.allowed_hosts {
+                Some(flag) => parse_allowed_hosts(&flag)?,
+                None => match std::env::var("CROSSTALK_ALLOWED_HOSTS") {
+                    // Set but blank is refused like an empty flag, not read as "unset".
+                    Ok(raw) => parse_allowed_hosts(&raw).map_err(|e| format!("CROSSTALK_ALLOWED_HOSTS: {e}"))?,
+                    Err(_) => Vec::new(),
+                },
+            },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowed_hosts_are_never_silently_empty() {
+        assert_eq!(
+            parse_allowed_hosts(" Relay.example.com, relay.example.com:8765 ").unwrap(),
+            vec!["relay.example.com", "relay.example.com:8765"]
+        );
+        for bad in ["", " ", ",", " , ,", "*", "a b", "http://x"] {
+            assert!(parse_allowed_hosts(bad).is_err(), "{bad:?} accepted");
+        }
     }
 }

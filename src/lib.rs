@@ -1,9 +1,10 @@
-//! The `crosstalk` binary's library: configuration and the faces (REST, long-poll, SSE) that
+//! The `crosstalk` binary's library: configuration and the faces (REST, long-poll, SSE, MCP) that
 //! translate HTTP into messages to the relay's actors and back. No business rules live here.
 
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod mcp;
 pub mod rest;
 pub mod server;
 pub mod sse;

@@ -3,7 +3,7 @@
 //! instances, replies, search, shared data, inbox), and the route table the server and the
 //! tests share. Handlers translate HTTP into [`crosstalk_actors::Relay`] calls; no rules here.
 
-mod coord;
+pub mod coord;
 mod identity;
 
 use crate::error::{self, ApiError};

@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::error;
+use crate::mcp::{self, McpSettings};
 use crate::rest;
 use actix_web::{web, App, HttpServer};
 use crosstalk_actors::sled_store::SledStore;
@@ -115,18 +116,32 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
     });
     let configure = app_config(config.max_body_bytes.max(config.max_shared_bytes));
     let auth = web::Data::new(config.auth.clone());
-    let loopback =
-        config.host == "localhost" || config.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-    if !loopback && !config.auth.enabled() {
+    if !is_loopback(&config.host) && !config.auth.enabled() {
         tracing::warn!(host = %config.host, "listening beyond loopback without a token: anyone who can reach this \
             port can read and post; set CROSSTALK_TOKEN (or RELAY_TOKEN)");
     }
+    // Built once: every worker's scope shares its sessions.
+    let mcp = mcp::service(
+        relay.clone(),
+        &McpSettings {
+            wait_cap: config.mcp_wait_cap,
+            allowed_hosts: config.allowed_hosts.clone(),
+            max_body_bytes: config.max_body_bytes,
+            waits: state.waits.clone(),
+            auth: config.auth.clone(),
+        },
+    );
     let addr = format!("{}:{}", config.host, config.port);
+    if !is_loopback(&config.host) && config.allowed_hosts.is_empty() {
+        tracing::warn!(host = %config.host,
+            "MCP at /mcp answers only to Host localhost, 127.0.0.1 and ::1; set --allowed-hosts to the names clients use");
+    }
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
             .app_data(auth.clone())
             .wrap(actix_web::middleware::from_fn(crate::auth::require))
+            .service(web::scope(mcp::MCP_PATH).service(mcp.clone().scope()))
             .configure(configure.clone())
     })
     .workers(config.workers)
@@ -158,6 +173,10 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
     relay.shutdown().map_err(ServeError::Flush)?;
     tracing::info!("store flushed; bye");
     Ok(())
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 async fn wait_for_signal() {

@@ -2,6 +2,8 @@
 //! a JSON client, and an SSE reader.
 #![allow(dead_code)]
 
+pub mod mcp;
+
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -217,6 +219,14 @@ impl SseReader {
             .to_str()
             .unwrap()
             .starts_with("text/event-stream"));
+        SseReader {
+            stream: r.bytes_stream().boxed(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// Reads events from a response already known to be an event stream.
+    pub fn from_response(r: reqwest::Response) -> SseReader {
         SseReader {
             stream: r.bytes_stream().boxed(),
             buf: Vec::new(),

@@ -1,0 +1,309 @@
+//! The MCP face at `/mcp`: rmcp's streamable HTTP transport (sessions for 2025-11-25 clients,
+//! stateless requests for 2026-07-28 ones), the tools, the channel resources and the protocol
+//! prompt. It translates MCP into calls on [`Relay`] and back; it holds no business rules.
+//!
+//! Codemap: [`tools`] (the tool table: one function per tool), [`resources`] (channels as
+//! `crosstalk://channels/{name}`, and the watchers behind resource subscriptions), [`prompt`]
+//! (`crosstalk-protocol`), [`sessions`] (the session manager that ends a tool call whose
+//! client went away).
+#![allow(deprecated)] // `LoggingLevel`, `resources/subscribe`: still what 2025-11-25 clients use
+
+pub mod coord_tools;
+pub mod prompt;
+pub mod resources;
+pub mod sessions;
+pub mod tools;
+
+use crosstalk_actors::Relay;
+use parking_lot::Mutex;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse, Implementation,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerInfo,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+};
+use rmcp::service::{RequestContext, SubscriptionContext};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use rmcp_actix_web::transport::StreamableHttpService;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the MCP endpoint is mounted.
+pub const MCP_PATH: &str = "/mcp";
+/// Keep-alive comment interval on MCP event streams, so proxies keep idle streams open.
+pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Largest MCP request body: a post's body plus its JSON-RPC envelope.
+pub const MCP_BODY_OVERHEAD: usize = 64 * 1024;
+/// Hosts always accepted in `Host`: loopback, so a relay on one machine needs no setting.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// What the MCP face needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct McpSettings {
+    /// Longest `wait_for_message`.
+    pub wait_cap: Duration,
+    /// Hosts accepted besides loopback.
+    pub allowed_hosts: Vec<String>,
+    /// Largest message body the relay accepts.
+    pub max_body_bytes: usize,
+    /// Pending waits, shared with the REST long-poll and shown by `/healthz`.
+    pub waits: Arc<AtomicUsize>,
+    /// Token access control, to bind participant tokens to their identity.
+    pub auth: crate::auth::Auth,
+}
+
+/// The transport, built once and cloned into every worker: sessions live in its session
+/// manager, which all clones share.
+pub type McpService = StreamableHttpService<CrosstalkMcp, sessions::DisconnectAware>;
+
+/// Builds the `/mcp` service. The relay's shutdown token is the transport's, so SIGTERM ends
+/// every MCP session and stream along with the REST ones.
+pub fn service(relay: Relay, settings: &McpSettings) -> McpService {
+    let hosts = allowed_hosts(&settings.allowed_hosts);
+    let origins = allowed_origins(&hosts);
+    let shutdown = relay.shutdown_token();
+    let wait_cap = settings.wait_cap;
+    let waits = settings.waits.clone();
+    let auth = settings.auth.clone();
+    StreamableHttpService::builder()
+        .service_factory(Arc::new(move || {
+            Ok(CrosstalkMcp::new(relay.clone(), wait_cap, waits.clone(), auth.clone()))
+        }))
+        .session_manager(Arc::new(sessions::DisconnectAware::default()))
+        .stateful_mode(true)
+        .sse_keep_alive(SSE_KEEP_ALIVE)
+        .max_request_body_bytes(settings.max_body_bytes + MCP_BODY_OVERHEAD)
+        .allowed_hosts(hosts)
+        .allowed_origins(origins)
+        .cancellation_token(shutdown)
+        .build()
+}
+
+/// Loopback plus the configured hosts. Never empty: rmcp reads an empty list as "accept any
+/// Host", which would switch the DNS-rebinding defence off.
+pub fn allowed_hosts(extra: &[String]) -> Vec<String> {
+    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
+    for h in extra {
+        if !hosts.contains(h) {
+            hosts.push(h.clone());
+        }
+    }
+    hosts
+}
+
+/// Browser origins accepted in `Origin`: the allowed hosts over http and https, any port
+/// unless the host names one. Requests without `Origin` (every non-browser client) pass.
+pub fn allowed_origins(hosts: &[String]) -> Vec<String> {
+    let mut origins = Vec::new();
+    for h in hosts {
+        let authority = if h.contains(':') && !h.contains('[') && h.matches(':').count() > 1 {
+            // A bare IPv6 address such as `::1`.
+            format!("[{h}]:*")
+        } else if h.contains(':') {
+            h.clone()
+        } else {
+            format!("{h}:*")
+        };
+        for scheme in ["http", "https"] {
+            origins.push(format!("{scheme}://{authority}"));
+        }
+    }
+    origins
+}
+
+/// One MCP session's server (or one stateless request's): cheap, made by the factory.
+#[derive(Clone)]
+pub struct CrosstalkMcp {
+    relay: Relay,
+    /// Longest `wait_for_message`.
+    wait_cap: Duration,
+    /// Channels this session subscribed to with `resources/subscribe`; dropping the last
+    /// clone (the session ended) stops their watchers.
+    subscriptions: Arc<resources::Subscriptions>,
+    /// Lowest log level the client asked to receive (`logging/setLevel`).
+    log_level: Arc<Mutex<LoggingLevel>>,
+    /// Pending waits, for `/healthz`.
+    waits: Arc<AtomicUsize>,
+    auth: crate::auth::Auth,
+    /// The identity this MCP session registered as (`register`); it keeps it.
+    bound: Arc<Mutex<Option<String>>>,
+}
+
+impl CrosstalkMcp {
+    pub fn new(relay: Relay, wait_cap: Duration, waits: Arc<AtomicUsize>, auth: crate::auth::Auth) -> Self {
+        CrosstalkMcp {
+            subscriptions: Arc::new(resources::Subscriptions::new(relay.shutdown_token())),
+            relay,
+            wait_cap,
+            log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
+            waits,
+            auth,
+            bound: Arc::new(Mutex::new(None)),
+        }
+    }
+}
+
+/// A request header, from the HTTP request rmcp hands the handler.
+fn header(context: &RequestContext<RoleServer>, name: &str) -> Option<String> {
+    let parts = context.extensions.get::<http::request::Parts>()?;
+    let v = parts.headers.get(name)?.to_str().ok()?.trim();
+    (!v.is_empty()).then(|| v.to_owned())
+}
+
+/// What the server tells every client at connection time.
+const INSTRUCTIONS: &str = "crosstalk relays messages between agents on durable, ordered channels. \
+Post with post_message, then block on wait_for_message(channel, since_id=<last id you saw>) for the \
+reply; keep the largest id you have seen and pass it as since_id every time. Post type \"done\" when \
+you are finished. The prompt crosstalk-protocol explains the conversation protocol in full.";
+
+impl ServerHandler for CrosstalkMcp {
+    fn get_info(&self) -> ServerInfo {
+        ServerInfo::new(
+            ServerCapabilities::builder()
+                .enable_logging()
+                .enable_prompts()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_tools()
+                .build(),
+        )
+        .with_server_info(Implementation::new("crosstalk", env!("CARGO_PKG_VERSION")).with_title("crosstalk relay"))
+        .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tools::list()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools::get(name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let cx = tools::Cx {
+            // The crosstalk session token if the client sends one (stateless clients),
+            // else the MCP session: what an identity registered here is bound to.
+            session: header(&context, crate::rest::SESSION_HEADER).or_else(|| header(&context, "mcp-session-id")),
+            principal: self.auth.participant_of(header(&context, "authorization").as_deref()),
+            bound: self.bound.clone(),
+            relay: self.relay.clone(),
+            wait_cap: self.wait_cap,
+            cancel: context.ct.clone(),
+            peer: context.peer.clone(),
+            progress: context.meta.get_progress_token(),
+            log_level: self.log_level.clone(),
+            waits: self.waits.clone(),
+        };
+        tools::call(cx, &request.name, request.arguments.unwrap_or_default())
+            .await
+            .map(CallToolResponse::from)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        resources::list(&self.relay)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![resources::template()]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        resources::read(&self.relay, &request.uri).await.map(Into::into)
+    }
+
+    #[allow(deprecated)] // the 2025-11-25 way; 2026-07-28 clients use `listen` below
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.subscriptions
+            .subscribe(&self.relay, request.uri, context.peer)
+            .await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.subscriptions.unsubscribe(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(resources::accepted_filter(requested))
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        resources::listen(&self.relay, context).await
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Ok(ListPromptsResult::with_all_items(vec![prompt::prompt()]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        prompt::get(&request.name, request.arguments.as_ref()).map(Into::into)
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        *self.log_level.lock() = request.level;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_and_origin_lists_always_hold_loopback() {
+        let hosts = allowed_hosts(&[]);
+        assert_eq!(hosts, vec!["localhost", "127.0.0.1", "::1"]);
+        let hosts = allowed_hosts(&["relay.example.com".into(), "localhost".into()]);
+        assert_eq!(hosts.len(), 4);
+        let origins = allowed_origins(&hosts);
+        assert!(origins.contains(&"http://[::1]:*".to_string()));
+        assert!(origins.contains(&"https://relay.example.com:*".to_string()));
+        let with_port = allowed_origins(&["relay.example.com:8765".into()]);
+        assert_eq!(
+            with_port,
+            vec!["http://relay.example.com:8765", "https://relay.example.com:8765"]
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! [`DisconnectAware`]: rmcp's in-memory session manager, plus one rule. In a 2025-11-25
+//! session a tool call's answer travels on the POST's own event stream, and rmcp keeps the
+//! call running when that stream drops, in case the client resumes it with `Last-Event-ID`.
+//! A client that does not come back within [`RESUME_GRACE`] is gone: its call is cancelled
+//! as if it had sent `notifications/cancelled`, so a `wait_for_message` never outlives its
+//! client by more than the grace.
+
+use futures_util::Stream;
+use parking_lot::Mutex;
+use rmcp::model::{
+    CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification, RequestId,
+    ServerJsonRpcMessage,
+};
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, LocalSessionManagerError};
+use rmcp::transport::streamable_http_server::session::{
+    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+};
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// How long a dropped request stream may take to resume before its call is cancelled:
+/// rmcp's reconnect hint (3 s) plus slack.
+pub const RESUME_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+pub struct DisconnectAware {
+    inner: Arc<LocalSessionManager>,
+    /// When each session last resumed a stream: a resume after a drop keeps the call alive.
+    resumed: Arc<Mutex<HashMap<SessionId, Instant>>>,
+}
+
+impl SessionManager for DisconnectAware {
+    type Error = LocalSessionManagerError;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        self.inner.create_session().await
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.inner.initialize_session(id, message).await
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        self.inner.has_session(id).await
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.resumed.lock().remove(id);
+        self.inner.close_session(id).await
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let request_id = match &message {
+            ClientJsonRpcMessage::Request(r) => Some(r.id.clone()),
+            _ => None,
+        };
+        let stream = self.inner.create_stream(id, message).await?;
+        Ok(Watched {
+            inner: Box::pin(stream),
+            pending: request_id.map(|request_id| Pending {
+                request_id,
+                session: id.clone(),
+                manager: self.inner.clone(),
+                resumed: self.resumed.clone(),
+            }),
+        })
+    }
+
+    async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
+        self.inner.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.inner.create_standalone_stream(id).await
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.resumed.lock().insert(id.clone(), Instant::now());
+        self.inner.resume(id, last_event_id).await
+    }
+
+    async fn restore_session(&self, id: SessionId) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        self.inner.restore_session(id).await
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        self.inner.event_store()
+    }
+}
+
+/// A request's response stream that notices being dropped before its answer was sent.
+struct Watched<S> {
+    inner: Pin<Box<S>>,
+    /// Present until the answer has gone out (or the stream ended).
+    pending: Option<Pending>,
+}
+
+struct Pending {
+    request_id: RequestId,
+    session: SessionId,
+    manager: Arc<LocalSessionManager>,
+    resumed: Arc<Mutex<HashMap<SessionId, Instant>>>,
+}
+
+impl<S: Stream<Item = ServerSseMessage>> Stream for Watched<S> {
+    type Item = ServerSseMessage;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = self.inner.as_mut().poll_next(cx);
+        match &next {
+            Poll::Ready(None) => self.pending = None,
+            Poll::Ready(Some(m)) => {
+                let answered = m
+                    .message
+                    .as_deref()
+                    .is_some_and(|m| matches!(m, ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)));
+                if answered {
+                    self.pending = None;
+                }
+            }
+            Poll::Pending => {}
+        }
+        next
+    }
+}
+
+impl<S> Drop for Watched<S> {
+    fn drop(&mut self) {
+        let Some(p) = self.pending.take() else { return };
+        let dropped_at = Instant::now();
+        // Drop runs on the actix worker that served the stream; the runtime is there.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            tokio::time::sleep(RESUME_GRACE).await;
+            let resumed = p.resumed.lock().get(&p.session).is_some_and(|at| *at >= dropped_at);
+            if resumed {
+                return;
+            }
+            tracing::debug!(session = %p.session, request = %p.request_id, "client gone; cancelling its call");
+            let cancel = ClientJsonRpcMessage::notification(ClientNotification::CancelledNotification(
+                CancelledNotification::new(CancelledNotificationParam::new(
+                    Some(p.request_id),
+                    Some("the client disconnected".into()),
+                )),
+            ));
+            // The session may be gone already, which ends the call anyway.
+            let _ = p.manager.accept_message(&p.session, cancel).await;
+        });
+    }
+}

@@ -1,0 +1,172 @@
+//! The MCP transport: both protocol generations (a 2025-11-25 session with its GET stream
+//! and DELETE; 2026-07-28 stateless requests with `server/discover`), the Host/Origin
+//! defence against DNS rebinding and its allow-list, and a quick exit on SIGTERM with MCP
+//! sessions open.
+
+mod common;
+use common::mcp::*;
+use common::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+#[tokio::test]
+async fn a_session_lives_from_initialize_to_delete() {
+    let s = Server::start();
+    let m = Mcp::connect(&s).await;
+    assert_eq!(m.ok("ping", Value::Null).await, json!({}));
+    let r = m
+        .http
+        .delete(&m.url)
+        .header("Mcp-Session-Id", m.session.as_deref().unwrap())
+        .header("MCP-Protocol-Version", LEGACY)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    // The session is gone: the spec's 404 tells the client to initialize again.
+    let a = m.request("tools/list", Value::Null).await;
+    assert_eq!(a.status, 404, "{:?}", a.message);
+    // A request without a session that is not initialize is refused.
+    let bare = Mcp::unconnected(&s, LEGACY);
+    assert!(bare.request("tools/list", Value::Null).await.status >= 400);
+}
+
+#[tokio::test]
+async fn stateless_2026_clients_discover_and_call_tools_without_a_session() {
+    let s = Server::start();
+    let m = Mcp::stateless(&s);
+    let d = m.ok("server/discover", Value::Null).await;
+    let versions: Vec<_> = d["supportedVersions"].as_array().expect("supportedVersions").clone();
+    assert!(
+        versions.contains(&json!(MODERN)) && versions.contains(&json!(LEGACY)),
+        "{d}"
+    );
+    assert_eq!(
+        d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "crosstalk",
+        "{d}"
+    );
+    assert!(d["capabilities"]["tools"].is_object(), "{d}");
+    let posted = m
+        .call_ok(
+            "post_message",
+            json!({"channel": "dev", "sender": "new", "body": "hello"}),
+        )
+        .await;
+    let page = m.call_ok("get_messages", json!({"channel": "dev"})).await;
+    assert_eq!(page["messages"], json!([posted]));
+    assert!(m
+        .call_err("get_messages", json!({"channel": "dev", "limit": 0}))
+        .await
+        .contains("limit"));
+    let tools = m.ok("tools/list", Value::Null).await;
+    assert_eq!(tools["tools"].as_array().unwrap().len(), 20);
+}
+
+async fn status_with(s: &Server, host: Option<&str>, origin: Option<&str>) -> u16 {
+    let m = Mcp::unconnected(s, LEGACY);
+    let mut req = m.post_raw(&m.request_body(
+        1,
+        "initialize",
+        json!({"protocolVersion": LEGACY,
+        "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+    ));
+    if let Some(h) = host {
+        req = req.header("Host", h);
+    }
+    if let Some(o) = origin {
+        req = req.header("Origin", o);
+    }
+    req.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn foreign_hosts_and_origins_are_refused() {
+    let s = Server::start();
+    let port = s.base.rsplit(':').next().unwrap().to_owned();
+    assert_eq!(status_with(&s, None, None).await, 200);
+    assert_eq!(status_with(&s, Some(&format!("localhost:{port}")), None).await, 200);
+    assert_eq!(
+        status_with(
+            &s,
+            Some(&format!("localhost:{port}")),
+            Some(&format!("http://localhost:{port}"))
+        )
+        .await,
+        200
+    );
+    // DNS rebinding: the browser sends the attacker's name.
+    assert_eq!(status_with(&s, Some(&format!("evil.example:{port}")), None).await, 403);
+    // A page elsewhere posting to the loopback relay.
+    assert_eq!(status_with(&s, None, Some("http://evil.example")).await, 403);
+    // REST is not the MCP endpoint and is unaffected.
+    let r = client()
+        .get(s.url("/healthz"))
+        .header("Host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn the_allow_list_admits_named_hosts_and_keeps_loopback() {
+    let s = Server::start_with(&["--allowed-hosts", "relay.example.com, other.example:8765"]);
+    assert_eq!(status_with(&s, Some("relay.example.com"), None).await, 200);
+    assert_eq!(
+        status_with(&s, Some("relay.example.com:1234"), Some("https://relay.example.com")).await,
+        200
+    );
+    assert_eq!(status_with(&s, Some("other.example:8765"), None).await, 200);
+    assert_eq!(status_with(&s, Some("other.example:9999"), None).await, 403);
+    assert_eq!(status_with(&s, Some("evil.example"), None).await, 403);
+    assert_eq!(status_with(&s, None, None).await, 200, "loopback still works");
+}
+
+#[test]
+fn an_empty_allow_list_is_refused_at_startup() {
+    for (flag, env) in [(Some(""), None), (Some(" , "), None), (None, Some(""))] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_crosstalk"));
+        cmd.args(["serve", "--port", "0", "--data-dir"]).arg(dir.path());
+        if let Some(f) = flag {
+            cmd.args(["--allowed-hosts", f]);
+        }
+        if let Some(e) = env {
+            cmd.env("CROSSTALK_ALLOWED_HOSTS", e);
+        }
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success(), "started with flag {flag:?} env {env:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("allowed hosts is empty"), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_open_mcp_sessions_quickly() {
+    let mut s = Server::start();
+    let m = Mcp::connect(&s).await;
+    let mut stream = m.listen().await;
+    let m2 = Mcp::connect(&s).await;
+    let waiter = tokio::spawn(async move {
+        m2.request(
+            "tools/call",
+            json!({"name": "wait_for_message", "arguments": {"channel": "dev", "timeout_s": 50}}),
+        )
+        .await
+    });
+    let stateless = Mcp::stateless(&s);
+    let listen = stateless.post_raw(&stateless.request_body(
+        9,
+        "subscriptions/listen",
+        json!({"notifications": {"resourceSubscriptions": ["crosstalk://channels/dev"]}}),
+    ));
+    let listener = tokio::spawn(async move { listen.send().await?.text().await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (took, clean) = s.terminate();
+    assert!(clean, "exit status is success");
+    assert!(took < Duration::from_secs(2), "SIGTERM to exit took {took:?}");
+    // Every stream ended with the process.
+    while stream.next(Duration::from_secs(2)).await.is_some() {}
+    let _ = tokio::time::timeout(Duration::from_secs(2), waiter).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), listener).await;
+}
