@@ -81,19 +81,6 @@ impl Auth {
     }
 }
 
-impl Auth {
-    /// The identity a request's `Authorization` header binds it to: `Some` only for a
-    /// participant token. (The middleware has already refused requests without a valid one.)
-    pub fn participant_of(&self, authorization: Option<&str>) -> Option<String> {
-        let h = authorization?.trim();
-        let token = (h.len() > 7 && h[..7].eq_ignore_ascii_case("bearer ")).then(|| h[7..].trim())?;
-        match self.resolve(token)? {
-            Principal::Participant(id) => Some(id),
-            _ => None,
-        }
-    }
-}
-
 fn token_of(req: &ServiceRequest) -> Option<String> {
     if let Some(h) = req.headers().get("authorization").and_then(|v| v.to_str().ok()) {
         let h = h.trim();

@@ -49,8 +49,6 @@ pub struct McpSettings {
     pub max_body_bytes: usize,
     /// Pending waits, shared with the REST long-poll and shown by `/healthz`.
     pub waits: Arc<AtomicUsize>,
-    /// Token access control, to bind participant tokens to their identity.
-    pub auth: crate::auth::Auth,
 }
 
 /// The transport, built once and cloned into every worker: sessions live in its session
@@ -65,10 +63,9 @@ pub fn service(relay: Relay, settings: &McpSettings) -> McpService {
     let shutdown = relay.shutdown_token();
     let wait_cap = settings.wait_cap;
     let waits = settings.waits.clone();
-    let auth = settings.auth.clone();
     StreamableHttpService::builder()
         .service_factory(Arc::new(move || {
-            Ok(CrosstalkMcp::new(relay.clone(), wait_cap, waits.clone(), auth.clone()))
+            Ok(CrosstalkMcp::new(relay.clone(), wait_cap, waits.clone()))
         }))
         .session_manager(Arc::new(sessions::DisconnectAware::default()))
         .stateful_mode(true)
@@ -77,6 +74,13 @@ pub fn service(relay: Relay, settings: &McpSettings) -> McpService {
         .allowed_hosts(hosts)
         .allowed_origins(origins)
         .cancellation_token(shutdown)
+        // The auth middleware's verdict travels to the tools, so a participant token acts
+        // only as its identity over MCP too (the Authorization header itself is not passed).
+        .on_request_fn(|req, ext| {
+            if let Some(p) = actix_web::HttpMessage::extensions(req).get::<crate::auth::Principal>() {
+                ext.insert(p.clone());
+            }
+        })
         .build()
 }
 
@@ -125,20 +129,18 @@ pub struct CrosstalkMcp {
     log_level: Arc<Mutex<LoggingLevel>>,
     /// Pending waits, for `/healthz`.
     waits: Arc<AtomicUsize>,
-    auth: crate::auth::Auth,
     /// The identity this MCP session registered as (`register`); it keeps it.
     bound: Arc<Mutex<Option<String>>>,
 }
 
 impl CrosstalkMcp {
-    pub fn new(relay: Relay, wait_cap: Duration, waits: Arc<AtomicUsize>, auth: crate::auth::Auth) -> Self {
+    pub fn new(relay: Relay, wait_cap: Duration, waits: Arc<AtomicUsize>) -> Self {
         CrosstalkMcp {
             subscriptions: Arc::new(resources::Subscriptions::new(relay.shutdown_token())),
             relay,
             wait_cap,
             log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
             waits,
-            auth,
             bound: Arc::new(Mutex::new(None)),
         }
     }
@@ -193,7 +195,12 @@ impl ServerHandler for CrosstalkMcp {
             // The crosstalk session token if the client sends one (stateless clients),
             // else the MCP session: what an identity registered here is bound to.
             session: header(&context, crate::rest::SESSION_HEADER).or_else(|| header(&context, "mcp-session-id")),
-            principal: self.auth.participant_of(header(&context, "authorization").as_deref()),
+            principal: match rmcp_actix_web::transport::on_request_extensions(&context.extensions)
+                .and_then(|e| e.get::<crate::auth::Principal>())
+            {
+                Some(crate::auth::Principal::Participant(id)) => Some(id.clone()),
+                _ => None,
+            },
             bound: self.bound.clone(),
             relay: self.relay.clone(),
             wait_cap: self.wait_cap,

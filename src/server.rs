@@ -128,7 +128,6 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
             allowed_hosts: config.allowed_hosts.clone(),
             max_body_bytes: config.max_body_bytes,
             waits: state.waits.clone(),
-            auth: config.auth.clone(),
         },
     );
     let addr = format!("{}:{}", config.host, config.port);

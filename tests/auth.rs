@@ -88,3 +88,32 @@ async fn tokens_guard_every_route_and_bind_participants_to_their_identity() {
     let bodies: Vec<_> = stored.as_array().unwrap().iter().map(|m| m["body"].clone()).collect();
     assert_eq!(bodies, [json!("hi"), json!("me")], "refused requests stored nothing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_token_acts_only_as_itself_over_mcp_too() {
+    use common::mcp::Mcp;
+    let s = Server::start_with(&["--participants", "alice:tok-alice"]);
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("authorization", "Bearer tok-alice".parse().unwrap());
+    let http = reqwest::Client::builder().default_headers(headers).build().unwrap();
+    let m = Mcp::connect_with(&s, http).await;
+    let err = m
+        .call_err(
+            "post_message",
+            json!({"channel": "dev", "sender": "bob", "body": "forged"}),
+        )
+        .await;
+    assert!(err.contains("belongs to \"alice\""), "{err}");
+    m.call_ok(
+        "post_message",
+        json!({"channel": "dev", "sender": "alice", "body": "mine"}),
+    )
+    .await;
+    let r = client()
+        .post(s.url("/mcp"))
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "no token, no MCP");
+}

@@ -40,7 +40,13 @@ impl Mcp {
 
     /// A 2025-11-25 session: `initialize`, then `notifications/initialized`.
     pub async fn connect(s: &Server) -> Mcp {
+        Self::connect_with(s, super::client()).await
+    }
+
+    /// Like [`connect`](Self::connect), with a client of the caller's (default headers, …).
+    pub async fn connect_with(s: &Server, http: reqwest::Client) -> Mcp {
         let mut m = Mcp::unconnected(s, LEGACY);
+        m.http = http;
         let r = m
             .post_raw(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                 "protocolVersion": LEGACY, "capabilities": {},
