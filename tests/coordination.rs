@@ -532,8 +532,28 @@ async fn channels_are_created_found_and_searched() {
 async fn the_inbox_hands_out_each_message_once() {
     let s = Server::start();
     let c = client();
-    post(&c, &s, "one", msg("me", "joining")).await;
-    post(&c, &s, "two", msg("me", "joining too")).await;
+    let (_, reg) = send(
+        &c,
+        "POST",
+        &s.url("/api/register"),
+        Some(json!({"instance_id": "me"})),
+        None,
+    )
+    .await;
+    let token = reg["session"].as_str().unwrap().to_owned();
+    let inbox_url = s.url("/api/inbox?instance_id=me");
+    let inbox = || send(&c, "GET", &inbox_url, None, Some(&token));
+    let (one, two) = (s.url("/api/channels/one/messages"), s.url("/api/channels/two/messages"));
+    assert_eq!(
+        send(&c, "POST", &one, Some(msg("me", "joining")), Some(&token)).await.0,
+        201
+    );
+    assert_eq!(
+        send(&c, "POST", &two, Some(msg("me", "joining too")), Some(&token))
+            .await
+            .0,
+        201
+    );
     let a = post(&c, &s, "one", msg("bob", "for everyone")).await;
     post(
         &c,
@@ -550,14 +570,14 @@ async fn the_inbox_hands_out_each_message_once() {
     )
     .await;
     post(&c, &s, "three", msg("bob", "a channel I never joined")).await;
-    let (status, inbox) = get_json(&c, &s.url("/api/inbox?instance_id=me")).await;
+    let (status, got) = inbox().await;
     assert_eq!(status, 200);
-    assert_eq!(inbox, json!([a, b]));
-    let (_, again) = get_json(&c, &s.url("/api/inbox?instance_id=me")).await;
-    assert_eq!(again, json!([]), "never twice");
+    assert_eq!(got, json!([a, b]));
+    assert_eq!(inbox().await.1, json!([]), "never twice");
     let c2 = post(&c, &s, "one", msg("bob", "later")).await;
-    let (_, more) = get_json(&c, &s.url("/api/inbox?instance_id=me")).await;
-    assert_eq!(more, json!([c2]));
+    assert_eq!(inbox().await.1, json!([c2]));
+    let (status, _) = get_json(&c, &s.url("/api/inbox?instance_id=me")).await;
+    assert_eq!(status, 403, "someone else's inbox needs its session");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,7 @@
 pub mod channel;
 pub mod commit;
 pub mod error;
+pub mod identities;
 pub mod presence;
 pub mod registry;
 pub mod relay;
@@ -20,8 +21,9 @@ pub mod view;
 pub use channel::{ChannelHandle, Retention, Role};
 pub use commit::Durability;
 pub use error::RelayError;
+pub use identities::InstanceView;
 pub use presence::{Participant, PresenceEvent};
-pub use registry::{InstanceView, Registered};
+pub use registry::Registered;
 pub use relay::{Directives, Relay, RelayConfig, WaitOptions, WaitOutcome, WaitResult};
 pub use shared::SharedSummary;
 pub use store::{EventStore, RepairReport, StoreError};

@@ -37,8 +37,10 @@ pub enum PresenceEvent {
 }
 
 struct Entry {
+    /// `last_seen` is filled in when listed, not on every heartbeat.
     participant: Participant,
     seen: Instant,
+    at: Timestamp,
 }
 
 /// A participant was heard from on a channel.
@@ -135,12 +137,14 @@ impl Handler<Heartbeat> for PresenceSupervisor {
 
     fn handle(&mut self, hb: Heartbeat, _: &mut Context<Self>) {
         let members = self.channels.entry(hb.channel.clone()).or_default();
-        let now = Timestamp::now().to_rfc3339();
+        let now = Timestamp::now();
         match members.get_mut(&hb.participant_id) {
             Some(e) => {
                 e.seen = Instant::now();
-                e.participant.last_seen = now;
-                e.participant.activity = hb.activity.to_owned();
+                e.at = now;
+                if e.participant.activity != hb.activity {
+                    e.participant.activity = hb.activity.to_owned();
+                }
                 if hb.display_name.is_some() {
                     e.participant.display_name = hb.display_name;
                 }
@@ -155,13 +159,14 @@ impl Handler<Heartbeat> for PresenceSupervisor {
                     kind: hb.kind.unwrap_or_else(|| "agent".to_owned()),
                     side: hb.side,
                     activity: hb.activity.to_owned(),
-                    last_seen: now,
+                    last_seen: now.to_rfc3339(),
                 };
                 members.insert(
                     hb.participant_id,
                     Entry {
                         participant: participant.clone(),
                         seen: Instant::now(),
+                        at: now,
                     },
                 );
                 let channel = hb.channel.to_string();

@@ -8,6 +8,7 @@
 use crate::channel::{ChannelActor, ChannelConfig, ChannelHandle};
 use crate::commit::Committer;
 use crate::error::RelayError;
+use crate::identities::{Identities, Identity, InstanceView};
 use crate::relay::IdAllocator;
 use crate::store::{EventStore, Space};
 use crate::view::ChannelView;
@@ -17,7 +18,6 @@ use parking_lot::RwLock;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 pub(crate) type Directory = Arc<RwLock<HashMap<ChannelName, ChannelHandle>>>;
 
@@ -48,20 +48,6 @@ pub struct Registered {
     pub session: String,
 }
 
-/// Checks that `session` may act as `instance_id`, and counts as its heartbeat. An identity
-/// bound to a live session can only be used with that session; an unknown or stale one is free.
-#[derive(Message)]
-#[rtype(result = "Result<(), RelayError>")]
-pub struct Authorize {
-    pub instance_id: String,
-    pub session: Option<String>,
-}
-
-/// Every known instance, online or not.
-#[derive(Message)]
-#[rtype(result = "Vec<InstanceView>")]
-pub struct ListInstances;
-
 /// Moves an identity's read cursor on a channel forward (never back).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -76,34 +62,15 @@ pub struct AdvanceCursor {
 #[rtype(result = "Vec<(ChannelName, u64)>")]
 pub struct Cursors(pub String);
 
-/// An instance as `list_instances` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct InstanceView {
-    pub instance_id: String,
-    pub description: Option<String>,
-    pub kind: InstanceKind,
-    /// `online` if heard from within the presence TTL, else `offline`.
-    pub status: &'static str,
-    pub last_seen: Option<String>,
-    pub registered_at: String,
-}
-
-struct Live {
-    instance: Instance,
-    session: Option<String>,
-    seen: Option<(Instant, Timestamp)>,
-}
-
 pub struct Registry {
     pub(crate) directory: Directory,
     pub(crate) store: Arc<dyn EventStore>,
     pub(crate) committer: Committer,
     pub(crate) ids: Arc<IdAllocator>,
     pub(crate) channel_config: ChannelConfig,
-    pub(crate) presence_ttl: Duration,
     /// Retention overrides by channel.
     per_channel: HashMap<ChannelName, crate::channel::Retention>,
-    instances: HashMap<String, Live>,
+    identities: Arc<Identities>,
     cursors: HashMap<String, HashMap<ChannelName, u64>>,
 }
 
@@ -115,20 +82,11 @@ impl Registry {
         ids: Arc<IdAllocator>,
         channel_config: ChannelConfig,
         per_channel: HashMap<ChannelName, crate::channel::Retention>,
+        identities: Arc<Identities>,
     ) -> Result<Self, RelayError> {
-        let mut instances = HashMap::new();
         for (_, bytes) in store.scan_aux(Space::Instances, b"", false, usize::MAX)? {
             match codec::decode::<Instance>(&bytes) {
-                Ok(instance) => {
-                    instances.insert(
-                        instance.instance_id.clone(),
-                        Live {
-                            instance,
-                            session: None,
-                            seen: None,
-                        },
-                    );
-                }
+                Ok(instance) => identities.insert(Identity::new(instance, None, None)),
                 Err(e) => tracing::error!(error = %e, "skipping a damaged instance record"),
             }
         }
@@ -148,35 +106,14 @@ impl Registry {
             cursors.entry(who).or_default().insert(ch, id);
         }
         Ok(Registry {
-            presence_ttl: channel_config.presence_ttl,
             directory,
             store,
             committer,
             ids,
             channel_config,
             per_channel,
-            instances,
+            identities,
             cursors,
-        })
-    }
-
-    fn view(&self, live: &Live) -> InstanceView {
-        let online = live.seen.is_some_and(|(at, _)| at.elapsed() < self.presence_ttl);
-        InstanceView {
-            instance_id: live.instance.instance_id.clone(),
-            description: live.instance.description.clone(),
-            kind: live.instance.kind,
-            status: if online { "online" } else { "offline" },
-            last_seen: live.seen.map(|(_, t)| t.to_rfc3339()),
-            registered_at: live.instance.registered_at.to_rfc3339(),
-        }
-    }
-
-    fn live_elsewhere(&self, instance_id: &str, session: Option<&str>) -> bool {
-        self.instances.get(instance_id).is_some_and(|l| {
-            l.session.is_some()
-                && l.session.as_deref() != session
-                && l.seen.is_some_and(|(at, _)| at.elapsed() < self.presence_ttl)
         })
     }
 }
@@ -241,11 +178,11 @@ impl Handler<Register> for Registry {
                     }));
                 }
             }
-            if self.live_elsewhere(&id, msg.session.as_deref()) {
+            if self.identities.live_elsewhere(&id, msg.session.as_deref()) {
                 return Err(RelayError::Conflict(format!(
                     "instance id {id:?} is in use by another live session; pick another id, or wait until it has \
                      been silent for {} s",
-                    self.presence_ttl.as_secs()
+                    self.identities.ttl().as_secs()
                 )));
             }
             let session = msg
@@ -253,7 +190,7 @@ impl Handler<Register> for Registry {
                 .clone()
                 .unwrap_or_else(|| format!("ct-{}", uuid::Uuid::new_v4().simple()));
             let now = Timestamp::now();
-            let registered_at = self.instances.get(&id).map_or(now, |l| l.instance.registered_at);
+            let registered_at = self.identities.get(&id).map_or(now, |l| l.instance.registered_at);
             let instance = Instance {
                 instance_id: id.clone(),
                 description: msg.description.clone().filter(|d| !d.trim().is_empty()),
@@ -262,13 +199,9 @@ impl Handler<Register> for Registry {
             };
             self.store
                 .put_aux(Space::Instances, id.as_bytes(), Some(&codec::encode(&instance)))?;
-            let live = Live {
-                instance,
-                session: Some(session.clone()),
-                seen: Some((Instant::now(), now)),
-            };
-            let view = self.view(&live);
-            self.instances.insert(id, live);
+            let identity = Identity::new(instance, Some(session.clone()), Some(now));
+            let view = self.identities.view(&identity);
+            self.identities.insert(identity);
             Ok(Registered {
                 instance: view,
                 session,
@@ -281,35 +214,6 @@ impl Handler<Register> for Registry {
             }
             result
         })
-    }
-}
-
-impl Handler<Authorize> for Registry {
-    type Result = Result<(), RelayError>;
-
-    fn handle(&mut self, msg: Authorize, _: &mut Context<Self>) -> Self::Result {
-        if self.live_elsewhere(&msg.instance_id, msg.session.as_deref()) {
-            return Err(RelayError::Forbidden(format!(
-                "instance {:?} is registered to another session; send that session's token to act as it",
-                msg.instance_id
-            )));
-        }
-        if let Some(live) = self.instances.get_mut(&msg.instance_id) {
-            if msg.session.is_some() && live.session == msg.session || live.session.is_none() {
-                live.seen = Some((Instant::now(), Timestamp::now()));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Handler<ListInstances> for Registry {
-    type Result = MessageResult<ListInstances>;
-
-    fn handle(&mut self, _: ListInstances, _: &mut Context<Self>) -> Self::Result {
-        let mut list: Vec<InstanceView> = self.instances.values().map(|l| self.view(l)).collect();
-        list.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        MessageResult(list)
     }
 }
 

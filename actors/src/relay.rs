@@ -8,11 +8,9 @@ use crate::channel::{
 };
 use crate::commit::{Committer, Durability};
 use crate::error::RelayError;
+use crate::identities::{Identities, InstanceView};
 use crate::presence::{Heartbeat, Leave, ListPresence, Participant, PresenceEvent, PresenceSupervisor, WatchPresence};
-use crate::registry::{
-    AdvanceCursor, Authorize, Cursors, Directory, InstanceView, ListInstances, OpenChannel, Register, Registered,
-    Registry,
-};
+use crate::registry::{AdvanceCursor, Cursors, Directory, OpenChannel, Register, Registered, Registry};
 use crate::search::{self, Indexer, Query};
 use crate::shared::{Fetch, ListShared, Share, SharedStore, SharedSummary, Unshare};
 use crate::store::{EventStore, RepairReport};
@@ -157,6 +155,7 @@ struct Inner {
     presence: Addr<PresenceSupervisor>,
     shared: Addr<SharedStore>,
     directory: Directory,
+    identities: Arc<Identities>,
     store: Arc<dyn EventStore>,
     committer: Committer,
     shutdown: CancellationToken,
@@ -216,6 +215,7 @@ impl Relay {
             retention_every: config.retention_every,
         };
         let per_channel = config.channel_retention.clone();
+        let identities = Arc::new(Identities::new(config.presence_ttl));
         let registry = Registry::new(
             directory.clone(),
             store.clone(),
@@ -223,6 +223,7 @@ impl Relay {
             ids,
             channel_config,
             per_channel,
+            identities.clone(),
         )?
         .start();
         let presence = PresenceSupervisor::new(config.presence_ttl).start();
@@ -240,6 +241,7 @@ impl Relay {
                 presence,
                 shared,
                 directory,
+                identities,
                 store,
                 committer,
                 shutdown: CancellationToken::new(),
@@ -278,14 +280,7 @@ impl Relay {
 
     /// Checks that `session` may act as `instance_id` (and records a heartbeat).
     pub async fn authorize(&self, instance_id: &str, session: Option<&str>) -> Result<(), RelayError> {
-        self.inner
-            .registry
-            .send(Authorize {
-                instance_id: instance_id.to_owned(),
-                session: session.map(str::to_owned),
-            })
-            .timeout(ACTOR_CALL_TIMEOUT)
-            .await?
+        self.inner.identities.authorize(instance_id, session)
     }
 
     /// Posts a message; returns it once it is durable and visible to every reader.
@@ -313,8 +308,11 @@ impl Relay {
             side: posted.message.side.clone(),
             activity: "posted",
         });
-        // Joining by posting: the sender gets a read cursor here (its inbox covers the channel).
-        self.advance_cursor(&posted.message.sender, channel, 0);
+        // Joining by posting: a registered sender gets a read cursor here (its inbox covers
+        // the channel).
+        if self.inner.identities.get(&posted.message.sender).is_some() {
+            self.advance_cursor(&posted.message.sender, channel, 0);
+        }
         Ok(posted)
     }
 
@@ -670,12 +668,7 @@ impl Relay {
     }
 
     pub async fn list_instances(&self) -> Result<Vec<InstanceView>, RelayError> {
-        Ok(self
-            .inner
-            .registry
-            .send(ListInstances)
-            .timeout(ACTOR_CALL_TIMEOUT)
-            .await?)
+        Ok(self.inner.identities.list())
     }
 
     pub async fn share_data(

@@ -1,0 +1,123 @@
+//! Registered identities, shared read-mostly: the registry actor is the only writer (it
+//! serialises registrations and persists them); every call from an identity checks its
+//! binding and records its heartbeat here without an actor round trip.
+
+use crate::error::RelayError;
+use crosstalk_schema::{Instance, InstanceKind, Timestamp};
+use parking_lot::RwLock;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One registered identity.
+pub struct Identity {
+    pub instance: Instance,
+    /// The session it is bound to (`None` for an identity loaded from the store and not yet
+    /// re-registered since the restart: free until someone registers it).
+    pub session: Option<String>,
+    /// When it was last heard from (µs since the epoch; 0 = not since the restart).
+    seen: AtomicI64,
+}
+
+impl Identity {
+    pub(crate) fn new(instance: Instance, session: Option<String>, seen: Option<Timestamp>) -> Self {
+        Identity {
+            instance,
+            session,
+            seen: AtomicI64::new(seen.map_or(0, |t| t.0)),
+        }
+    }
+
+    fn seen(&self) -> Option<Timestamp> {
+        match self.seen.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Timestamp(us)),
+        }
+    }
+}
+
+/// An instance as `list_instances` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceView {
+    pub instance_id: String,
+    pub description: Option<String>,
+    pub kind: InstanceKind,
+    /// `online` if heard from within the presence TTL, else `offline`.
+    pub status: &'static str,
+    pub last_seen: Option<String>,
+    pub registered_at: String,
+}
+
+pub struct Identities {
+    map: RwLock<HashMap<String, Arc<Identity>>>,
+    /// Heard from within this long = live.
+    ttl: Duration,
+}
+
+impl Identities {
+    pub(crate) fn new(ttl: Duration) -> Self {
+        Identities {
+            map: RwLock::new(HashMap::new()),
+            ttl,
+        }
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn live(&self, id: &Identity) -> bool {
+        id.seen()
+            .is_some_and(|t| Timestamp::now().0 - t.0 < self.ttl.as_micros() as i64)
+    }
+
+    pub fn get(&self, who: &str) -> Option<Arc<Identity>> {
+        self.map.read().get(who).cloned()
+    }
+
+    /// Whether `who` is bound to a live session other than `session`.
+    pub fn live_elsewhere(&self, who: &str, session: Option<&str>) -> bool {
+        self.get(who)
+            .is_some_and(|i| i.session.is_some() && i.session.as_deref() != session && self.live(&i))
+    }
+
+    /// Checks that `session` may act as `who`, and records the heartbeat. An identity bound
+    /// to a live session can only be used with that session; an unknown or stale one is free.
+    pub fn authorize(&self, who: &str, session: Option<&str>) -> Result<(), RelayError> {
+        let Some(id) = self.get(who) else { return Ok(()) };
+        if id.session.is_some() && id.session.as_deref() != session {
+            if self.live(&id) {
+                return Err(RelayError::Forbidden(format!(
+                    "instance {who:?} is registered to another session; send that session's token to act as it"
+                )));
+            }
+            return Ok(());
+        }
+        id.seen.store(Timestamp::now().0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub(crate) fn insert(&self, id: Identity) {
+        self.map.write().insert(id.instance.instance_id.clone(), Arc::new(id));
+    }
+
+    pub fn view(&self, id: &Identity) -> InstanceView {
+        InstanceView {
+            instance_id: id.instance.instance_id.clone(),
+            description: id.instance.description.clone(),
+            kind: id.instance.kind,
+            status: if self.live(id) { "online" } else { "offline" },
+            last_seen: id.seen().map(Timestamp::to_rfc3339),
+            registered_at: id.instance.registered_at.to_rfc3339(),
+        }
+    }
+
+    /// Every known instance, by id.
+    pub fn list(&self) -> Vec<InstanceView> {
+        let mut list: Vec<InstanceView> = self.map.read().values().map(|i| self.view(i)).collect();
+        list.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+        list
+    }
+}
