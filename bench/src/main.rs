@@ -62,6 +62,13 @@ struct Args {
     /// Threads of the load generator's runtime.
     #[arg(long, default_value_t = 2)]
     client_threads: usize,
+    /// Runs crosstalk under this command, e.g. "valgrind --tool=callgrind" (bench/profile).
+    #[arg(long)]
+    relay_wrapper: Option<String>,
+    /// Runs `HOOK start|end WORKLOAD PID` around each workload (bench/profile uses it to
+    /// profile one workload at a time).
+    #[arg(long)]
+    hook: Option<PathBuf>,
     /// The command to record in the report [default: this process's arguments].
     #[arg(long)]
     command_line: Option<String>,
@@ -111,6 +118,19 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs the `--hook` command, if any, and waits for it.
+fn hook(hook: Option<&Path>, phase: &str, workload: &str, pid: u32) {
+    if let Some(h) = hook {
+        match std::process::Command::new(h)
+            .args([phase, workload, &pid.to_string()])
+            .status()
+        {
+            Ok(s) if s.success() => {}
+            other => eprintln!("hook {phase} {workload}: {other:?}"),
+        }
+    }
+}
+
 fn record_outcome(rec: &mut Record, kind: Kind, name: &str, outcome: anyhow::Result<Done>, failed: &mut usize) {
     let status = match outcome {
         Ok(Done::Ran) => "ok".to_owned(),
@@ -125,16 +145,26 @@ fn record_outcome(rec: &mut Record, kind: Kind, name: &str, outcome: anyhow::Res
 }
 
 /// Runs every selected workload against one kind of server; returns the failures.
+/// What every system's run shares.
+struct Setup<'a> {
+    data_root: &'a Path,
+    /// Workloads chosen with `--only` (all by default).
+    selected: &'a [String],
+    /// Most subscribers the open-file limit allows.
+    max_subscribers: usize,
+    hook: Option<&'a Path>,
+}
+
 async fn bench_one(
     plan: &Plan,
     launcher: &Launcher,
     python: Option<&PathBuf>,
-    data_root: &Path,
-    want: &dyn Fn(&str) -> bool,
-    max_subscribers: usize,
+    setup: &Setup<'_>,
     rec: &mut Record,
 ) -> anyhow::Result<usize> {
     let kind = launcher.kind;
+    let (data_root, max_subscribers, hook_cmd) = (setup.data_root, setup.max_subscribers, setup.hook);
+    let want = |w: &str| setup.selected.iter().any(|s| s == w);
     let mut failed = 0;
     let dir = data_root.join(kind.name());
     if dir.exists() {
@@ -151,32 +181,64 @@ async fn bench_one(
             server.addr,
             ready.as_secs_f64() * 1e3
         );
+        let pid = server.pid()?;
         let mut last_id = 0;
         if want("post") || want("tail") {
-            let outcome = workload::post::post(plan, &server, rec).await.map(|id| {
+            let outcome = {
+                hook(hook_cmd, "start", "post", pid);
+                let o = workload::post::post(plan, &server, rec).await;
+                hook(hook_cmd, "end", "post", pid);
+                o
+            }
+            .map(|id| {
                 last_id = id;
                 Done::Ran
             });
             record_outcome(rec, kind, "post", outcome, &mut failed);
         }
         if want("tail") {
-            let outcome = workload::post::tail(plan, &server, rec, last_id).await;
+            let outcome = {
+                hook(hook_cmd, "start", "tail", pid);
+                let o = workload::post::tail(plan, &server, rec, last_id).await;
+                hook(hook_cmd, "end", "tail", pid);
+                o
+            };
             record_outcome(rec, kind, "tail", outcome, &mut failed);
         }
         if want("wake") {
-            let outcome = workload::wake::wake(plan, &server, rec).await;
+            let outcome = {
+                hook(hook_cmd, "start", "wake", pid);
+                let o = workload::wake::wake(plan, &server, rec).await;
+                hook(hook_cmd, "end", "wake", pid);
+                o
+            };
             record_outcome(rec, kind, "wake", outcome, &mut failed);
         }
         if want("fanout") {
-            let outcome = workload::fanout::fanout(plan, &server, rec).await;
+            let outcome = {
+                hook(hook_cmd, "start", "fanout", pid);
+                let o = workload::fanout::fanout(plan, &server, rec).await;
+                hook(hook_cmd, "end", "fanout", pid);
+                o
+            };
             record_outcome(rec, kind, "fanout", outcome, &mut failed);
         }
         if want("idle") {
-            let outcome = workload::fanout::idle(plan, &server, rec, max_subscribers).await;
+            let outcome = {
+                hook(hook_cmd, "start", "idle", pid);
+                let o = workload::fanout::idle(plan, &server, rec, max_subscribers).await;
+                hook(hook_cmd, "end", "idle", pid);
+                o
+            };
             record_outcome(rec, kind, "idle", outcome, &mut failed);
         }
         if want("mcp") {
-            let outcome = workload::mcp::mcp_post(plan, &server, rec).await;
+            let outcome = {
+                hook(hook_cmd, "start", "mcp", pid);
+                let o = workload::mcp::mcp_post(plan, &server, rec).await;
+                hook(hook_cmd, "end", "mcp", pid);
+                o
+            };
             record_outcome(rec, kind, "mcp", outcome, &mut failed);
         }
         if let Err(e) = server.stop().await {
@@ -213,7 +275,6 @@ async fn run(args: Args) -> anyhow::Result<usize> {
     if let Some(bad) = selected.iter().find(|s| !ALL.contains(&s.as_str())) {
         anyhow::bail!("unknown workload {bad:?}; choose from {ALL:?}");
     }
-    let want = |w: &str| selected.iter().any(|s| s == w);
     let nofile = raise_nofile();
     let max_subscribers = nofile.saturating_sub(FD_RESERVE);
     let mut machine = report::Machine::probe();
@@ -231,11 +292,22 @@ async fn run(args: Args) -> anyhow::Result<usize> {
     let mut systems = std::collections::BTreeMap::new();
     let ours = Launcher {
         kind: Kind::Crosstalk,
+        wrapper: args
+            .relay_wrapper
+            .as_deref()
+            .map(|w| w.split_whitespace().map(String::from).collect())
+            .unwrap_or_default(),
         program: std::fs::canonicalize(&args.relay_bin).with_context(|| format!("{}", args.relay_bin.display()))?,
         log_dir: log_dir.clone(),
     };
     let mut rec = Record::default();
-    failed += bench_one(&plan, &ours, None, &data_root, &want, max_subscribers, &mut rec)
+    let setup = Setup {
+        data_root: &data_root,
+        selected: &selected,
+        max_subscribers,
+        hook: args.hook.as_deref(),
+    };
+    failed += bench_one(&plan, &ours, None, &setup, &mut rec)
         .await
         .context("crosstalk")?;
     systems.insert(Kind::Crosstalk.name().to_owned(), rec);
@@ -245,6 +317,7 @@ async fn run(args: Args) -> anyhow::Result<usize> {
         Some(program) => {
             let peer = Launcher {
                 kind: Kind::Peer,
+                wrapper: Vec::new(),
                 program: std::fs::canonicalize(program)?,
                 log_dir: log_dir.clone(),
             };
@@ -258,17 +331,10 @@ async fn run(args: Args) -> anyhow::Result<usize> {
                 peer_plan.idle_subscribers = n;
             }
             let mut rec = Record::default();
-            failed += bench_one(
-                &peer_plan,
-                &peer,
-                python.as_ref(),
-                &data_root,
-                &want,
-                max_subscribers,
-                &mut rec,
-            )
-            .await
-            .context("crosstalk-mcp")?;
+            let setup = Setup { hook: None, ..setup };
+            failed += bench_one(&peer_plan, &peer, python.as_ref(), &setup, &mut rec)
+                .await
+                .context("crosstalk-mcp")?;
             systems.insert(Kind::Peer.name().to_owned(), rec);
         }
     }

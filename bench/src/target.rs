@@ -48,6 +48,8 @@ impl Kind {
 #[derive(Debug, Clone)]
 pub struct Launcher {
     pub kind: Kind,
+    /// A command the server runs under (a profiler), or empty.
+    pub wrapper: Vec<String>,
     /// `crosstalk` binary, or the `crosstalk-mcp` console script in the virtualenv.
     pub program: PathBuf,
     /// Where the server's stdout and stderr go.
@@ -73,7 +75,14 @@ impl Launcher {
         std::fs::create_dir_all(&self.log_dir)?;
         let log_path = self.log_dir.join(format!("{}-{tag}.log", self.kind.name()));
         let log = std::fs::File::create(&log_path)?;
-        let mut cmd = Command::new(&self.program);
+        let mut cmd = match self.wrapper.split_first() {
+            None => Command::new(&self.program),
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&self.program);
+                c
+            }
+        };
         cmd.stdin(Stdio::null()).stderr(log.try_clone()?).kill_on_drop(true);
         let peer_port = match self.kind {
             Kind::Crosstalk => {
