@@ -74,7 +74,9 @@ struct Args {
     command_line: Option<String>,
 }
 
-const ALL: &[&str] = &["post", "tail", "wake", "fanout", "idle", "mcp", "startup"];
+/// In run order. MCP runs before the SSE fleets so a peer still draining thousands of closed
+/// streams does not slow it down.
+const ALL: &[&str] = &["post", "tail", "wake", "mcp", "fanout", "idle", "startup"];
 
 /// Raises the soft open-file limit to the hard one; returns the new soft limit.
 fn raise_nofile() -> usize {
@@ -214,6 +216,15 @@ async fn bench_one(
             };
             record_outcome(rec, kind, "wake", outcome, &mut failed);
         }
+        if want("mcp") {
+            let outcome = {
+                hook(hook_cmd, "start", "mcp", pid);
+                let o = workload::mcp::mcp_post(plan, &server, rec).await;
+                hook(hook_cmd, "end", "mcp", pid);
+                o
+            };
+            record_outcome(rec, kind, "mcp", outcome, &mut failed);
+        }
         if want("fanout") {
             let outcome = {
                 hook(hook_cmd, "start", "fanout", pid);
@@ -231,15 +242,6 @@ async fn bench_one(
                 o
             };
             record_outcome(rec, kind, "idle", outcome, &mut failed);
-        }
-        if want("mcp") {
-            let outcome = {
-                hook(hook_cmd, "start", "mcp", pid);
-                let o = workload::mcp::mcp_post(plan, &server, rec).await;
-                hook(hook_cmd, "end", "mcp", pid);
-                o
-            };
-            record_outcome(rec, kind, "mcp", outcome, &mut failed);
         }
         if let Err(e) = server.stop().await {
             record_outcome(rec, kind, "clean stop", Err(e), &mut failed);
@@ -277,15 +279,16 @@ async fn run(args: Args) -> anyhow::Result<usize> {
     }
     let nofile = raise_nofile();
     let max_subscribers = nofile.saturating_sub(FD_RESERVE);
-    let mut machine = report::Machine::probe();
     let log_dir = args.out.join("logs");
     let data_root = args.out.join("data");
     std::fs::create_dir_all(&data_root)?;
+    let mut machine = report::Machine::probe(&data_root);
     println!(
-        "crosstalk-bench: {} mode, {} CPUs, load average {}, open-file limit {nofile}",
+        "crosstalk-bench: {} mode, {} CPUs, load average {}, open-file limit {nofile}, fdatasync p50 {:.2} ms",
         if plan.smoke { "smoke" } else { "full" },
         machine.nproc,
-        machine.loadavg_before
+        machine.loadavg_before,
+        machine.fsync_p50_ms
     );
 
     let mut failed = 0;

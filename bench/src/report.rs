@@ -299,6 +299,32 @@ pub struct Machine {
     pub kernel: String,
     pub loadavg_before: String,
     pub loadavg_after: String,
+    /// Median time of one 4 KiB write + fdatasync in the output directory: the floor under
+    /// every durable acknowledgement, whoever makes it.
+    pub fsync_p50_ms: f64,
+    pub fsync_p99_ms: f64,
+}
+
+/// Writes and syncs 4 KiB `FSYNC_ROUNDS` times in `dir`; returns (p50, p99) in ms.
+fn fsync_latency(dir: &std::path::Path) -> (f64, f64) {
+    use std::io::Write;
+    const FSYNC_ROUNDS: usize = 200;
+    let path = dir.join("fsync-probe");
+    let Ok(mut f) = std::fs::File::create(&path) else {
+        return (f64::NAN, f64::NAN);
+    };
+    let block = [0x5au8; 4096];
+    let mut samples = Vec::with_capacity(FSYNC_ROUNDS);
+    for _ in 0..FSYNC_ROUNDS {
+        let t = std::time::Instant::now();
+        if f.write_all(&block).and_then(|_| f.sync_data()).is_err() {
+            break;
+        }
+        samples.push(t.elapsed());
+    }
+    let _ = std::fs::remove_file(&path);
+    let s = crate::stats::summarize(&samples);
+    (s.p50_ms, s.p99_ms)
 }
 
 pub fn loadavg() -> String {
@@ -308,7 +334,8 @@ pub fn loadavg() -> String {
 }
 
 impl Machine {
-    pub fn probe() -> Machine {
+    pub fn probe(dir: &std::path::Path) -> Machine {
+        let (fsync_p50_ms, fsync_p99_ms) = fsync_latency(dir);
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
         let mem_kib: f64 = meminfo
             .lines()
@@ -331,6 +358,8 @@ impl Machine {
                 .to_owned(),
             loadavg_before: loadavg(),
             loadavg_after: String::new(),
+            fsync_p50_ms,
+            fsync_p99_ms,
         }
     }
 }
@@ -359,8 +388,9 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
     let _ = writeln!(
         s,
         "**Machine:** {} CPUs (`nproc`), {:.1} GiB RAM, {}, Linux {}. Load average (1/5/15 min) \
-         {} before the run, {} after. Servers and load generator share the box, on 127.0.0.1.\n",
-        m.nproc, m.memory_gib, m.cpu_model, m.kernel, m.loadavg_before, m.loadavg_after
+         {} before the run, {} after. One 4 KiB write + fdatasync on the data disk: p50 {:.2} ms, \
+         p99 {:.2} ms. Servers and load generator share the box, on 127.0.0.1.\n",
+        m.nproc, m.memory_gib, m.cpu_model, m.kernel, m.loadavg_before, m.loadavg_after, m.fsync_p50_ms, m.fsync_p99_ms
     );
     let _ = writeln!(s, "{}", table(&r.lines));
     let _ = writeln!(
