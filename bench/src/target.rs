@@ -73,6 +73,8 @@ impl Launcher {
     pub async fn start(&self, data_dir: &Path, extra_args: &[&str], tag: &str) -> anyhow::Result<(Server, Duration)> {
         std::fs::create_dir_all(data_dir)?;
         std::fs::create_dir_all(&self.log_dir)?;
+        // crosstalk-mcp runs inside its data directory: a relative RELAY_DB would resolve twice.
+        let data_dir = &std::fs::canonicalize(data_dir)?;
         let log_path = self.log_dir.join(format!("{}-{tag}.log", self.kind.name()));
         let log = std::fs::File::create(&log_path)?;
         let mut cmd = match self.wrapper.split_first() {
