@@ -1,0 +1,433 @@
+//! The comparison table (stdout and BENCHMARKS.md), the targets each figure is judged
+//! against, the machine description, and results.json for the chart.
+
+use crate::workload::Record;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, Copy)]
+enum Goal {
+    AtLeast(f64),
+    AtMost(f64),
+}
+
+/// One line of the table.
+struct Row {
+    key: &'static str,
+    label: &'static str,
+    unit: &'static str,
+    higher_is_better: bool,
+    goal: Option<Goal>,
+    /// crosstalk must also beat crosstalk-mcp by this factor.
+    min_advantage: Option<f64>,
+    target_text: &'static str,
+}
+
+const ROWS: &[Row] = &[
+    Row {
+        key: "post_per_s",
+        label: "1. durable POST, 16 connections",
+        unit: "/s",
+        higher_is_better: true,
+        goal: Some(Goal::AtLeast(20_000.0)),
+        min_advantage: Some(50.0),
+        target_text: "≥ 20,000/s and ≥ 50×",
+    },
+    Row {
+        key: "post_p99_ms",
+        label: "   POST latency p99",
+        unit: "ms",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "",
+    },
+    Row {
+        key: "tail_per_s",
+        label: "2. tail reads (10 newest), 16 conns",
+        unit: "/s",
+        higher_is_better: true,
+        goal: Some(Goal::AtLeast(40_000.0)),
+        min_advantage: None,
+        target_text: "≥ 40,000/s",
+    },
+    Row {
+        key: "wake_p50_ms",
+        label: "3. wake latency p50",
+        unit: "ms",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "",
+    },
+    Row {
+        key: "wake_p99_ms",
+        label: "3. wake latency p99",
+        unit: "ms",
+        higher_is_better: false,
+        goal: Some(Goal::AtMost(5.0)),
+        min_advantage: None,
+        target_text: "≤ 5 ms",
+    },
+    Row {
+        key: "fanout_p50_ms",
+        label: "4. fan-out to SSE subscribers p50",
+        unit: "ms",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "",
+    },
+    Row {
+        key: "fanout_p99_ms",
+        label: "4. fan-out to SSE subscribers p99",
+        unit: "ms",
+        higher_is_better: false,
+        goal: Some(Goal::AtMost(50.0)),
+        min_advantage: None,
+        target_text: "≤ 50 ms",
+    },
+    Row {
+        key: "idle_kb_per_sub",
+        label: "5. RSS per idle SSE subscriber",
+        unit: "KB",
+        higher_is_better: false,
+        goal: Some(Goal::AtMost(20.0)),
+        min_advantage: None,
+        target_text: "≤ 20 KB",
+    },
+    Row {
+        key: "mcp_post_per_s",
+        label: "6. MCP tools/call post_message",
+        unit: "/s",
+        higher_is_better: true,
+        goal: None,
+        min_advantage: None,
+        target_text: "",
+    },
+    Row {
+        key: "startup_s",
+        label: "7. start-up with stored messages",
+        unit: "s",
+        higher_is_better: false,
+        goal: Some(Goal::AtMost(2.0)),
+        min_advantage: None,
+        target_text: "≤ 2 s",
+    },
+    Row {
+        key: "disk_bytes_per_msg",
+        label: "8. bytes on disk per message",
+        unit: "B",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "",
+    },
+    Row {
+        key: "disk_vs_payload",
+        label: "8. disk ÷ posted JSON",
+        unit: "×",
+        higher_is_better: false,
+        goal: Some(Goal::AtMost(3.0)),
+        min_advantage: None,
+        target_text: "≤ 3×",
+    },
+];
+
+/// A figure for humans: thousands separated, sensible decimals.
+pub fn num(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    let a = v.abs();
+    if a >= 1000.0 {
+        let s = format!("{:.0}", v);
+        let (sign, digits) = s.split_at(if v < 0.0 { 1 } else { 0 });
+        let mut out = String::new();
+        for (i, ch) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(ch);
+        }
+        format!("{sign}{out}")
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Line {
+    pub key: String,
+    pub label: String,
+    pub unit: String,
+    pub higher_is_better: bool,
+    pub crosstalk: Option<f64>,
+    pub peer: Option<f64>,
+    /// How many times better crosstalk is (>1 = better), whichever way "better" points.
+    pub advantage: Option<f64>,
+    pub target: String,
+    pub goal: Option<f64>,
+    pub verdict: String,
+}
+
+pub fn lines(ours: &Record, peer: Option<&Record>, judge: bool) -> Vec<Line> {
+    ROWS.iter()
+        .map(|row| {
+            let o = ours.values.get(row.key).copied();
+            let p = peer.and_then(|r| r.values.get(row.key).copied());
+            let advantage = match (o, p) {
+                (Some(o), Some(p)) if o > 0.0 && p > 0.0 => Some(if row.higher_is_better { o / p } else { p / o }),
+                _ => None,
+            };
+            let verdict = match (row.goal, o) {
+                (None, _) => String::new(),
+                (Some(_), None) => "not measured".into(),
+                (Some(_), Some(_)) if !judge => "(smoke: not judged)".into(),
+                (Some(goal), Some(v)) => {
+                    let mut misses = Vec::new();
+                    match goal {
+                        Goal::AtLeast(t) if v < t => misses.push(format!("{:.0}% short", (1.0 - v / t) * 100.0)),
+                        Goal::AtMost(t) if v > t => misses.push(format!("{:.1}× over", v / t)),
+                        _ => {}
+                    }
+                    if let Some(min) = row.min_advantage {
+                        match advantage {
+                            Some(a) if a < min => misses.push(format!("only {a:.0}× crosstalk-mcp")),
+                            Some(_) => {}
+                            None => misses.push("no crosstalk-mcp figure to compare".into()),
+                        }
+                    }
+                    if misses.is_empty() {
+                        "met".into()
+                    } else {
+                        format!("MISSED ({})", misses.join("; "))
+                    }
+                }
+            };
+            Line {
+                key: row.key.into(),
+                label: row.label.into(),
+                unit: row.unit.into(),
+                higher_is_better: row.higher_is_better,
+                crosstalk: o,
+                peer: p,
+                advantage,
+                target: row.target_text.into(),
+                goal: row.goal.map(|g| match g {
+                    Goal::AtLeast(t) | Goal::AtMost(t) => t,
+                }),
+                verdict,
+            }
+        })
+        .collect()
+}
+
+fn cell(v: Option<f64>, unit: &str) -> String {
+    match v {
+        Some(v) => format!("{} {unit}", num(v)),
+        None => "-".into(),
+    }
+}
+
+/// A markdown table (also readable as plain text on a terminal).
+pub fn table(lines: &[Line]) -> String {
+    let mut rows = vec![[
+        "workload".to_string(),
+        "crosstalk".into(),
+        "crosstalk-mcp".into(),
+        "crosstalk advantage".into(),
+        "target".into(),
+        "verdict".into(),
+    ]];
+    for l in lines {
+        rows.push([
+            l.label.clone(),
+            cell(l.crosstalk, &l.unit),
+            cell(l.peer, &l.unit),
+            l.advantage
+                .map(|a| format!("{}×", num(a)))
+                .unwrap_or_else(|| "-".into()),
+            l.target.clone(),
+            l.verdict.clone(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for (i, r) in rows.iter().enumerate() {
+        out.push('|');
+        for (c, text) in r.iter().enumerate() {
+            let pad = widths[c] - text.chars().count();
+            if c == 0 || c >= 4 {
+                let _ = write!(out, " {text}{} |", " ".repeat(pad));
+            } else {
+                let _ = write!(out, " {}{text} |", " ".repeat(pad));
+            }
+        }
+        out.push('\n');
+        if i == 0 {
+            out.push('|');
+            for (c, w) in widths.iter().enumerate() {
+                let dashes = "-".repeat(*w);
+                if c == 0 || c >= 4 {
+                    let _ = write!(out, ":{dashes}-|");
+                } else {
+                    let _ = write!(out, "-{dashes}:|");
+                }
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// What the figures were measured on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub nproc: usize,
+    pub memory_gib: f64,
+    pub cpu_model: String,
+    pub kernel: String,
+    pub loadavg_before: String,
+    pub loadavg_after: String,
+    /// Median time of one 4 KiB write + fdatasync in the output directory: the floor under
+    /// every durable acknowledgement, whoever makes it.
+    pub fsync_p50_ms: f64,
+    pub fsync_p99_ms: f64,
+}
+
+/// Writes and syncs 4 KiB `FSYNC_ROUNDS` times in `dir`; returns (p50, p99) in ms.
+fn fsync_latency(dir: &std::path::Path) -> (f64, f64) {
+    use std::io::Write;
+    const FSYNC_ROUNDS: usize = 200;
+    let path = dir.join("fsync-probe");
+    let Ok(mut f) = std::fs::File::create(&path) else {
+        return (f64::NAN, f64::NAN);
+    };
+    let block = [0x5au8; 4096];
+    let mut samples = Vec::with_capacity(FSYNC_ROUNDS);
+    for _ in 0..FSYNC_ROUNDS {
+        let t = std::time::Instant::now();
+        if f.write_all(&block).and_then(|_| f.sync_data()).is_err() {
+            break;
+        }
+        samples.push(t.elapsed());
+    }
+    let _ = std::fs::remove_file(&path);
+    let s = crate::stats::summarize(&samples);
+    (s.p50_ms, s.p99_ms)
+}
+
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+impl Machine {
+    pub fn probe(dir: &std::path::Path) -> Machine {
+        let (fsync_p50_ms, fsync_p99_ms) = fsync_latency(dir);
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let mem_kib: f64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(f64::NAN);
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+            .unwrap_or_else(|| "unknown".into());
+        Machine {
+            nproc: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            memory_gib: mem_kib / 1048576.0,
+            cpu_model,
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+            loadavg_before: loadavg(),
+            loadavg_after: String::new(),
+            fsync_p50_ms,
+            fsync_p99_ms,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub date_utc: String,
+    pub command: String,
+    pub commit: String,
+    pub smoke: bool,
+    pub machine: Machine,
+    pub lines: Vec<Line>,
+    pub systems: BTreeMap<String, Record>,
+}
+
+pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
+    let m = &r.machine;
+    let mut s = String::new();
+    let _ = writeln!(s, "# Benchmarks: crosstalk vs crosstalk-mcp 2.0.0\n");
+    let _ = writeln!(
+        s,
+        "Generated by `{}` on {} (commit `{}`). Every figure below comes from that run; \
+         nothing is typed in by hand. Rerun to refresh.\n",
+        r.command, r.date_utc, r.commit
+    );
+    let _ = writeln!(
+        s,
+        "**Machine:** {} CPUs (`nproc`), {:.1} GiB RAM, {}, Linux {}. Load average (1/5/15 min) \
+         {} before the run, {} after. One 4 KiB write + fdatasync on the data disk: p50 {:.2} ms, \
+         p99 {:.2} ms. Servers and load generator share the box, on 127.0.0.1.\n",
+        m.nproc, m.memory_gib, m.cpu_model, m.kernel, m.loadavg_before, m.loadavg_after, m.fsync_p50_ms, m.fsync_p99_ms
+    );
+    let _ = writeln!(s, "{}", table(&r.lines));
+    let _ = writeln!(
+        s,
+        "\"crosstalk advantage\" is how many times better crosstalk is: its rate ÷ the peer's for \
+         rates, the peer's cost ÷ its cost for latencies, memory and disk.\n\n![chart](bench/chart.png)\n"
+    );
+    let _ = writeln!(s, "## How each figure is taken\n");
+    let secs = |d: std::time::Duration| d.as_secs_f64();
+    let payload = crate::workload::message_json(0).len();
+    for line in [
+        format!("1. Durable POST: {c} keep-alive connections post `{{sender, type, body}}` ({b}-byte body, {payload}-byte JSON) to one channel in a closed loop for {d} s after {w} s of warm-up; only answers that are 201 (crosstalk, default `--durability flush`: acknowledged after fsync) or 200 (crosstalk-mcp, after its SQLite commit) and name an id count.",
+            c = p.connections, b = crate::workload::BODY_BYTES, d = secs(p.duration), w = secs(p.warmup)),
+        format!("2. Tail reads: {c} connections `GET …/messages?since_id=<newest − 10>` on the channel of (1), {d} s; every answer holds the ten newest messages.",
+            c = p.connections, d = secs(p.duration)),
+        format!("3. Wake: one client long-polls `…/wait?since_id=<newest>`; 20 ms later another posts. Time from just before the POST is sent until the waiter has read the message (includes the durable commit). Up to {} rounds, {} s at most.",
+            p.wake_rounds, secs(p.wake_budget)),
+        format!("4. Fan-out: {} SSE subscribers, each on its own connection, all past `event: ready`; {} posts, one at a time; time from just before each POST is sent until each subscriber has parsed its message event.",
+            p.fanout_subscribers, p.fanout_rounds),
+        format!("5. Memory: server RSS (`VmRSS` in /proc) before and 2 s after {} idle SSE subscribers are connected and ready; the difference ÷ subscribers, in KB (1,000 bytes).",
+            p.idle_subscribers),
+        format!("6. MCP: {c} connections, one streamable-HTTP session each (`initialize` → `Mcp-Session-Id` → `notifications/initialized`), then `tools/call post_message` in a closed loop, {d} s. Skipped where `/mcp` answers 404.",
+            c = p.connections, d = secs(p.duration)),
+        format!("7. Start-up: the store is filled with {n} messages over 8 channels (crosstalk: over HTTP with `--durability relaxed`, 64 connections; crosstalk-mcp: rows inserted into its SQLite file directly, as its POST would take hours), the server stopped with SIGTERM, then started normally; time from spawn to the first 200 from `/healthz` (crosstalk-mcp has none: `/ui`, which touches no data). Median of {k} restarts, page cache warm.",
+            n = p.startup_messages, k = p.startup_restarts),
+        format!("8. Disk: bytes allocated under the data directory after (7) ÷ {}, compared with the posted JSON ({payload} B).", p.startup_messages),
+    ] {
+        let _ = writeln!(s, "{line}");
+    }
+    for (name, rec) in &r.systems {
+        let _ = writeln!(s, "\n## Notes: {name}\n");
+        for (w, status) in &rec.workloads {
+            let _ = writeln!(s, "- workload `{w}`: {status}");
+        }
+        for n in &rec.notes {
+            let _ = writeln!(s, "- {n}");
+        }
+    }
+    s
+}

@@ -1,0 +1,108 @@
+//! Workloads 1 and 2: durable POST throughput, then tail reads of the channel it filled.
+
+use super::{closed_loop, message_json, Done, Plan, Record, RequestSpec};
+use crate::client::{first_id, Conn, Reply};
+use crate::stats::summarize;
+use crate::target::{Kind, Server};
+use hyper::{Method, StatusCode};
+use std::sync::Arc;
+
+pub const CHANNEL: &str = "bench-post";
+/// How far behind the newest message a tail read starts: each read returns this many.
+pub const TAIL_BEHIND: u64 = 10;
+
+fn created_status(kind: Kind) -> StatusCode {
+    match kind {
+        Kind::Crosstalk => StatusCode::CREATED,
+        // crosstalk-mcp answers a stored post with 200.
+        Kind::Peer => StatusCode::OK,
+    }
+}
+
+/// Posts from `plan.connections` connections for the run's duration; every post is
+/// acknowledged only once durable (crosstalk's default `--durability flush`; SQLite's commit).
+/// Returns the largest id acknowledged.
+pub async fn post(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Result<u64> {
+    let path = format!("/api/channels/{CHANNEL}/messages");
+    let want = created_status(server.kind);
+    let res = closed_loop(
+        server.addr,
+        plan.connections,
+        plan.warmup,
+        plan.duration,
+        Arc::new(move |c| RequestSpec {
+            method: Method::POST,
+            path: path.clone(),
+            body: message_json(c),
+        }),
+        Arc::new(move |r: &Reply| {
+            if r.status != want {
+                return Err(format!(
+                    "POST answered {} ({})",
+                    r.status,
+                    String::from_utf8_lossy(&r.body)
+                ));
+            }
+            first_id(&r.body)
+                .map(Some)
+                .ok_or_else(|| "POST answer names no id".to_owned())
+        }),
+    )
+    .await?;
+    res.check("durable POST")?;
+    let lat = summarize(&res.latencies);
+    rec.set("post_per_s", res.rate());
+    rec.set("post_p50_ms", lat.p50_ms);
+    rec.set("post_p99_ms", lat.p99_ms);
+    rec.note(format!(
+        "POST: {} acknowledged in {:.1} s on {} connections",
+        res.ok, res.seconds, plan.connections
+    ));
+    Ok(res.max_id)
+}
+
+/// `GET …/messages?since_id=<newest − 10>` from `plan.connections` connections: every read
+/// returns the channel's ten newest messages.
+pub async fn tail(plan: &Plan, server: &Server, rec: &mut Record, last_id: u64) -> anyhow::Result<Done> {
+    if last_id <= TAIL_BEHIND {
+        anyhow::bail!("tail reads need the POST workload to have stored messages first");
+    }
+    let path = format!("/api/channels/{CHANNEL}/messages?since_id={}", last_id - TAIL_BEHIND);
+    // Check the shape once, fully: ten messages, the newest last.
+    let first = Conn::connect(server.addr).await?.get(&path).await?;
+    let parsed: serde_json::Value = serde_json::from_slice(&first.body)?;
+    let ids: Vec<u64> = parsed
+        .as_array()
+        .map(|a| a.iter().filter_map(|m| m["id"].as_u64()).collect())
+        .unwrap_or_default();
+    if first.status != StatusCode::OK || ids.len() as u64 != TAIL_BEHIND || ids.last() != Some(&last_id) {
+        anyhow::bail!(
+            "tail read answered {} with ids {ids:?}; expected the 10 up to {last_id}",
+            first.status
+        );
+    }
+    let res = closed_loop(
+        server.addr,
+        plan.connections,
+        plan.warmup,
+        plan.duration,
+        Arc::new(move |_| RequestSpec {
+            method: Method::GET,
+            path: path.clone(),
+            body: Default::default(),
+        }),
+        Arc::new(|r: &Reply| {
+            if r.status == StatusCode::OK && r.body.starts_with(b"[{") {
+                Ok(None)
+            } else {
+                Err(format!("tail read answered {}", r.status))
+            }
+        }),
+    )
+    .await?;
+    res.check("tail read")?;
+    let lat = summarize(&res.latencies);
+    rec.set("tail_per_s", res.rate());
+    rec.set("tail_p99_ms", lat.p99_ms);
+    Ok(Done::Ran)
+}
