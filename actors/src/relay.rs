@@ -31,8 +31,15 @@ use tokio_util::sync::CancellationToken;
 /// Longest a face waits for an actor to answer before reporting the relay unavailable.
 /// A post's answer includes its flush, so this is generous.
 pub const ACTOR_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a search waits for the index to catch up with what was posted.
+pub const SEARCH_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Messages the inbox returns per call at most.
 pub const INBOX_LIMIT: usize = 1000;
+/// A poster's presence is refreshed at most this often per channel: presence is measured
+/// in the TTL's tens of seconds, and a heartbeat per post would cost the hot path.
+const POST_HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// Entries in the heartbeat throttle before it is cleared (it only saves work).
+const HEARTBEAT_THROTTLE_CAP: usize = 10_000;
 
 /// Hands out event ids: unique across the relay, increasing. Starts above every id the store
 /// has ever handed out, so ids continue after a restart without reuse.
@@ -153,12 +160,15 @@ pub struct Relay {
 struct Inner {
     registry: Addr<Registry>,
     presence: Addr<PresenceSupervisor>,
+    indexer: Addr<Indexer>,
     shared: Addr<SharedStore>,
     directory: Directory,
     identities: Arc<Identities>,
     store: Arc<dyn EventStore>,
     committer: Committer,
     shutdown: CancellationToken,
+    /// When each (channel, poster) last sent a presence heartbeat.
+    heartbeats: parking_lot::Mutex<HashMap<(ChannelName, String), std::time::Instant>>,
 }
 
 /// Ends a registered wait however the waiting future ends.
@@ -228,23 +238,29 @@ impl Relay {
         .start();
         let presence = PresenceSupervisor::new(config.presence_ttl).start();
         let shared = SharedStore::new(store.clone(), committer.clone(), config.max_shared_bytes).start();
+        // The indexer gets a thread of its own: its store writes must never stall the
+        // channel actors (which share the system arbiter).
         let views_dir = directory.clone();
-        Indexer::new(
-            store.clone(),
-            Arc::new(move || views_dir.read().values().map(|h| h.view.clone()).collect()),
-        )
-        .start();
+        let index_store = store.clone();
+        let indexer = Indexer::start_in_arbiter(&Arbiter::new().handle(), move |_| {
+            Indexer::new(
+                index_store,
+                Arc::new(move || views_dir.read().values().map(|h| h.view.clone()).collect()),
+            )
+        });
         tracing::info!(last_id, "relay started");
         let relay = Relay {
             inner: Arc::new(Inner {
                 registry,
                 presence,
+                indexer,
                 shared,
                 directory,
                 identities,
                 store,
                 committer,
                 shutdown: CancellationToken::new(),
+                heartbeats: Default::default(),
             }),
         };
         // Open channels with unindexed messages in the background, so search catches up.
@@ -300,14 +316,30 @@ impl Relay {
         }
         let handle = self.channel(channel).await?;
         let posted = handle.addr.send(Post(post)).timeout(ACTOR_CALL_TIMEOUT).await??;
-        self.heartbeat(Heartbeat {
-            channel: channel.clone(),
-            participant_id: posted.message.sender.clone(),
-            display_name: None,
-            kind: None,
-            side: posted.message.side.clone(),
-            activity: "posted",
-        });
+        let due = {
+            let mut seen = self.inner.heartbeats.lock();
+            if seen.len() > HEARTBEAT_THROTTLE_CAP {
+                seen.clear();
+            }
+            let key = (channel.clone(), posted.message.sender.clone());
+            match seen.get(&key) {
+                Some(at) if at.elapsed() < POST_HEARTBEAT_EVERY => false,
+                _ => {
+                    seen.insert(key, std::time::Instant::now());
+                    true
+                }
+            }
+        };
+        if due {
+            self.heartbeat(Heartbeat {
+                channel: channel.clone(),
+                participant_id: posted.message.sender.clone(),
+                display_name: None,
+                kind: None,
+                side: posted.message.side.clone(),
+                activity: "posted",
+            });
+        }
         // Joining by posting: a registered sender gets a read cursor here (its inbox covers
         // the channel).
         if self.inner.identities.get(&posted.message.sender).is_some() {
@@ -731,6 +763,12 @@ impl Relay {
                 self.channel(&name).await?;
             }
         }
+        // The index lags under load (it runs at the lowest priority): bring it up to date.
+        self.inner
+            .indexer
+            .send(search::CatchUp)
+            .timeout(SEARCH_CATCH_UP_TIMEOUT)
+            .await?;
         search::search(self.inner.store.as_ref(), &|c| self.open_view(c), &query)
     }
 

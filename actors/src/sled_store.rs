@@ -270,6 +270,14 @@ impl EventStore for SledStore {
         }
     }
 
+    fn put_aux_batch(&self, space: Space, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for (k, v) in entries {
+            batch.insert(aux_key(space, k), v.as_slice());
+        }
+        self.log.apply_batch(batch).map_err(io)
+    }
+
     fn get_aux(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.log.get(aux_key(space, key)).map_err(io)?.map(|v| v.to_vec()))
     }

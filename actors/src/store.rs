@@ -113,6 +113,8 @@ pub trait EventStore: Send + Sync + 'static {
 
     /// Auxiliary state: `None` deletes.
     fn put_aux(&self, space: Space, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError>;
+    /// Many auxiliary writes at once (one atomic batch).
+    fn put_aux_batch(&self, space: Space, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), StoreError>;
     fn get_aux(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// Entries whose key starts with `prefix`, in key order (reversed when `newest_first`),
     /// at most `limit`.
