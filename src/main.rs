@@ -4,6 +4,11 @@ use clap::Parser;
 use crosstalk::config::{Cli, Command, Config};
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc: the relay allocates per request and per message on several threads, and glibc
+/// malloc showed as 8–12% of the durable-POST profile.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))

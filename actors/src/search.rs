@@ -160,9 +160,7 @@ impl Handler<CatchUp> for Indexer {
 
     fn handle(&mut self, _: CatchUp, _: &mut Context<Self>) {
         loop {
-            let behind = (self.views)()
-                .iter()
-                .any(|v| v.last_id() > self.progress(v.name()));
+            let behind = (self.views)().iter().any(|v| v.last_id() > self.progress(v.name()));
             if !behind {
                 return;
             }
