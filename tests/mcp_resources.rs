@@ -37,6 +37,16 @@ async fn channels_are_listed_and_read_as_resources() {
     let body: Value = serde_json::from_str(contents["text"].as_str().unwrap()).unwrap();
     assert_eq!(body["messages"], json!(posted[10..]), "the newest 50, oldest first");
     assert_eq!(body["last_id"], posted[59]["id"]);
+    let who: Vec<_> = body["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["participant_id"].clone(), p["activity"].clone()))
+        .collect();
+    assert!(
+        who.contains(&(json!(posted[59]["sender"].clone()), json!("posted"))),
+        "presence is part of the channel resource: {who:?}"
+    );
     // A valid channel with nothing in it reads as empty; a bad URI is not found.
     let empty = m
         .ok("resources/read", json!({"uri": "crosstalk://channels/later"}))

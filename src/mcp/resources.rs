@@ -80,7 +80,9 @@ pub async fn read(relay: &Relay, uri: &str) -> Result<ReadResourceResult, McpErr
         .iter()
         .filter_map(|p| serde_json::from_slice(&p.json).ok())
         .collect();
-    let body = json!({ "channel": name, "last_id": last_id, "messages": messages });
+    // Who is on the channel (streaming, waiting, posted recently): presence over MCP.
+    let participants = relay.presence(&name).await.map_err(read_err)?;
+    let body = json!({ "channel": name, "last_id": last_id, "messages": messages, "participants": participants });
     Ok(ReadResourceResult::new(vec![ResourceContents::text(
         body.to_string(),
         uri,
