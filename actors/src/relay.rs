@@ -644,7 +644,13 @@ impl Relay {
     /// What is new for `who` on every channel it has joined (posted in or read), since its
     /// cursor: messages from others, addressed to it or to everyone. Moves the cursors, and
     /// answers only once they are durable, so nothing is ever handed out twice.
-    pub async fn inbox(&self, who: &str, kind: InstanceKind, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
+    pub async fn inbox(&self, who: &str, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
+        // `any-human` messages belong in a human's inbox only.
+        let kind = self
+            .inner
+            .identities
+            .get(who)
+            .map_or(InstanceKind::Agent, |i| i.instance.kind);
         let cursors = self
             .inner
             .registry

@@ -146,14 +146,7 @@ pub struct InboxArgs {
 async fn check_messages(cx: Cx, a: InboxArgs) -> Result<Output, ToolError> {
     let who = identity(&cx, a.instance_id.as_deref())?;
     cx.relay.authorize(&who, cx.session.as_deref()).await?;
-    let kind = cx
-        .relay
-        .list_instances()
-        .await?
-        .into_iter()
-        .find(|i| i.instance_id == who)
-        .map_or(InstanceKind::Agent, |i| i.kind);
-    let found = cx.relay.inbox(&who, kind, limit(a.limit)?).await?;
+    let found = cx.relay.inbox(&who, limit(a.limit)?).await?;
     listing(&found, "new message(s)")
 }
 

@@ -54,14 +54,7 @@ pub async fn inbox(
     let who = query.instance_id.trim();
     crate::auth::acting_as(&req, who)?;
     state.relay.authorize(who, session(&req)).await?;
-    let kind = state
-        .relay
-        .list_instances()
-        .await?
-        .into_iter()
-        .find(|i| i.instance_id == who)
-        .map_or(InstanceKind::Agent, |i| i.kind);
-    let found = state.relay.inbox(who, kind, limit(query.limit)?).await?;
+    let found = state.relay.inbox(who, limit(query.limit)?).await?;
     Ok(messages_json(&found))
 }
 
