@@ -678,3 +678,32 @@ async fn an_sse_reader_with_an_identity_moves_its_cursor_and_needs_its_session()
     let (status, inbox) = send(&c, "GET", &s.url("/api/inbox?instance_id=watcher"), None, Some(&token)).await;
     assert_eq!((status, inbox), (200, json!([])), "what the stream delivered is read");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn age_retention_and_presence_expiry_follow_their_settings() {
+    let s = Server::start_with(&[
+        "--retention-max-age-secs",
+        "1",
+        "--retention-interval-secs",
+        "1",
+        "--presence-ttl-secs",
+        "1",
+    ]);
+    let c = client();
+    post(&c, &s, "dev", msg("old-timer", "soon gone")).await;
+    let (_, p) = get_json(&c, &s.url("/api/channels/dev/presence")).await;
+    assert_eq!(p["participants"][0]["participant_id"], "old-timer");
+    let gone = until(&c, &s.url("/api/channels/dev/presence"), |v| {
+        v["participants"] == json!([])
+    })
+    .await;
+    assert_eq!(
+        gone["participants"],
+        json!([]),
+        "a silent participant expires after the TTL"
+    );
+    let expired = until(&c, &s.url("/api/channels/dev/messages"), |v| v == &json!([])).await;
+    assert_eq!(expired, json!([]), "messages older than the max age are removed");
+    let fresh = post(&c, &s, "dev", msg("new", "still here")).await;
+    assert_eq!(messages(&c, &s, "dev", 0).await, vec![fresh]);
+}
