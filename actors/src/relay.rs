@@ -33,8 +33,6 @@ use tokio_util::sync::CancellationToken;
 pub const ACTOR_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a search waits for the index to catch up with what was posted.
 pub const SEARCH_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
-/// Messages the inbox returns per call at most.
-pub const INBOX_LIMIT: usize = 1000;
 /// A poster's presence is refreshed at most this often per channel: presence is measured
 /// in the TTL's tens of seconds, and a heartbeat per post would cost the hot path.
 const POST_HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -824,9 +822,5 @@ impl Relay {
         self.inner.shutdown.cancel();
         self.inner.store.flush()?;
         Ok(())
-    }
-
-    pub fn size_on_disk(&self) -> Result<u64, RelayError> {
-        Ok(self.inner.store.size_on_disk()?)
     }
 }

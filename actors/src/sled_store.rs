@@ -433,10 +433,6 @@ impl EventStore for SledStore {
             .fetch_max(store_last_id.max(self.id_floor()?), Ordering::AcqRel);
         Ok(report)
     }
-
-    fn size_on_disk(&self) -> Result<u64, StoreError> {
-        self.db.size_on_disk().map_err(io)
-    }
 }
 
 #[cfg(test)]

@@ -142,7 +142,4 @@ pub trait EventStore: Send + Sync + 'static {
     /// serves everything before it; raises [`EventStore::id_floor`] above the removed ids.
     /// Returns what it removed.
     fn repair(&self) -> Result<RepairReport, StoreError>;
-
-    /// Bytes the store occupies on disk.
-    fn size_on_disk(&self) -> Result<u64, StoreError>;
 }
