@@ -261,15 +261,6 @@ impl Relay {
                 heartbeats: Default::default(),
             }),
         };
-        // Open channels with unindexed messages in the background, so search catches up.
-        let opener = relay.clone();
-        actix::spawn(async move {
-            if let Ok(list) = opener.inner.store.channels() {
-                for (name, _) in list {
-                    let _ = opener.channel(&name).await;
-                }
-            }
-        });
         Ok((relay, repairs))
     }
 

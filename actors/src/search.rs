@@ -99,7 +99,10 @@ impl Indexer {
             .map_or(0, u64::from_be_bytes)
     }
 
-    fn index_pass(&mut self) {
+    /// Indexes up to [`INDEX_BATCH`] new messages of every channel; returns whether any
+    /// channel moved forward (a failing channel is retried next pass, not spun on).
+    fn index_pass(&mut self) -> bool {
+        let mut advanced = false;
         for view in (self.views)() {
             let done = self.progress(view.name());
             if view.last_id() <= done {
@@ -124,10 +127,15 @@ impl Indexer {
                 continue;
             }
             // Postings first, progress second: a crash between them re-indexes, never skips.
-            let _ = self
+            if self
                 .store
-                .put_aux(Space::Jobs, &progress_key(view.name()), Some(&scanned.to_be_bytes()));
+                .put_aux(Space::Jobs, &progress_key(view.name()), Some(&scanned.to_be_bytes()))
+                .is_ok()
+            {
+                advanced = true;
+            }
         }
+        advanced
     }
 }
 
@@ -159,13 +167,9 @@ impl Handler<CatchUp> for Indexer {
     type Result = ();
 
     fn handle(&mut self, _: CatchUp, _: &mut Context<Self>) {
-        loop {
-            let behind = (self.views)().iter().any(|v| v.last_id() > self.progress(v.name()));
-            if !behind {
-                return;
-            }
-            self.index_pass();
-        }
+        // Until a pass finds nothing to do (or cannot move: then search answers with what is
+        // indexed rather than hang).
+        while self.index_pass() {}
     }
 }
 
