@@ -131,12 +131,7 @@ pub fn json_array(messages: &[Arc<Posted>]) -> BytesMut {
 
 /// Messages as JSON values, for responses that wrap them in an object.
 pub fn messages_value(messages: &[Arc<Posted>]) -> serde_json::Value {
-    serde_json::Value::Array(
-        messages
-            .iter()
-            .map(|m| serde_json::to_value(&m.message).unwrap_or_default())
-            .collect(),
-    )
+    serde_json::Value::Array(messages.iter().map(|m| m.value()).collect())
 }
 
 pub fn limit(raw: Option<usize>) -> Result<usize, ApiError> {

@@ -367,17 +367,14 @@ impl ChannelActor {
     }
 
     fn reply_to_exists(&self, parent: u64) -> Result<bool, RelayError> {
-        if self
+        // Not yet committed: it exists if it is a message (not a session or description event).
+        if let Some(p) = self
             .pending
             .iter()
             .chain(self.in_flight.iter().flatten())
-            .any(|p| p.id == parent)
+            .find(|p| p.id == parent)
         {
-            return Ok(self
-                .pending
-                .iter()
-                .chain(self.in_flight.iter().flatten())
-                .any(|p| p.id == parent && p.posted.is_some()));
+            return Ok(p.posted.is_some());
         }
         Ok(self.view.get(parent)?.is_some())
     }

@@ -33,6 +33,11 @@ impl Posted {
     pub fn id(&self) -> u64 {
         self.message.id
     }
+
+    /// The message as a JSON value, for answers that embed messages in a larger object.
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::to_value(&self.message).expect("a Message always encodes as JSON")
+    }
 }
 
 pub struct ChannelView {

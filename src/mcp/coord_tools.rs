@@ -2,8 +2,9 @@
 //! finding and search. Each calls the same [`crosstalk_actors::Relay`] operation as REST.
 //! Descriptions and schemas are kept short: `tools/list` is part of every agent's context.
 
-use super::tools::{act_as, channel, limit, message_value, route, Cx, NoArgs, Output, Route, ToolError};
+use super::tools::{act_as, capped_timeout, channel, limit, route, Cx, NoArgs, Output, Route, ToolError};
 use crate::rest::coord::session_value;
+use crate::rest::messages_value;
 use crosstalk_actors::search::Query;
 use crosstalk_actors::Posted;
 use crosstalk_schema::{InstanceKind, NewMessage};
@@ -11,7 +12,6 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// `ask_human` wait when the caller names no `timeout_s`.
 const DEFAULT_ASK_SECS: f64 = 50.0;
@@ -25,12 +25,6 @@ fn obj(fields: &[(&str, &str)]) -> Value {
     json!({ "type": "object", "properties": props })
 }
 
-fn messages(found: &[Arc<Posted>]) -> Result<Value, ToolError> {
-    Ok(Value::Array(
-        found.iter().map(|p| message_value(p)).collect::<Result<_, _>>()?,
-    ))
-}
-
 fn listing(found: &[Arc<Posted>], what: &str) -> Result<Output, ToolError> {
     let mut text = format!("{} {what}", found.len());
     for p in found {
@@ -41,7 +35,7 @@ fn listing(found: &[Arc<Posted>], what: &str) -> Result<Output, ToolError> {
         ));
     }
     Ok(Output {
-        structured: json!({ "messages": messages(found)? }),
+        structured: json!({ "messages": messages_value(found) }),
         text,
     })
 }
@@ -298,8 +292,8 @@ async fn get_directives(cx: Cx, a: DirectivesArgs) -> Result<Output, ToolError> 
     );
     Ok(Output {
         structured: json!({
-            "directives": messages(&d.directives)?,
-            "open_questions": messages(&d.open_questions)?,
+            "directives": messages_value(&d.directives),
+            "open_questions": messages_value(&d.open_questions),
             "next_since_id": d.next_since_id,
         }),
         text,
@@ -324,13 +318,7 @@ pub struct AskArgs {
 async fn ask_human(cx: Cx, a: AskArgs) -> Result<Output, ToolError> {
     let name = channel(&a.channel)?;
     let sender = identity(&cx, a.sender.as_deref())?;
-    let asked = a.timeout_s.unwrap_or(DEFAULT_ASK_SECS);
-    if !asked.is_finite() || asked < 0.0 {
-        return Err(ToolError(format!(
-            "timeout_s must be a number of seconds >= 0, got {asked}"
-        )));
-    }
-    let timeout = Duration::from_secs_f64(asked.min(cx.wait_cap.as_secs_f64()));
+    let timeout = capped_timeout(a.timeout_s.unwrap_or(DEFAULT_ASK_SECS), cx.wait_cap)?;
     let question = NewMessage {
         sender,
         body: a.question,
@@ -354,9 +342,9 @@ async fn ask_human(cx: Cx, a: AskArgs) -> Result<Output, ToolError> {
     };
     Ok(Output {
         structured: json!({
-            "question": message_value(&q)?,
+            "question": q.value(),
             "answered": answer.is_some(),
-            "answer": answer.as_ref().map(|a| message_value(a)).transpose()?,
+            "answer": answer.as_ref().map(|a| a.value()),
         }),
         text,
     })

@@ -333,7 +333,7 @@ async fn post_message(cx: Cx, a: PostArgs) -> Result<Output, ToolError> {
         id = m.id
     );
     Ok(Output {
-        structured: message_value(&posted)?,
+        structured: posted.value(),
         text,
     })
 }
@@ -385,20 +385,17 @@ pub struct WaitArgs {
 async fn wait_for_message(cx: Cx, a: WaitArgs) -> Result<Output, ToolError> {
     let name = channel(&a.channel)?;
     let asked = a.timeout_s.unwrap_or(DEFAULT_WAIT_SECS);
-    if !asked.is_finite() || asked < 0.0 {
-        return Err(ToolError(format!(
-            "timeout_s must be a number of seconds >= 0, got {asked}"
-        )));
-    }
-    let cap = cx.wait_cap.as_secs_f64();
-    if asked > cap {
+    let timeout = capped_timeout(asked, cx.wait_cap)?;
+    if asked > timeout.as_secs_f64() {
         warn_client(
             &cx,
-            format!("wait_for_message: timeout_s {asked} is above this relay's cap; waiting {cap} s"),
+            format!(
+                "wait_for_message: timeout_s {asked} is above this relay's cap; waiting {} s",
+                timeout.as_secs_f64()
+            ),
         )
         .await;
     }
-    let timeout = Duration::from_secs_f64(asked.min(cap));
     let limit = MCP_DEFAULT_LIMIT;
     let _pending = Gauge::enter(&cx.waits);
     let role = match a.role.as_deref().map(str::to_ascii_lowercase).as_deref() {
@@ -459,6 +456,17 @@ async fn wait_for_message(cx: Cx, a: WaitArgs) -> Result<Output, ToolError> {
     Ok(out)
 }
 
+/// A tool's `timeout_s`, checked and capped: blocking tools must stay under the host's
+/// tool-call time-out.
+pub(crate) fn capped_timeout(asked: f64, cap: Duration) -> Result<Duration, ToolError> {
+    if !asked.is_finite() || asked < 0.0 {
+        return Err(ToolError(format!(
+            "timeout_s must be a number of seconds >= 0, got {asked}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(asked.min(cap.as_secs_f64())))
+}
+
 /// Sends a `notifications/message` at warning level if the client asked for warnings.
 async fn warn_client(cx: &Cx, text: String) {
     let wanted = *cx.log_level.lock();
@@ -506,10 +514,6 @@ async fn list_channels(cx: Cx, _: NoArgs) -> Result<Output, ToolError> {
 
 // ---- shared shapes ----
 
-pub(crate) fn message_value(p: &Posted) -> Result<Value, ToolError> {
-    serde_json::from_slice(&p.json).map_err(|e| ToolError(format!("internal error encoding a message: {e}")))
-}
-
 /// A page of messages: `{channel, messages, next_since_id, has_more[, timed_out]}`.
 pub(crate) fn page(
     name: &ChannelName,
@@ -519,7 +523,7 @@ pub(crate) fn page(
     timed_out: Option<bool>,
 ) -> Result<Output, ToolError> {
     let next = found.last().map_or(since_id, |p| p.id());
-    let messages = found.iter().map(|p| message_value(p)).collect::<Result<Vec<_>, _>>()?;
+    let messages: Vec<Value> = found.iter().map(|p| p.value()).collect();
     let mut structured = json!({
         "channel": name,
         "messages": messages,
