@@ -146,11 +146,9 @@ async fn acknowledged_messages_survive_repeated_sigkill() {
         readers.push(tokio::spawn(sse_reader(base.clone(), ch, seen, stop_readers.clone())));
     }
 
-    let mut acked_before_crash = Vec::new();
     for round in 0..CRASHES {
         tokio::time::sleep(Duration::from_millis(rng.between(300, 1200))).await;
         server.kill();
-        acked_before_crash.push(acked.lock().unwrap().list.len());
         server = Server::start_in(&dir, &[]);
         *base.write().unwrap() = server.base.clone();
         println!(
@@ -165,7 +163,6 @@ async fn acknowledged_messages_survive_repeated_sigkill() {
     }
     let acked = std::mem::take(&mut acked.lock().unwrap().list);
     assert!(acked.len() > 50, "the writers got through: {}", acked.len());
-    assert!(acked_before_crash.windows(2).all(|w| w[0] <= w[1]));
 
     // The log reads back clean: every record decodes and no start-up found damage.
     let c = client();

@@ -251,6 +251,19 @@ async fn wait_times_out_with_an_empty_list_and_a_hint() {
     assert_eq!(r["structuredContent"]["next_since_id"], 7);
     let text = r["content"][0]["text"].as_str().unwrap();
     assert!(text.starts_with("[]") && text.contains("since_id=7"), "{text}");
+    // An absurd timeout is capped too, never a crash (a Duration of 1e300 s does not exist).
+    for (tool, args) in [
+        ("wait_for_message", json!({"channel": "quiet", "timeout_s": 1e300})),
+        (
+            "ask_human",
+            json!({"channel": "quiet", "sender": "a", "question": "?", "timeout_s": 1e300}),
+        ),
+    ] {
+        let started = Instant::now();
+        let r = m.call(tool, args).await;
+        assert_eq!(r["isError"], false, "{tool}: {r}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{tool} was capped");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -129,3 +129,29 @@ async fn streaming_participant_shows_in_presence_and_leaves_when_the_stream_clos
         (Some("left"), Some("carol"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_stream_gets_a_keep_alive_comment_every_15_seconds() {
+    use futures_util::StreamExt;
+    let s = Server::start();
+    let r = client()
+        .get(s.url("/api/channels/quiet/stream"))
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .unwrap();
+    let mut body = r.bytes_stream();
+    let started = std::time::Instant::now();
+    let mut seen = String::new();
+    while !seen.contains(": keep-alive\n\n") {
+        let chunk = tokio::time::timeout(Duration::from_secs(25), body.next())
+            .await
+            .expect("a keep-alive within 25 s")
+            .expect("stream open")
+            .unwrap();
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let after = started.elapsed();
+    assert!(after >= Duration::from_secs(14), "not before the interval: {after:?}");
+    assert!(seen.starts_with("retry: "), "the ready event came first: {seen:?}");
+}
