@@ -4,26 +4,16 @@
 //! in (loopback deployments). Tokens are compared in constant time and never logged.
 
 use crate::error::ApiError;
+pub use crate::ops::Principal;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::middleware::Next;
-use actix_web::{web, HttpMessage, HttpRequest, ResponseError};
+use actix_web::{web, HttpMessage, ResponseError};
 use std::collections::HashMap;
 
 /// Paths anyone may call: health checks from load balancers and orchestrators.
 const OPEN_PATHS: &[&str] = &["/healthz"];
-
-/// Who a request authenticated as.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Principal {
-    /// No token is configured.
-    Anyone,
-    /// The shared token: may act as anyone.
-    Shared,
-    /// A participant token: may act only as this identity.
-    Participant(String),
-}
 
 #[derive(Debug, Clone, Default)]
 pub struct Auth {
@@ -88,13 +78,20 @@ fn token_of(req: &ServiceRequest) -> Option<String> {
             return Some(h[7..].trim().to_owned());
         }
     }
-    // EventSource cannot send headers: `?token=` is accepted on SSE streams only.
-    if req.path().ends_with("/stream") {
-        return web::Query::<HashMap<String, String>>::from_query(req.query_string())
-            .ok()
-            .and_then(|q| q.get("token").cloned());
+    // EventSource cannot send headers: `?token=` (crosstalk-mcp's page sends `?relay_token=`)
+    // is accepted on the SSE stream route only.
+    if is_sse_stream(req.path()) {
+        let q = web::Query::<HashMap<String, String>>::from_query(req.query_string()).ok()?;
+        return q.get("token").or_else(|| q.get("relay_token")).cloned();
     }
     None
+}
+
+/// `/api/channels/{channel}/stream`, and nothing else.
+fn is_sse_stream(path: &str) -> bool {
+    path.strip_prefix("/api/channels/")
+        .and_then(|rest| rest.strip_suffix("/stream"))
+        .is_some_and(|channel| !channel.is_empty() && !channel.contains('/'))
 }
 
 /// The middleware: resolves the request's token or answers 401.
@@ -132,18 +129,6 @@ pub async fn require(
     }
 }
 
-/// Refuses a participant token acting as anyone but itself.
-pub fn acting_as(req: &HttpRequest, who: &str) -> Result<(), ApiError> {
-    match req.extensions().get::<Principal>() {
-        Some(Principal::Participant(id)) if id != who.trim() => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!("this token belongs to {id:?}; it cannot act as {:?}", who.trim()),
-        )),
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +142,18 @@ mod tests {
         assert_eq!(a.resolve(""), None);
         assert!(Auth::new(None, Some("nocolon")).is_err());
         assert!(!Auth::new(Some(" ".into()), None).unwrap().enabled());
+    }
+
+    #[test]
+    fn query_tokens_only_on_the_sse_route() {
+        assert!(is_sse_stream("/api/channels/dev/stream"));
+        for other in [
+            "/api/data/stream",
+            "/api/channels//stream",
+            "/api/channels/a/b/stream",
+            "/stream",
+        ] {
+            assert!(!is_sse_stream(other), "{other}");
+        }
     }
 }

@@ -1,11 +1,10 @@
 //! The HTTP error: every failure is a JSON body `{"error": message, "code": code}` with the
 //! right status, including the extractors' own (bad JSON, bad query, unknown route).
 
+use crate::ops::{ErrorKind, OpError};
 use actix_web::error::{JsonPayloadError, QueryPayloadError};
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
-use crosstalk_actors::RelayError;
-use crosstalk_schema::InvalidInput;
 use serde::Serialize;
 use std::fmt;
 
@@ -20,6 +19,9 @@ pub struct ApiError {
 struct Body<'a> {
     error: &'a str,
     code: &'a str,
+    /// crosstalk-mcp's clients read `status` on some errors (`no_active_session`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'a str>,
 }
 
 impl ApiError {
@@ -51,38 +53,29 @@ impl ResponseError for ApiError {
         HttpResponse::build(self.status).json(Body {
             error: &self.message,
             code: self.code,
+            status: (self.code == ErrorKind::NoActiveSession.code()).then_some(self.code),
         })
     }
 }
 
-impl From<InvalidInput> for ApiError {
-    fn from(e: InvalidInput) -> Self {
-        ApiError::bad_request(e.to_string())
+impl From<crosstalk_actors::RelayError> for ApiError {
+    fn from(e: crosstalk_actors::RelayError) -> Self {
+        OpError::from(e).into()
     }
 }
 
-impl From<RelayError> for ApiError {
-    fn from(e: RelayError) -> Self {
-        match e {
-            RelayError::Invalid(e) => e.into(),
-            RelayError::Store(e) => {
-                tracing::error!(error = %e, "storage error");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "storage",
-                    "the store failed; nothing was acknowledged",
-                )
-            }
-            RelayError::Forbidden(m) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", m),
-            RelayError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
-            RelayError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, "not_found", m),
-            RelayError::Unavailable(why) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why),
-            RelayError::ShuttingDown => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "shutting_down",
-                "the relay is shutting down",
-            ),
-        }
+impl From<OpError> for ApiError {
+    /// The one place an operation's error becomes an HTTP status.
+    fn from(e: OpError) -> Self {
+        let status = match e.kind {
+            ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::NotFound | ErrorKind::NoActiveSession => StatusCode::NOT_FOUND,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::Storage => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::Unavailable | ErrorKind::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError::new(status, e.kind.code(), e.message)
     }
 }
 

@@ -5,9 +5,11 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod mcp;
+pub mod openapi;
+pub mod ops;
 pub mod rest;
 pub mod server;
 pub mod sse;
 
 pub use config::Config;
-pub use server::run;
+pub use server::{run, serve};

@@ -8,13 +8,13 @@
 //! client went away).
 #![allow(deprecated)] // `LoggingLevel`, `resources/subscribe`: still what 2025-11-25 clients use
 
-pub mod coord_tools;
 pub mod prompt;
+pub mod render;
 pub mod resources;
 pub mod sessions;
 pub mod tools;
 
-use crosstalk_actors::Relay;
+use crate::ops::{Ctx, Principal};
 use parking_lot::Mutex;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse, Implementation,
@@ -25,7 +25,6 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use rmcp_actix_web::transport::StreamableHttpService;
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,8 +46,6 @@ pub struct McpSettings {
     pub allowed_hosts: Vec<String>,
     /// Largest message body the relay accepts.
     pub max_body_bytes: usize,
-    /// Pending waits, shared with the REST long-poll and shown by `/healthz`.
-    pub waits: Arc<AtomicUsize>,
 }
 
 /// The transport, built once and cloned into every worker: sessions live in its session
@@ -57,16 +54,13 @@ pub type McpService = StreamableHttpService<CrosstalkMcp, sessions::DisconnectAw
 
 /// Builds the `/mcp` service. The relay's shutdown token is the transport's, so SIGTERM ends
 /// every MCP session and stream along with the REST ones.
-pub fn service(relay: Relay, settings: &McpSettings) -> McpService {
+pub fn service(ctx: Ctx, settings: &McpSettings) -> McpService {
     let hosts = allowed_hosts(&settings.allowed_hosts);
     let origins = allowed_origins(&hosts);
-    let shutdown = relay.shutdown_token();
+    let shutdown = ctx.relay.shutdown_token();
     let wait_cap = settings.wait_cap;
-    let waits = settings.waits.clone();
     StreamableHttpService::builder()
-        .service_factory(Arc::new(move || {
-            Ok(CrosstalkMcp::new(relay.clone(), wait_cap, waits.clone()))
-        }))
+        .service_factory(Arc::new(move || Ok(CrosstalkMcp::new(ctx.clone(), wait_cap))))
         .session_manager(Arc::new(sessions::DisconnectAware::default()))
         .stateful_mode(true)
         .sse_keep_alive(SSE_KEEP_ALIVE)
@@ -77,7 +71,7 @@ pub fn service(relay: Relay, settings: &McpSettings) -> McpService {
         // The auth middleware's verdict travels to the tools, so a participant token acts
         // only as its identity over MCP too (the Authorization header itself is not passed).
         .on_request_fn(|req, ext| {
-            if let Some(p) = actix_web::HttpMessage::extensions(req).get::<crate::auth::Principal>() {
+            if let Some(p) = actix_web::HttpMessage::extensions(req).get::<Principal>() {
                 ext.insert(p.clone());
             }
         })
@@ -119,7 +113,7 @@ pub fn allowed_origins(hosts: &[String]) -> Vec<String> {
 /// One MCP session's server (or one stateless request's): cheap, made by the factory.
 #[derive(Clone)]
 pub struct CrosstalkMcp {
-    relay: Relay,
+    ctx: Ctx,
     /// Longest `wait_for_message`.
     wait_cap: Duration,
     /// Channels this session subscribed to with `resources/subscribe`; dropping the last
@@ -127,20 +121,17 @@ pub struct CrosstalkMcp {
     subscriptions: Arc<resources::Subscriptions>,
     /// Lowest log level the client asked to receive (`logging/setLevel`).
     log_level: Arc<Mutex<LoggingLevel>>,
-    /// Pending waits, for `/healthz`.
-    waits: Arc<AtomicUsize>,
     /// The identity this MCP session registered as (`register`); it keeps it.
     bound: Arc<Mutex<Option<String>>>,
 }
 
 impl CrosstalkMcp {
-    pub fn new(relay: Relay, wait_cap: Duration, waits: Arc<AtomicUsize>) -> Self {
+    pub fn new(ctx: Ctx, wait_cap: Duration) -> Self {
         CrosstalkMcp {
-            subscriptions: Arc::new(resources::Subscriptions::new(relay.shutdown_token())),
-            relay,
+            subscriptions: Arc::new(resources::Subscriptions::new(ctx.relay.shutdown_token())),
+            ctx,
             wait_cap,
             log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
-            waits,
             bound: Arc::new(Mutex::new(None)),
         }
     }
@@ -195,20 +186,17 @@ impl ServerHandler for CrosstalkMcp {
             // The crosstalk session token if the client sends one (stateless clients),
             // else the MCP session: what an identity registered here is bound to.
             session: header(&context, crate::rest::SESSION_HEADER).or_else(|| header(&context, "mcp-session-id")),
-            principal: match rmcp_actix_web::transport::on_request_extensions(&context.extensions)
-                .and_then(|e| e.get::<crate::auth::Principal>())
-            {
-                Some(crate::auth::Principal::Participant(id)) => Some(id.clone()),
-                _ => None,
-            },
+            principal: rmcp_actix_web::transport::on_request_extensions(&context.extensions)
+                .and_then(|e| e.get::<Principal>())
+                .cloned()
+                .unwrap_or(Principal::Anyone),
             bound: self.bound.clone(),
-            relay: self.relay.clone(),
+            ctx: self.ctx.clone(),
             wait_cap: self.wait_cap,
             cancel: context.ct.clone(),
             peer: context.peer.clone(),
             progress: context.meta.get_progress_token(),
             log_level: self.log_level.clone(),
-            waits: self.waits.clone(),
         };
         tools::call(cx, &request.name, request.arguments.unwrap_or_default())
             .await
@@ -220,7 +208,7 @@ impl ServerHandler for CrosstalkMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        resources::list(&self.relay)
+        resources::list(&self.ctx.relay)
     }
 
     async fn list_resource_templates(
@@ -236,7 +224,7 @@ impl ServerHandler for CrosstalkMcp {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        resources::read(&self.relay, &request.uri).await.map(Into::into)
+        resources::read(&self.ctx.relay, &request.uri).await.map(Into::into)
     }
 
     #[allow(deprecated)] // the 2025-11-25 way; 2026-07-28 clients use `listen` below
@@ -246,7 +234,7 @@ impl ServerHandler for CrosstalkMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.subscriptions
-            .subscribe(&self.relay, request.uri, context.peer)
+            .subscribe(&self.ctx.relay, request.uri, context.peer)
             .await
     }
 
@@ -265,7 +253,7 @@ impl ServerHandler for CrosstalkMcp {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
-        resources::listen(&self.relay, context).await
+        resources::listen(&self.ctx.relay, context).await
     }
 
     async fn list_prompts(

@@ -1,102 +1,194 @@
-//! The REST face: crosstalk-mcp's paths and JSON shapes (channels, messages, wait, stream,
-//! presence, session, directives), cross-claude-mcp's capabilities under `/api` (register,
-//! instances, replies, search, shared data, inbox), and the route table the server and the
-//! tests share. Handlers translate HTTP into [`crosstalk_actors::Relay`] calls; no rules here.
-
-pub mod coord;
-mod identity;
+//! The REST face: a table of routes, each a method, a path and an [`Operation`] from the
+//! operation table, plus the status it answers with and, where crosstalk-mcp's shape is a
+//! bare list, the projection of the operation's response to that list. The same table
+//! mounts the routes and generates `/openapi.json` ([`crate::openapi`]).
+//!
+//! A request is the operation's request type, read from the path parameters and the query
+//! string (GET, DELETE) or the path parameters and a JSON object body (POST). Nothing here
+//! decides anything about messages, identities or sessions.
 
 use crate::error::{self, ApiError};
-use crate::server::{AppState, Gauge};
-use crate::sse;
-use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse, Route};
-use bytes::{BufMut, BytesMut};
-use crosstalk_actors::{Posted, Role, WaitOptions, WaitResult};
-use crosstalk_schema::{ChannelName, NewMessage};
-use serde::Deserialize;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use crate::ops::channels::{self, ChannelList, FoundChannels, Present};
+use crate::ops::identity::{self, Instances};
+use crate::ops::messages::{self, MessageList, Messages, Page, Waited};
+use crate::ops::sessions::{self, DirectivesView};
+use crate::ops::shared::{self, SharedList};
+use crate::ops::{Caller, Ctx, FacePolicy, Operation, Principal};
+use actix_web::http::{Method, StatusCode};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use futures_util::StreamExt;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-/// Messages returned by one read when the client names no `limit`.
+/// Messages one read returns when the client names no `limit`.
 pub const DEFAULT_LIMIT: usize = 1000;
-/// Largest `limit` a client may ask for.
-pub const MAX_LIMIT: usize = 10_000;
-/// Long-poll wait when the client names no `timeout_s`.
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 /// Header carrying the session token `POST /api/register` returned.
 pub const SESSION_HEADER: &str = "x-crosstalk-session";
+/// Query parameters that belong to the transport (tokens, sessions), never to an operation.
+const TRANSPORT_PARAMS: &[&str] = &["token", "relay_token", "session"];
 
-/// One path with its methods; any other method is a JSON 405.
-fn resource(path: &str, routes: Vec<Route>) -> actix_web::Resource {
-    routes
-        .into_iter()
-        .fold(web::resource(path), |r, route| r.route(route))
-        .default_service(web::route().to(error::method_not_allowed))
+/// The REST face's policy: scripts page in large steps and may block for minutes.
+#[derive(Debug, Clone, Copy)]
+pub struct RestPolicy(pub FacePolicy);
+
+impl RestPolicy {
+    pub fn new(wait_cap: Duration) -> Self {
+        RestPolicy(FacePolicy {
+            default_limit: DEFAULT_LIMIT,
+            wait_cap,
+        })
+    }
 }
 
+/// Largest JSON body a route reads; set from the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+type Mount = Arc<dyn Fn() -> actix_web::Route + Send + Sync>;
+
+/// One REST route of the table.
+pub struct Endpoint {
+    pub method: Method,
+    pub path: &'static str,
+    /// The status of a successful answer.
+    pub status: StatusCode,
+    /// The operation's name (its OpenAPI `operationId`) and description.
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Schemas of the operation's request and of this route's answer.
+    pub request: fn(&mut SchemaGenerator) -> Schema,
+    pub response: fn(&mut SchemaGenerator) -> Schema,
+    mount: Mount,
+}
+
+fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
+    g.subschema_for::<T>()
+}
+
+/// A route answering with the operation's response as it is.
+fn op<O: Operation>(method: Method, path: &'static str, status: StatusCode) -> Endpoint {
+    shaped::<O, O::Response>(method, path, status, |r| r)
+}
+
+/// A route answering with a projection of the operation's response (crosstalk-mcp's bare
+/// lists).
+fn shaped<O, P>(method: Method, path: &'static str, status: StatusCode, project: fn(O::Response) -> P) -> Endpoint
+where
+    O: Operation,
+    P: Serialize + JsonSchema + 'static,
+{
+    let m = method.clone();
+    Endpoint {
+        method,
+        path,
+        status,
+        name: O::NAME,
+        description: O::DESCRIPTION,
+        request: schema::<O::Request>,
+        response: schema::<P>,
+        mount: Arc::new(move || {
+            web::route()
+                .method(m.clone())
+                .to(move |req: HttpRequest, body: web::Payload, cx: web::Data<Ctx>| {
+                    handle::<O, P>(req, body, cx, project, status)
+                })
+        }),
+    }
+}
+
+/// crosstalk-mcp's long-poll answers a bare list; a wait with an identity answers the object.
+#[derive(Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum WaitAnswer {
+    Identified(Waited),
+    Anonymous(Messages),
+}
+
+/// The route table. Order matters only where actix would match two patterns: literal
+/// segments (`/channels/search`) come before parameters.
+pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
+    use StatusCode as S;
+    vec![
+        shaped::<channels::ListChannels, _>(Method::GET, "/api/channels", S::OK, |r: ChannelList| r.channels),
+        op::<channels::CreateChannel>(Method::POST, "/api/channels", S::CREATED),
+        shaped::<channels::FindChannel, _>(Method::GET, "/api/channels/search", S::OK, |r: FoundChannels| {
+            r.channels
+        }),
+        shaped::<messages::Read, _>(Method::GET, "/api/channels/{channel}/messages", S::OK, |r: Page| {
+            r.messages
+        }),
+        // crosstalk-mcp answers a stored post with 200, and its clients check for it.
+        op::<messages::Post>(Method::POST, "/api/channels/{channel}/messages", S::OK),
+        op::<messages::GetMessage>(Method::GET, "/api/channels/{channel}/messages/{message_id}", S::OK),
+        shaped::<messages::Replies, _>(
+            Method::GET,
+            "/api/channels/{channel}/messages/{message_id}/replies",
+            S::OK,
+            |r: MessageList| r.messages,
+        ),
+        shaped::<messages::Wait, _>(Method::GET, "/api/channels/{channel}/wait", S::OK, |w: Waited| {
+            if w.identified {
+                WaitAnswer::Identified(w)
+            } else {
+                WaitAnswer::Anonymous(w.messages)
+            }
+        }),
+        shaped::<channels::Presence, _>(Method::GET, "/api/channels/{channel}/presence", S::OK, |p: Present| {
+            p.participants
+        }),
+        op::<sessions::StartSession>(Method::POST, "/api/channels/{channel}/session", S::OK),
+        op::<sessions::GetSession>(Method::GET, "/api/channels/{channel}/session", S::OK),
+        op::<sessions::EndSession>(Method::DELETE, "/api/channels/{channel}/session", S::OK),
+        shaped::<sessions::Directives, _>(
+            Method::GET,
+            "/api/channels/{channel}/directives",
+            S::OK,
+            DirectivesView::flat,
+        ),
+        op::<messages::Ask>(Method::POST, "/api/channels/{channel}/ask", S::OK),
+        op::<identity::Register>(Method::POST, "/api/register", S::CREATED),
+        shaped::<identity::ListInstances, _>(Method::GET, "/api/instances", S::OK, |r: Instances| r.instances),
+        shaped::<identity::Inbox, _>(Method::GET, "/api/inbox", S::OK, |r: MessageList| r.messages),
+        shaped::<channels::Search, _>(Method::GET, "/api/search", S::OK, |r: MessageList| r.messages),
+        shaped::<shared::ListData, _>(Method::GET, "/api/data", S::OK, |r: SharedList| r.entries),
+        op::<shared::Share>(Method::POST, "/api/data", S::CREATED),
+        op::<shared::GetData>(Method::GET, "/api/data/{key}", S::OK),
+        op::<shared::DeleteData>(Method::DELETE, "/api/data/{key}", S::OK),
+    ]
+});
+
+/// Routes that are transport, not operations: documented by hand in the OpenAPI document.
+pub const STREAM_PATH: &str = "/api/channels/{channel}/stream";
+pub const HEALTH_PATH: &str = "/healthz";
+pub const OPENAPI_PATH: &str = "/openapi.json";
+
+/// Mounts the table (one resource per path, a JSON 405 for other methods), the SSE stream,
+/// `/healthz`, `/openapi.json` and the JSON 404.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/healthz", vec![web::get().to(healthz)]))
-        .service(
-            web::scope("/api")
-                .service(resource(
-                    "/channels",
-                    vec![web::get().to(list_channels), web::post().to(identity::create_channel)],
-                ))
-                .service(resource(
-                    "/channels/search",
-                    vec![web::get().to(identity::find_channels)],
-                ))
-                .service(resource(
-                    "/channels/{channel}/messages",
-                    vec![web::get().to(get_messages), web::post().to(post_message)],
-                ))
-                .service(resource(
-                    "/channels/{channel}/messages/{id}",
-                    vec![web::get().to(coord::get_message)],
-                ))
-                .service(resource(
-                    "/channels/{channel}/messages/{id}/replies",
-                    vec![web::get().to(coord::replies)],
-                ))
-                .service(resource("/channels/{channel}/wait", vec![web::get().to(wait)]))
-                .service(resource("/channels/{channel}/stream", vec![web::get().to(sse::stream)]))
-                .service(resource("/channels/{channel}/presence", vec![web::get().to(presence)]))
-                .service(resource(
-                    "/channels/{channel}/session",
-                    vec![
-                        web::get().to(coord::get_session),
-                        web::post().to(coord::start_session),
-                        web::delete().to(coord::end_session),
-                    ],
-                ))
-                .service(resource(
-                    "/channels/{channel}/directives",
-                    vec![web::get().to(coord::directives)],
-                ))
-                .service(resource("/channels/{channel}/ask", vec![web::post().to(coord::ask)]))
-                .service(resource("/register", vec![web::post().to(identity::register)]))
-                .service(resource("/instances", vec![web::get().to(identity::instances)]))
-                .service(resource("/inbox", vec![web::get().to(identity::inbox)]))
-                .service(resource("/search", vec![web::get().to(identity::search)]))
-                .service(resource(
-                    "/data",
-                    vec![web::get().to(identity::list_data), web::post().to(identity::share_data)],
-                ))
-                .service(resource(
-                    "/data/{key}",
-                    vec![
-                        web::get().to(identity::get_data),
-                        web::delete().to(identity::delete_data),
-                    ],
-                )),
-        )
-        .default_service(web::route().to(error::not_found));
+    let mut paths: Vec<&'static str> = Vec::new();
+    for e in ENDPOINTS.iter() {
+        if !paths.contains(&e.path) {
+            paths.push(e.path);
+        }
+    }
+    cfg.service(resource(HEALTH_PATH).route(web::get().to(healthz)))
+        .service(resource(OPENAPI_PATH).route(web::get().to(crate::openapi::serve)))
+        .service(resource(STREAM_PATH).route(web::get().to(crate::sse::stream)));
+    for path in paths {
+        let r = ENDPOINTS
+            .iter()
+            .filter(|e| e.path == path)
+            .fold(resource(path), |r, e| r.route((e.mount)()));
+        cfg.service(r);
+    }
+    cfg.default_service(web::route().to(error::not_found));
 }
 
-pub fn channel_name(raw: &str) -> Result<ChannelName, ApiError> {
-    Ok(ChannelName::parse(raw)?)
+fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::route().to(error::method_not_allowed))
 }
 
 /// The session token the request carries, if any.
@@ -108,183 +200,129 @@ pub fn session(req: &HttpRequest) -> Option<&str> {
         .filter(|s| !s.is_empty())
 }
 
-/// A JSON array of already-encoded messages.
-pub fn messages_json(messages: &[Arc<Posted>]) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("application/json")
-        .body(json_array(messages).freeze())
+/// The caller of a REST request: the auth middleware's principal and the session header.
+pub fn caller(req: &HttpRequest, session_override: Option<String>) -> Caller {
+    let policy = req
+        .app_data::<web::Data<RestPolicy>>()
+        .map_or(RestPolicy::new(Duration::from_secs(300)), |p| *p.get_ref());
+    Caller {
+        principal: req
+            .extensions()
+            .get::<Principal>()
+            .cloned()
+            .unwrap_or(Principal::Anyone),
+        session: session(req).map(str::to_owned).or(session_override),
+        bound: None,
+        policy: policy.0,
+    }
 }
 
-pub fn json_array(messages: &[Arc<Posted>]) -> BytesMut {
-    let len = messages.iter().map(|m| m.json.len() + 1).sum::<usize>() + 2;
-    let mut body = BytesMut::with_capacity(len);
-    body.put_u8(b'[');
-    for (i, m) in messages.iter().enumerate() {
-        if i > 0 {
-            body.put_u8(b',');
+async fn handle<O, P>(
+    req: HttpRequest,
+    body: web::Payload,
+    cx: web::Data<Ctx>,
+    project: fn(O::Response) -> P,
+    status: StatusCode,
+) -> Result<HttpResponse, ApiError>
+where
+    O: Operation,
+    P: Serialize,
+{
+    let request: O::Request = if req.method() == Method::POST {
+        let limit = req.app_data::<web::Data<BodyLimit>>().map_or(1 << 20, |l| l.0);
+        from_body(&req, read_body(body, limit).await?)?
+    } else {
+        from_query(&req)?
+    };
+    let answer = O::run(cx.get_ref().clone(), caller(&req, None), request).await?;
+    let json = serde_json::to_vec(&project(answer))
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    Ok(HttpResponse::build(status).content_type("application/json").body(json))
+}
+
+/// Reads a body of at most `limit` bytes, or answers 413.
+async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::BytesMut, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("request body is larger than {limit} bytes"),
+        )
+    };
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("unreadable body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
         }
-        body.extend_from_slice(&m.json);
+        body.extend_from_slice(&chunk);
     }
-    body.put_u8(b']');
-    body
+    Ok(body)
 }
 
-/// Messages as JSON values, for responses that wrap them in an object.
-pub fn messages_value(messages: &[Arc<Posted>]) -> serde_json::Value {
-    serde_json::Value::Array(messages.iter().map(|m| m.value()).collect())
-}
-
-pub fn limit(raw: Option<usize>) -> Result<usize, ApiError> {
-    match raw {
-        None => Ok(DEFAULT_LIMIT),
-        Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
-        Some(n) => Err(ApiError::bad_request(format!(
-            "limit {n} is out of range: use 1 to {MAX_LIMIT}"
-        ))),
+/// A POST's request: its JSON object body (none is `{}`) with the path parameters set.
+fn from_body<T: DeserializeOwned>(req: &HttpRequest, body: web::BytesMut) -> Result<T, ApiError> {
+    let mut value = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Object(Default::default())
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?
+    };
+    let serde_json::Value::Object(fields) = &mut value else {
+        return Err(ApiError::bad_request("invalid fields: the body must be a JSON object"));
+    };
+    for (name, v) in req.match_info().iter() {
+        fields.insert(name.to_owned(), serde_json::Value::String(v.to_owned()));
     }
+    serde_path_to_error::deserialize(value).map_err(|e| invalid("invalid fields", e.path().to_string(), e.into_inner()))
 }
 
-pub fn timeout(raw: Option<f64>, default: Duration, cap: Duration) -> Result<Duration, ApiError> {
-    match raw {
-        None => Ok(default.min(cap)),
-        Some(t) if t.is_finite() && t >= 0.0 => Ok(Duration::from_secs_f64(t.min(cap.as_secs_f64()))),
-        Some(t) => Err(ApiError::bad_request(format!(
-            "timeout_s {t} must be a number of seconds >= 0"
-        ))),
+/// A GET's or DELETE's request: the path parameters and the query string.
+fn from_query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+    let mut pairs: Vec<(String, String)> = req
+        .match_info()
+        .iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let from_path = pairs.len();
+    for (k, v) in form_urlencoded_pairs(req.query_string()) {
+        if TRANSPORT_PARAMS.contains(&k.as_str()) || pairs[..from_path].iter().any(|(p, _)| *p == k) {
+            continue;
+        }
+        pairs.push((k, v));
     }
+    let encoded =
+        serde_urlencoded::to_string(&pairs).map_err(|e| ApiError::bad_request(format!("invalid query string: {e}")))?;
+    let de = serde_urlencoded::Deserializer::new(url_pairs(&encoded));
+    serde_path_to_error::deserialize(de)
+        .map_err(|e| invalid("invalid query string", e.path().to_string(), e.into_inner()))
 }
 
-#[derive(Debug, Deserialize)]
-pub struct ReadQuery {
-    #[serde(default)]
-    pub since_id: u64,
-    pub limit: Option<usize>,
-    /// The reader's identity: its read cursor moves past what it gets.
-    pub instance_id: Option<String>,
+fn form_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
+    serde_urlencoded::from_str::<Vec<(String, String)>>(query).unwrap_or_default()
 }
 
-#[derive(Debug, Deserialize)]
-pub struct WaitQuery {
-    #[serde(default)]
-    pub since_id: u64,
-    pub limit: Option<usize>,
-    pub timeout_s: Option<f64>,
-    /// The waiter's identity. With it the answer is an object (see README), and the wait
-    /// takes part in one-wait-per-identity, roles and release.
-    pub instance_id: Option<String>,
-    /// `active` (default) or `parked`.
-    pub role: Option<String>,
-    /// Skip the waiter's own messages (default true with an identity).
-    pub exclude_self: Option<bool>,
+fn url_pairs(encoded: &str) -> form_urlencoded::Parse<'_> {
+    form_urlencoded::parse(encoded.as_bytes())
 }
 
-pub fn role(raw: Option<&str>) -> Result<Role, ApiError> {
-    match raw.map(str::to_ascii_lowercase).as_deref() {
-        None | Some("") | Some("active") => Ok(Role::Active),
-        Some("parked") => Ok(Role::Parked),
-        Some(other) => Err(ApiError::bad_request(format!(
-            "role {other:?} is not one of: active, parked"
-        ))),
+fn invalid(what: &str, path: String, e: impl std::fmt::Display) -> ApiError {
+    if path == "." || path.is_empty() {
+        ApiError::bad_request(format!("{what}: {e}"))
+    } else {
+        ApiError::bad_request(format!("{what}: `{path}`: {e}"))
     }
 }
 
-/// The object a wait with an identity answers with.
-pub fn wait_value(r: &WaitResult) -> serde_json::Value {
-    serde_json::json!({
-        "messages": messages_value(&r.messages),
-        "outcome": r.outcome,
-        "next_since_id": r.next_since_id,
-        "hint": r.outcome.hint(),
-    })
-}
-
-async fn healthz(state: web::Data<AppState>) -> HttpResponse {
-    let status = if state.relay.shutdown_token().is_cancelled() {
+async fn healthz(cx: web::Data<Ctx>) -> HttpResponse {
+    use std::sync::atomic::Ordering;
+    let status = if cx.relay.shutdown_token().is_cancelled() {
         "stopping"
     } else {
         "ok"
     };
     HttpResponse::Ok().json(serde_json::json!({
         "status": status,
-        "streams": state.streams.load(Ordering::Relaxed),
-        "waits": state.waits.load(Ordering::Relaxed),
+        "streams": cx.streams.load(Ordering::Relaxed),
+        "waits": cx.waits.load(Ordering::Relaxed),
     }))
-}
-
-async fn list_channels(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(state.relay.list_channels()?))
-}
-
-async fn get_messages(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    path: web::Path<String>,
-    query: web::Query<ReadQuery>,
-) -> Result<HttpResponse, ApiError> {
-    let channel = channel_name(&path)?;
-    let reader = query.instance_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
-    if let Some(who) = reader {
-        crate::auth::acting_as(&req, who)?;
-        state.relay.authorize(who, session(&req)).await?;
-    }
-    let found = state
-        .relay
-        .read(&channel, query.since_id, limit(query.limit)?, reader)
-        .await?;
-    Ok(messages_json(&found))
-}
-
-async fn post_message(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    path: web::Path<String>,
-    body: web::Json<NewMessage>,
-) -> Result<HttpResponse, ApiError> {
-    let channel = channel_name(&path)?;
-    crate::auth::acting_as(&req, &body.sender)?;
-    let posted = state.relay.post(&channel, body.into_inner(), session(&req)).await?;
-    Ok(HttpResponse::build(StatusCode::CREATED)
-        .content_type("application/json")
-        .body(posted.json.clone()))
-}
-
-async fn wait(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    path: web::Path<String>,
-    query: web::Query<WaitQuery>,
-) -> Result<HttpResponse, ApiError> {
-    let channel = channel_name(&path)?;
-    let instance = query
-        .instance_id
-        .as_deref()
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned);
-    if let Some(who) = &instance {
-        crate::auth::acting_as(&req, who)?;
-        state.relay.authorize(who, session(&req)).await?;
-    }
-    let opts = WaitOptions {
-        since_id: query.since_id,
-        limit: limit(query.limit)?,
-        timeout: timeout(query.timeout_s, DEFAULT_WAIT, state.wait_cap)?,
-        exclude_self: instance.is_some() && query.exclude_self.unwrap_or(true),
-        role: role(query.role.as_deref())?,
-        instance,
-    };
-    let identified = opts.instance.is_some();
-    let _waiting = Gauge::enter(&state.waits);
-    let result = state.relay.wait(&channel, opts).await?;
-    if identified {
-        Ok(HttpResponse::Ok().json(wait_value(&result)))
-    } else {
-        Ok(messages_json(&result.messages))
-    }
-}
-
-async fn presence(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    let channel = channel_name(&path)?;
-    let participants = state.relay.presence(&channel).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "channel": channel, "participants": participants })))
 }

@@ -1,49 +1,31 @@
-//! Assembles the relay and the HTTP server, and owns shutdown: on SIGTERM or SIGINT the
-//! relay's token is cancelled (streams and waits end), the server stops, the store is flushed.
+//! Assembles the relay and the HTTP server, and owns shutdown. [`run`] is the binary's path:
+//! open the store, bind, serve until SIGTERM or SIGINT. [`serve`] is the part a test calls
+//! with its own relay, listener and shutdown future:
+//!
+//! ```ignore
+//! let (relay, _) = Relay::start(store, RelayConfig::default())?;
+//! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+//! actix_rt::spawn(serve(relay, config, listener, stop.cancelled_owned()));
+//! ```
+//!
+//! On shutdown the relay's token is cancelled (streams and waits end), the server stops and
+//! the store is flushed.
 
 use crate::config::Config;
-use crate::error;
 use crate::mcp::{self, McpSettings};
-use crate::rest;
+use crate::ops::Ctx;
+use crate::rest::{self, BodyLimit, RestPolicy};
 use actix_web::{web, App, HttpServer};
 use crosstalk_actors::sled_store::SledStore;
 use crosstalk_actors::{Relay, RelayConfig};
 use crosstalk_schema::Limits;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Slack on top of the largest body for the JSON around it.
 const JSON_OVERHEAD: usize = 64 * 1024;
 /// How long in-flight requests get to finish once shutdown starts.
 const SHUTDOWN_GRACE_SECS: u64 = 1;
-
-/// What every handler shares.
-pub struct AppState {
-    pub relay: Relay,
-    /// Longest long-poll a client may ask for.
-    pub wait_cap: Duration,
-    /// Open SSE streams, shown by `/healthz`.
-    pub streams: Arc<AtomicUsize>,
-    /// Pending long-poll waits, shown by `/healthz`.
-    pub waits: Arc<AtomicUsize>,
-}
-
-/// Counts one open stream or wait for as long as it lives.
-pub struct Gauge(Arc<AtomicUsize>);
-
-impl Gauge {
-    pub fn enter(counter: &Arc<AtomicUsize>) -> Gauge {
-        counter.fetch_add(1, Ordering::Relaxed);
-        Gauge(counter.clone())
-    }
-}
-
-impl Drop for Gauge {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -60,28 +42,9 @@ pub enum ServeError {
     Flush(crosstalk_actors::RelayError),
 }
 
-/// Configures the JSON and query extractors so their errors are JSON too.
-pub fn app_config(max_body: usize) -> impl Fn(&mut web::ServiceConfig) + Clone {
-    move |cfg| {
-        cfg.app_data(
-            web::JsonConfig::default()
-                .limit(max_body + JSON_OVERHEAD)
-                .content_type_required(false)
-                .error_handler(error::json_error),
-        )
-        .app_data(web::QueryConfig::default().error_handler(error::query_error))
-        .configure(rest::routes);
-    }
-}
-
-pub async fn run(config: Config) -> Result<(), ServeError> {
-    let store_err = |source| ServeError::Store {
-        path: config.data_dir.display().to_string(),
-        source,
-    };
-    std::fs::create_dir_all(&config.data_dir)?;
-    let store = SledStore::open(&config.data_dir).map_err(|e| store_err(e.into()))?;
-    let relay_config = RelayConfig {
+/// The relay's settings from the configuration.
+pub fn relay_config(config: &Config) -> RelayConfig {
+    RelayConfig {
         limits: Limits {
             max_body: config.max_body_bytes,
             ..Limits::default()
@@ -93,8 +56,19 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
         channel_retention: config.channel_retention.clone(),
         retention_every: config.retention_every,
         max_shared_bytes: config.max_shared_bytes,
+    }
+}
+
+/// Opens the store in the configured directory and starts the relay on it, reporting any
+/// damage it repaired.
+pub fn open(config: &Config) -> Result<Relay, ServeError> {
+    let store_err = |source| ServeError::Store {
+        path: config.data_dir.display().to_string(),
+        source,
     };
-    let (relay, repairs) = Relay::start(Arc::new(store), relay_config).map_err(store_err)?;
+    std::fs::create_dir_all(&config.data_dir)?;
+    let store = SledStore::open(&config.data_dir).map_err(|e| store_err(e.into()))?;
+    let (relay, repairs) = Relay::start(Arc::new(store), relay_config(config)).map_err(store_err)?;
     for r in &repairs.damaged {
         eprintln!(
             "crosstalk: store damage repaired in channel {}: dropped damaged records {:?}, serving up to id {}",
@@ -108,40 +82,59 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
             t.store_last_id, t.acknowledged_last_id, t.store_last_id, t.acknowledged_last_id
         );
     }
-    let state = web::Data::new(AppState {
-        relay: relay.clone(),
-        wait_cap: config.wait_cap,
-        streams: Default::default(),
-        waits: Default::default(),
-    });
-    let configure = app_config(config.max_body_bytes.max(config.max_shared_bytes));
-    let auth = web::Data::new(config.auth.clone());
+    Ok(relay)
+}
+
+/// The binary's path: open, bind, serve until a signal.
+pub async fn run(config: Config) -> Result<(), ServeError> {
+    let relay = open(&config)?;
+    let addr = format!("{}:{}", config.host, config.port);
+    let listener = std::net::TcpListener::bind(&addr).map_err(|source| ServeError::Bind { addr, source })?;
+    serve(relay, config, listener, wait_for_signal()).await
+}
+
+/// Serves the relay on `listener` until `shutdown` resolves, then ends streams and waits,
+/// stops the server and flushes the store.
+pub async fn serve(
+    relay: Relay,
+    config: Config,
+    listener: std::net::TcpListener,
+    shutdown: impl Future<Output = ()> + 'static,
+) -> Result<(), ServeError> {
+    let cx = Ctx::new(relay.clone());
     if !is_loopback(&config.host) && !config.auth.enabled() {
         tracing::warn!(host = %config.host, "listening beyond loopback without a token: anyone who can reach this \
             port can read and post; set CROSSTALK_TOKEN (or RELAY_TOKEN)");
     }
-    // Built once: every worker's scope shares its sessions.
-    let mcp = mcp::service(
-        relay.clone(),
-        &McpSettings {
-            wait_cap: config.mcp_wait_cap,
-            allowed_hosts: config.allowed_hosts.clone(),
-            max_body_bytes: config.max_body_bytes,
-            waits: state.waits.clone(),
-        },
-    );
-    let addr = format!("{}:{}", config.host, config.port);
     if !is_loopback(&config.host) && config.allowed_hosts.is_empty() {
         tracing::warn!(host = %config.host,
             "MCP at /mcp answers only to Host localhost, 127.0.0.1 and ::1; set --allowed-hosts to the names clients use");
     }
+    // Built once: every worker's scope shares its sessions.
+    let mcp = mcp::service(
+        cx.clone(),
+        &McpSettings {
+            wait_cap: config.mcp_wait_cap,
+            allowed_hosts: config.allowed_hosts.clone(),
+            max_body_bytes: config.max_body_bytes,
+        },
+    );
+    let data = web::Data::new(cx);
+    let auth = web::Data::new(config.auth.clone());
+    let policy = web::Data::new(RestPolicy::new(config.wait_cap));
+    let body_limit = web::Data::new(BodyLimit(
+        config.max_body_bytes.max(config.max_shared_bytes) + JSON_OVERHEAD,
+    ));
     let server = HttpServer::new(move || {
         App::new()
-            .app_data(state.clone())
+            .app_data(data.clone())
             .app_data(auth.clone())
+            .app_data(policy.clone())
+            .app_data(body_limit.clone())
+            .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))
             .wrap(actix_web::middleware::from_fn(crate::auth::require))
             .service(web::scope(mcp::MCP_PATH).service(mcp.clone().scope()))
-            .configure(configure.clone())
+            .configure(rest::routes)
     })
     .workers(config.workers)
     .disable_signals()
@@ -149,11 +142,7 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
     // long-poll or SSE handler never outlives its client.
     .h1_allow_half_closed(false)
     .shutdown_timeout(SHUTDOWN_GRACE_SECS)
-    .bind(&addr)
-    .map_err(|source| ServeError::Bind {
-        addr: addr.clone(),
-        source,
-    })?;
+    .listen(listener)?;
     for a in server.addrs() {
         // Scripts and tests read this line to find the port when it was 0.
         println!("crosstalk listening on http://{a}");
@@ -163,7 +152,7 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
     let handle = server.handle();
     let token = relay.shutdown_token();
     actix_web::rt::spawn(async move {
-        wait_for_signal().await;
+        shutdown.await;
         tracing::info!("shutting down");
         token.cancel();
         handle.stop(true).await;

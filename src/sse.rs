@@ -7,8 +7,7 @@
 //! client holds no buffer here and never slows the channel.
 
 use crate::error::ApiError;
-use crate::rest::channel_name;
-use crate::server::{AppState, Gauge};
+use crate::ops::{self, Ctx, Gauge};
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::{BufMut, Bytes, BytesMut};
 use crosstalk_actors::presence::Heartbeat;
@@ -82,12 +81,12 @@ struct State {
 }
 
 pub async fn stream(
-    state: web::Data<AppState>,
+    state: web::Data<Ctx>,
     req: HttpRequest,
     path: web::Path<String>,
     query: web::Query<StreamQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let channel = channel_name(&path)?;
+    let channel = ops::channel(&path)?;
     let query = query.into_inner();
     let cursor = match req.headers().get("last-event-id") {
         None => query.since_id,
@@ -108,9 +107,9 @@ pub async fn stream(
         .filter(|p| !p.is_empty())
     {
         Some(id) => {
-            crate::auth::acting_as(&req, &id)?;
-            let session = crate::rest::session(&req).map(str::to_owned).or(query.session);
-            relay.authorize(&id, session.as_deref()).await?;
+            let caller = crate::rest::caller(&req, query.session);
+            caller.act_as(&app, &id)?;
+            let session = caller.session;
             let me = Presence {
                 relay: relay.clone(),
                 session,
@@ -160,13 +159,13 @@ async fn next_chunk(s: &mut State) -> Option<Bytes> {
     loop {
         match s.handle.view.read(s.cursor, BATCH) {
             Ok(found) if !found.is_empty() => {
-                let mut out = BytesMut::with_capacity(found.iter().map(|p| p.json.len() + 40).sum());
+                let mut out = BytesMut::with_capacity(found.iter().map(|p| p.json().len() + 40).sum());
                 for p in &found {
                     // JSON escapes CR and LF, so a body of any shape stays one `data:` line.
                     out.put_slice(b"id: ");
                     out.put_slice(p.id().to_string().as_bytes());
                     out.put_slice(b"\nevent: message\ndata: ");
-                    out.put_slice(&p.json);
+                    out.put_slice(p.json());
                     out.put_slice(b"\n\n");
                     s.cursor = p.id();
                 }
@@ -199,7 +198,7 @@ async fn next_chunk(s: &mut State) -> Option<Bytes> {
             _ = s.keepalive.tick() => {
                 if let Some(me) = &s.me {
                     me.beat();
-                    let _ = me.relay.authorize(&me.heartbeat.participant_id, me.session.as_deref()).await;
+                    let _ = me.relay.authorize(&me.heartbeat.participant_id, me.session.as_deref());
                 }
                 return Some(Bytes::from_static(b": keep-alive\n\n"));
             }

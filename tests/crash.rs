@@ -32,7 +32,7 @@ impl Rng {
 
 #[derive(Default)]
 struct Acked {
-    /// (channel, id, body) for every 201 a writer received.
+    /// (channel, id, body) for every 200 a writer received.
     list: Vec<(String, u64, String)>,
 }
 
@@ -122,7 +122,7 @@ async fn acknowledged_messages_survive_repeated_sigkill() {
                         .send()
                         .await;
                     match sent {
-                        Ok(r) if r.status() == 201 => {
+                        Ok(r) if r.status() == 200 => {
                             let Ok(m) = r.json::<Value>().await else { continue };
                             let id = m["id"].as_u64().unwrap();
                             assert!(

@@ -26,7 +26,7 @@ async fn concurrent_posters_get_unique_increasing_ids_with_no_gaps_or_duplicates
                         .send()
                         .await
                         .unwrap();
-                    assert_eq!(r.status(), 201);
+                    assert_eq!(r.status(), 200);
                     let v: serde_json::Value = r.json().await.unwrap();
                     assert_eq!(v["body"], body.as_str());
                     assert_eq!(v["channel"], ch);

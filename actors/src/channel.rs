@@ -221,7 +221,11 @@ impl ChannelActor {
         }
         let now = Timestamp::now();
         self.meta.last_id = id;
-        self.meta.last_at = Some(now);
+        if let Record::Message(m) = &record {
+            // The summary's last message and its time are the message's own.
+            self.meta.last_message_id = id;
+            self.meta.last_at = Some(m.created_at);
+        }
         self.meta.created_at.get_or_insert(now);
         if let Some(k) = &idem {
             self.idem_uncommitted.insert(k.clone(), id);

@@ -39,7 +39,7 @@ impl Identity {
 }
 
 /// An instance as `list_instances` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct InstanceView {
     pub instance_id: String,
     pub description: Option<String>,

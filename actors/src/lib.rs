@@ -24,7 +24,7 @@ pub use error::RelayError;
 pub use identities::InstanceView;
 pub use presence::{Participant, PresenceEvent};
 pub use registry::Registered;
-pub use relay::{Directives, Relay, RelayConfig, WaitOptions, WaitOutcome, WaitResult};
+pub use relay::{ChannelInfo, Directives, Relay, RelayConfig, WaitOptions, WaitOutcome, WaitResult};
 pub use shared::SharedSummary;
 pub use store::{EventStore, RepairReport, StoreError};
 pub use view::{ChannelView, Posted};

@@ -15,17 +15,25 @@ const EVENTS_CAPACITY: usize = 64;
 /// Longest pause between expiry sweeps.
 const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
-/// One participant on one channel, as `GET /api/channels/{channel}/presence` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One participant on one channel, as `GET /api/channels/{channel}/presence` shows it:
+/// crosstalk-mcp's fields (`id`, `display_name`, `kind`, `side`, `last_seen` in epoch
+/// seconds) and crosstalk's (`participant_id`, `activity`, `last_seen_at`).
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Participant {
+    pub id: String,
     pub participant_id: String,
-    pub display_name: Option<String>,
+    /// The name to show; the id unless the participant gave one.
+    pub display_name: String,
     /// `agent` or `human`.
     pub kind: String,
+    /// The side it said it is on (crosstalk never guesses one from a name).
     pub side: Option<String>,
     /// What it last did: `streaming`, `waiting` or `posted`.
     pub activity: String,
-    pub last_seen: String,
+    /// When it was last heard from, in seconds since the epoch.
+    pub last_seen: f64,
+    /// The same, RFC 3339.
+    pub last_seen_at: String,
 }
 
 /// A change in who is on a channel.
@@ -145,21 +153,27 @@ impl Handler<Heartbeat> for PresenceSupervisor {
                 if e.participant.activity != hb.activity {
                     e.participant.activity = hb.activity.to_owned();
                 }
-                if hb.display_name.is_some() {
-                    e.participant.display_name = hb.display_name;
+                if let Some(name) = hb.display_name {
+                    e.participant.display_name = name;
                 }
                 if hb.side.is_some() {
                     e.participant.side = hb.side;
                 }
+                // A stream that says it is a human is one, even if the id posted first.
+                if let Some(kind) = hb.kind.filter(|k| *k != e.participant.kind) {
+                    e.participant.kind = kind;
+                }
             }
             None => {
                 let participant = Participant {
+                    id: hb.participant_id.clone(),
                     participant_id: hb.participant_id.clone(),
-                    display_name: hb.display_name,
+                    display_name: hb.display_name.unwrap_or_else(|| hb.participant_id.clone()),
                     kind: hb.kind.unwrap_or_else(|| "agent".to_owned()),
                     side: hb.side,
                     activity: hb.activity.to_owned(),
-                    last_seen: now.to_rfc3339(),
+                    last_seen: now.0 as f64 / 1e6,
+                    last_seen_at: now.to_rfc3339(),
                 };
                 members.insert(
                     hb.participant_id,
@@ -208,7 +222,11 @@ impl Handler<ListPresence> for PresenceSupervisor {
             .map(|m| {
                 m.values()
                     .filter(|e| e.seen.elapsed() < ttl)
-                    .map(|e| e.participant.clone())
+                    .map(|e| Participant {
+                        last_seen: e.at.0 as f64 / 1e6,
+                        last_seen_at: e.at.to_rfc3339(),
+                        ..e.participant.clone()
+                    })
                     .collect()
             })
             .unwrap_or_default();

@@ -40,7 +40,7 @@ pub struct Register {
     pub session: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Registered {
     #[serde(flatten)]
     pub instance: InstanceView,

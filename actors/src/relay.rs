@@ -94,7 +94,7 @@ pub struct WaitOptions {
 }
 
 /// Why a wait returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitOutcome {
     Messages,
@@ -143,7 +143,7 @@ pub struct Directives {
 }
 
 /// A channel found by name or description.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ChannelInfo {
     #[serde(flatten)]
     pub summary: ChannelSummary,
@@ -185,10 +185,15 @@ impl Drop for WaitGuard {
     }
 }
 
+/// Whether a message addressed to `recipient` is for `who`: a broadcast (no recipient, or
+/// `any-human`) is for everyone; anything else only for its recipient. With no `who`, only
+/// broadcasts (crosstalk-mcp's rule).
 fn for_recipient(recipient: Option<&str>, who: Option<&str>) -> bool {
     match (recipient, who) {
-        (None, _) | (_, None) => true,
-        (Some(r), Some(w)) => r.eq_ignore_ascii_case(w) || r.eq_ignore_ascii_case(ANY_HUMAN),
+        (None, _) => true,
+        (Some(r), _) if r.eq_ignore_ascii_case(ANY_HUMAN) => true,
+        (Some(r), Some(w)) => r.eq_ignore_ascii_case(w),
+        (Some(_), None) => false,
     }
 }
 
@@ -283,25 +288,29 @@ impl Relay {
         self.inner.directory.read().get(name).map(|h| h.view.clone())
     }
 
-    /// Checks that `session` may act as `instance_id` (and records a heartbeat).
-    pub async fn authorize(&self, instance_id: &str, session: Option<&str>) -> Result<(), RelayError> {
+    /// The view of a channel that exists (open, or in the store), opening it if needed; `None`
+    /// for a channel never written: reading a channel creates nothing.
+    async fn existing_view(&self, name: &ChannelName) -> Result<Option<Arc<ChannelView>>, RelayError> {
+        if let Some(v) = self.open_view(name) {
+            return Ok(Some(v));
+        }
+        if self.inner.store.meta(name)?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(self.channel(name).await?.view))
+    }
+
+    /// Checks that `session` may act as `instance_id` (and records a heartbeat). The
+    /// operations call it for every identity a caller names; the relay trusts them.
+    pub fn authorize(&self, instance_id: &str, session: Option<&str>) -> Result<(), RelayError> {
         self.inner.identities.authorize(instance_id, session)
     }
 
-    /// Posts a message; returns it once it is durable and visible to every reader.
-    /// `session` is the caller's session: the sender must not be bound to another one.
-    pub async fn post(
-        &self,
-        channel: &ChannelName,
-        post: NewMessage,
-        session: Option<&str>,
-    ) -> Result<Arc<Posted>, RelayError> {
+    /// Posts a message; returns it once it is durable and visible to every reader. The
+    /// caller has authorised the sender.
+    pub async fn post(&self, channel: &ChannelName, post: NewMessage) -> Result<Arc<Posted>, RelayError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(RelayError::ShuttingDown);
-        }
-        let sender = post.sender.trim().to_owned();
-        if !sender.is_empty() {
-            self.authorize(&sender, session).await?;
         }
         let handle = self.channel(channel).await?;
         let posted = handle.addr.send(Post(post)).timeout(ACTOR_CALL_TIMEOUT).await??;
@@ -503,7 +512,7 @@ impl Relay {
     }
 
     /// Channels whose name or description contains `query` (case-insensitive).
-    pub async fn find_channels(&self, query: &str) -> Result<Vec<ChannelInfo>, RelayError> {
+    pub fn find_channels(&self, query: &str) -> Result<Vec<ChannelInfo>, RelayError> {
         let needle = query.trim().to_lowercase();
         let mut out = Vec::new();
         for summary in self.list_channels()? {
@@ -523,8 +532,21 @@ impl Relay {
         Ok(out)
     }
 
-    pub async fn channel_state(&self, channel: &ChannelName) -> Result<ChannelState, RelayError> {
-        Ok(self.channel(channel).await?.view.channel_state())
+    /// The committed state of a channel (default for a channel never written); starts nothing.
+    pub fn channel_state(&self, channel: &ChannelName) -> Result<ChannelState, RelayError> {
+        match self.open_view(channel) {
+            Some(v) => Ok(v.channel_state()),
+            None => Ok(self.inner.store.state(channel)?),
+        }
+    }
+
+    /// One committed message, `None` if there is none with that id; starts nothing for a
+    /// channel never written.
+    pub async fn message(&self, channel: &ChannelName, id: u64) -> Result<Option<Arc<Posted>>, RelayError> {
+        match self.existing_view(channel).await? {
+            Some(view) => view.get(id),
+            None => Ok(None),
+        }
     }
 
     pub async fn start_session(
@@ -540,14 +562,24 @@ impl Relay {
             .await?
     }
 
-    pub async fn end_session(&self, channel: &ChannelName) -> Result<ChannelState, RelayError> {
+    /// Ends the active session; `None` when there was none (nothing is written).
+    pub async fn end_session(&self, channel: &ChannelName) -> Result<Option<ChannelState>, RelayError> {
+        if self.channel_state(channel)?.active_session().is_none() {
+            return Ok(None);
+        }
         let handle = self.channel(channel).await?;
-        handle.addr.send(EndSession).timeout(ACTOR_CALL_TIMEOUT).await?
+        handle
+            .addr
+            .send(EndSession)
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
+            .map(Some)
     }
 
     /// The replies to a message, oldest first.
     pub async fn replies(&self, channel: &ChannelName, id: u64, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
-        let view = self.channel(channel).await?.view;
+        let not_found = || RelayError::NotFound(format!("no message {id} in channel {channel}"));
+        let view = self.existing_view(channel).await?.ok_or_else(not_found)?;
         if view.get(id)?.is_none() && view.overlay(id).is_none() {
             return Err(RelayError::NotFound(format!("no message {id} in channel {channel}")));
         }
@@ -561,7 +593,13 @@ impl Relay {
         recipient: Option<&str>,
         since_id: u64,
     ) -> Result<Directives, RelayError> {
-        let view = self.channel(channel).await?.view;
+        let Some(view) = self.existing_view(channel).await? else {
+            return Ok(Directives {
+                directives: Vec::new(),
+                open_questions: Vec::new(),
+                next_since_id: since_id,
+            });
+        };
         let mut directives = Vec::new();
         let mut cursor = since_id;
         loop {
@@ -578,7 +616,7 @@ impl Relay {
         }
         let state = view.channel_state();
         let mut open_questions = Vec::new();
-        for (id, to) in &state.open_questions {
+        for (id, to) in state.open_questions.range(since_id + 1..) {
             if for_recipient(to.as_deref(), recipient) {
                 if let Some(q) = view.get(*id)? {
                     open_questions.push(q);
@@ -598,12 +636,16 @@ impl Relay {
         &self,
         channel: &ChannelName,
         mut question: NewMessage,
-        session: Option<&str>,
         timeout: Duration,
     ) -> Result<(Arc<Posted>, Option<Arc<Posted>>), RelayError> {
         question.kind = Some(QUESTION.to_uppercase());
-        let q = self.post(channel, question, session).await?;
+        let q = self.post(channel, question).await?;
         let answer = self.await_answer(channel, q.id(), timeout).await?;
+        // Read back: an answered question says so (its status comes from the answer).
+        let q = match answer {
+            Some(_) => self.message(channel, q.id()).await?.unwrap_or(q),
+            None => q,
+        };
         Ok((q, answer))
     }
 
@@ -694,19 +736,18 @@ impl Relay {
             .await?
     }
 
-    pub async fn list_instances(&self) -> Result<Vec<InstanceView>, RelayError> {
-        Ok(self.inner.identities.list())
+    pub fn list_instances(&self) -> Vec<InstanceView> {
+        self.inner.identities.list()
     }
 
+    /// Publishes a version of `key`; the caller has authorised `owner`.
     pub async fn share_data(
         &self,
         owner: &str,
         key: &str,
         content: String,
         description: Option<String>,
-        session: Option<&str>,
     ) -> Result<SharedSummary, RelayError> {
-        self.authorize(owner, session).await?;
         self.inner
             .shared
             .send(Share {
@@ -734,13 +775,8 @@ impl Relay {
         self.inner.shared.send(ListShared).timeout(ACTOR_CALL_TIMEOUT).await?
     }
 
-    pub async fn delete_shared_data(
-        &self,
-        owner: &str,
-        key: &str,
-        session: Option<&str>,
-    ) -> Result<SharedSummary, RelayError> {
-        self.authorize(owner, session).await?;
+    /// Deletes `key`; the caller has authorised `owner`.
+    pub async fn delete_shared_data(&self, owner: &str, key: &str) -> Result<SharedSummary, RelayError> {
         self.inner
             .shared
             .send(Unshare {

@@ -44,7 +44,7 @@ pub struct Unshare {
 }
 
 /// A shared entry without its content.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct SharedSummary {
     pub key: String,
     pub owner: String,
@@ -170,10 +170,17 @@ impl Handler<Share> for SharedStore {
                     c.owner
                 )));
             }
+            // A new version without a description keeps the one it had.
+            let description = msg.description.filter(|d| !d.trim().is_empty()).or_else(|| {
+                current
+                    .as_ref()
+                    .filter(|c| !c.deleted)
+                    .and_then(|c| c.description.clone())
+            });
             Ok(SharedData {
                 key,
                 owner: msg.owner,
-                description: msg.description.filter(|d| !d.trim().is_empty()),
+                description,
                 content: msg.content,
                 version: current.map_or(1, |c| c.version + 1),
                 updated_at: Timestamp::now(),

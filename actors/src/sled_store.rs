@@ -324,7 +324,7 @@ impl EventStore for SledStore {
     fn meta(&self, channel: &ChannelName) -> Result<Option<ChannelMeta>, StoreError> {
         match self.log.get(meta_key(channel)).map_err(io)? {
             None => Ok(None),
-            Some(bytes) => codec::decode(&bytes)
+            Some(bytes) => ChannelMeta::decode(&bytes)
                 .map(Some)
                 .map_err(|e| StoreError::Corrupt(format!("summary of channel {channel}: {e}"))),
         }
@@ -338,8 +338,8 @@ impl EventStore for SledStore {
                 .ok()
                 .and_then(|s| ChannelName::parse(s).ok())
                 .ok_or_else(|| StoreError::Corrupt("a channel summary key is not a channel name".into()))?;
-            let meta =
-                codec::decode(&value).map_err(|e| StoreError::Corrupt(format!("summary of channel {name}: {e}")))?;
+            let meta = ChannelMeta::decode(&value)
+                .map_err(|e| StoreError::Corrupt(format!("summary of channel {name}: {e}")))?;
             out.push((name, meta));
         }
         Ok(out)

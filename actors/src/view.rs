@@ -3,9 +3,11 @@
 
 use crate::error::RelayError;
 use crate::store::EventStore;
-use bytes::Bytes;
 use crosstalk_schema::{codec, kind_is, ChannelMeta, ChannelName, ChannelState, Message, Overlay, Record};
 use parking_lot::RwLock;
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::value::RawValue;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -13,30 +15,49 @@ use tokio::sync::watch;
 /// Committed messages each channel keeps in memory, so tail reads and fan-out skip the store.
 pub const RECENT_CAPACITY: usize = 1024;
 
-/// A committed message, with its JSON encoded once for every reader.
+/// A committed message, with its JSON encoded once for every reader: every face's answer
+/// that holds messages serialises this raw JSON as it is (its `Serialize`), so there is one
+/// JSON encoding of a message, made once.
 #[derive(Debug)]
 pub struct Posted {
     pub message: Message,
-    pub json: Bytes,
+    json: Box<RawValue>,
 }
 
 impl Posted {
     pub fn new(message: Message) -> Self {
         // A Message is strings and integers: JSON encoding cannot fail.
-        let json = serde_json::to_vec(&message).expect("a Message always encodes as JSON");
-        Posted {
-            message,
-            json: Bytes::from(json),
-        }
+        let json = serde_json::value::to_raw_value(&message).expect("a Message always encodes as JSON");
+        Posted { message, json }
     }
 
     pub fn id(&self) -> u64 {
         self.message.id
     }
 
-    /// The message as a JSON value, for answers that embed messages in a larger object.
-    pub fn value(&self) -> serde_json::Value {
-        serde_json::to_value(&self.message).expect("a Message always encodes as JSON")
+    /// The message's JSON, encoded once.
+    pub fn json(&self) -> &[u8] {
+        self.json.get().as_bytes()
+    }
+}
+
+impl Serialize for Posted {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(s)
+    }
+}
+
+impl JsonSchema for Posted {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        Message::schema_name()
+    }
+
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        Message::schema_id()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        Message::json_schema(generator)
     }
 }
 

@@ -402,7 +402,7 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
     let secs = |d: std::time::Duration| d.as_secs_f64();
     let payload = crate::workload::message_json(0).len();
     for line in [
-        format!("1. Durable POST: {c} keep-alive connections post `{{sender, type, body}}` ({b}-byte body, {payload}-byte JSON) to one channel in a closed loop for {d} s after {w} s of warm-up; only answers that are 201 (crosstalk, default `--durability flush`: acknowledged after fsync) or 200 (crosstalk-mcp, after its SQLite commit) and name an id count.",
+        format!("1. Durable POST: {c} keep-alive connections post `{{sender, type, body}}` ({b}-byte body, {payload}-byte JSON) to one channel in a closed loop for {d} s after {w} s of warm-up; only answers that are 200 (crosstalk: default `--durability flush`, acknowledged after the flush; crosstalk-mcp: after its SQLite commit) and name an id count.",
             c = p.connections, b = crate::workload::BODY_BYTES, d = secs(p.duration), w = secs(p.warmup)),
         format!("2. Tail reads: {c} connections `GET …/messages?since_id=<newest − 10>` on the channel of (1), {d} s; every answer holds the ten newest messages.",
             c = p.connections, d = secs(p.duration)),

@@ -1,6 +1,7 @@
 //! Channel names (normalised and validated) and the per-channel summary kept beside the log.
 
 use crate::{InvalidInput, Timestamp};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -9,7 +10,8 @@ pub const MAX_CHANNEL_NAME: usize = 64;
 
 /// A valid channel name: 1–64 of `a-z`, `0-9`, `-`, `_`, `.`, not starting with `.`.
 /// Input is trimmed and lowercased first, so `General` and `general` are one channel.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema)]
+#[schemars(transparent)]
 pub struct ChannelName(String);
 
 impl ChannelName {
@@ -58,12 +60,44 @@ pub struct ChannelMeta {
     pub last_id: u64,
     /// When the newest message was stored.
     pub last_at: Option<Timestamp>,
-    /// When the channel's first message was stored.
+    /// When the channel's first event was stored.
     pub created_at: Option<Timestamp>,
+    /// Id of the newest message (`last_id` counts session and description events too).
+    pub last_message_id: u64,
 }
 
-/// One row of `GET /api/channels`: crosstalk-mcp's fields.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The summary as release 0.1 stored it, before `last_message_id`.
+#[derive(Deserialize)]
+struct ChannelMetaV1 {
+    count: u64,
+    last_id: u64,
+    last_at: Option<Timestamp>,
+    created_at: Option<Timestamp>,
+}
+
+impl ChannelMeta {
+    /// Decodes a stored summary, of this release or of the one before (whose `last_id` is
+    /// then the best knowledge of the newest message).
+    pub fn decode(bytes: &[u8]) -> Result<ChannelMeta, crate::CodecError> {
+        match crate::codec::decode::<ChannelMeta>(bytes) {
+            Ok(m) => Ok(m),
+            Err(e @ crate::CodecError::Malformed(_)) => crate::codec::decode::<ChannelMetaV1>(bytes)
+                .map(|v| ChannelMeta {
+                    count: v.count,
+                    last_id: v.last_id,
+                    last_at: v.last_at,
+                    created_at: v.created_at,
+                    last_message_id: v.last_id,
+                })
+                .map_err(|_| e),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// One row of `GET /api/channels`: crosstalk-mcp's fields. `last_id` is the newest message's
+/// id and `last_at` its time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChannelSummary {
     pub channel: String,
     pub count: u64,
@@ -77,7 +111,7 @@ impl ChannelSummary {
         ChannelSummary {
             channel: name.to_string(),
             count: meta.count,
-            last_id: meta.last_id,
+            last_id: meta.last_message_id,
             last_at: meta.last_at.map(Timestamp::to_rfc3339),
             created_at: meta.created_at.map(Timestamp::to_rfc3339),
         }

@@ -1,12 +1,13 @@
 //! Who is on the relay (registered instances) and what they share (shared data entries).
 
 use crate::{InvalidInput, Timestamp};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Longest instance id, in bytes.
 pub const MAX_INSTANCE_ID: usize = 128;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum InstanceKind {
     #[default]

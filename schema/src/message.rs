@@ -2,6 +2,7 @@
 //! every face returns (`Message`, crosstalk-mcp's JSON shape).
 
 use crate::{ChannelName, InvalidInput, Timestamp};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The `type` a message gets when the poster names none.
@@ -26,14 +27,19 @@ impl Default for Limits {
 }
 
 /// A post as a client sends it (`POST /api/channels/{channel}/messages`, MCP `post_message`).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct NewMessage {
+    /// Who posts (default: you, if registered).
+    #[serde(default)]
     pub sender: String,
+    /// message (default), request, response, status, handoff, done, QUESTION, ANSWER (set reply_to).
     #[serde(rename = "type", default)]
     pub kind: Option<String>,
     pub body: String,
+    /// The one participant it is for.
     #[serde(default)]
     pub recipient: Option<String>,
+    /// Id of the message this answers.
     #[serde(default)]
     pub reply_to: Option<u64>,
     #[serde(default)]
@@ -42,7 +48,7 @@ pub struct NewMessage {
     pub status: Option<String>,
     #[serde(default)]
     pub side: Option<String>,
-    /// A retry with the same key on the same channel returns the original message.
+    /// A retry with the same key returns the original.
     #[serde(default)]
     pub idempotency_key: Option<String>,
 }
@@ -172,7 +178,7 @@ pub struct MessageRecord {
 }
 
 /// A stored message as every face shows it: crosstalk-mcp's field names.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Message {
     pub id: u64,
     pub channel: String,

@@ -76,10 +76,7 @@ pub async fn read(relay: &Relay, uri: &str) -> Result<ReadResourceResult, McpErr
         tail = relay.read(&name, after, READ_TAIL, None).await.map_err(read_err)?;
     }
     let last_id = tail.last().map_or(0, |p| p.id());
-    let messages: Vec<serde_json::Value> = tail
-        .iter()
-        .filter_map(|p| serde_json::from_slice(&p.json).ok())
-        .collect();
+    let messages: Vec<serde_json::Value> = tail.iter().filter_map(|p| serde_json::to_value(p).ok()).collect();
     // Who is on the channel (streaming, waiting, posted recently): presence over MCP.
     let participants = relay.presence(&name).await.map_err(read_err)?;
     let body = json!({ "channel": name, "last_id": last_id, "messages": messages, "participants": participants });

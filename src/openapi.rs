@@ -1,0 +1,214 @@
+//! `/openapi.json`: the OpenAPI 3.1 document, generated from the REST route table and the
+//! operations' request and response types (their JSON Schemas, draft 2020-12, which is
+//! OpenAPI 3.1's dialect). Nothing in it is written by hand except the transport routes
+//! (`/healthz`, the SSE stream, this document, `/mcp`) and the error body.
+
+use crate::rest::{Endpoint, ENDPOINTS, HEALTH_PATH, OPENAPI_PATH, STREAM_PATH};
+use actix_web::HttpResponse;
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, SchemaGenerator};
+use serde_json::{json, Map, Value};
+use std::sync::LazyLock;
+
+/// Every error's body.
+#[derive(JsonSchema)]
+#[allow(dead_code)] // described, never built: `ApiError` writes it
+struct ErrorBody {
+    /// What went wrong, for a person.
+    error: String,
+    /// What went wrong, for a program: invalid_input, unauthorized, forbidden, not_found,
+    /// no_active_session, conflict, too_large, method_not_allowed, storage, unavailable,
+    /// shutting_down.
+    code: String,
+    /// `no_active_session` on that error (crosstalk-mcp's field).
+    status: Option<String>,
+}
+
+const COMPONENTS: &str = "/components/schemas";
+
+fn generator(serialize: bool) -> SchemaGenerator {
+    let settings = SchemaSettings::draft2020_12().with(|s| s.definitions_path = COMPONENTS.into());
+    if serialize {
+        settings.for_serialize().into_generator()
+    } else {
+        settings.for_deserialize().into_generator()
+    }
+}
+
+/// The path's parameters: `{channel}` → `channel`.
+pub fn path_params(path: &str) -> Vec<&str> {
+    path.split('/')
+        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .collect()
+}
+
+/// An object schema's own form: follows a `$ref` into the generated definitions.
+fn resolve(schema: &Value, defs: &Map<String, Value>) -> Value {
+    match schema.get("$ref").and_then(Value::as_str) {
+        Some(r) => {
+            let name = r.rsplit('/').next().unwrap_or_default();
+            defs.get(name).cloned().unwrap_or(Value::Null)
+        }
+        None => schema.clone(),
+    }
+}
+
+fn error_responses(e: &Endpoint) -> Map<String, Value> {
+    let error = json!({ "$ref": "#/components/schemas/ErrorBody" });
+    let mut out = Map::new();
+    let mut add = |status: &str, what: &str| {
+        out.insert(
+            status.into(),
+            json!({ "description": what, "content": { "application/json": { "schema": error } } }),
+        );
+    };
+    add("400", "invalid input; nothing changed");
+    add("401", "missing or wrong bearer token");
+    add("403", "the token or session may not act as that identity");
+    add("404", "what the request names does not exist");
+    if e.method != actix_web::http::Method::GET {
+        add("409", "conflicts with the current state");
+        add("413", "the body is too large");
+    }
+    add("500", "the store failed; nothing was acknowledged");
+    add("503", "overloaded or shutting down; try again");
+    out
+}
+
+fn operation(e: &Endpoint, req: &mut SchemaGenerator, resp: &mut SchemaGenerator) -> Value {
+    let request = Value::from((e.request)(req));
+    let request = resolve(&request, req.definitions());
+    let in_path = path_params(e.path);
+    let required: Vec<&str> = request
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let properties = request
+        .get("properties")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let mut parameters: Vec<Value> = in_path
+        .iter()
+        .map(|p| {
+            let schema = properties.get(*p).cloned().unwrap_or(json!({ "type": "string" }));
+            json!({ "name": p, "in": "path", "required": true, "schema": schema })
+        })
+        .collect();
+    let mut op = json!({
+        "operationId": format!("{}_{}", e.name, e.method.as_str().to_ascii_lowercase()),
+        "summary": e.name,
+        "description": e.description,
+    });
+    if e.method == actix_web::http::Method::POST {
+        let mut body = request.clone();
+        if let Some(props) = body.get_mut("properties").and_then(Value::as_object_mut) {
+            for p in &in_path {
+                props.remove(*p);
+            }
+        }
+        if let Some(req) = body.get_mut("required").and_then(Value::as_array_mut) {
+            req.retain(|r| !in_path.contains(&r.as_str().unwrap_or_default()));
+        }
+        op["requestBody"] = json!({
+            "required": !body["required"].as_array().is_none_or(|r| r.is_empty()),
+            "content": { "application/json": { "schema": body } }
+        });
+    } else {
+        for (name, schema) in &properties {
+            if in_path.contains(&name.as_str()) {
+                continue;
+            }
+            parameters.push(json!({
+                "name": name,
+                "in": "query",
+                "required": required.contains(&name.as_str()),
+                "schema": schema,
+            }));
+        }
+    }
+    op["parameters"] = Value::Array(parameters);
+    let mut responses = error_responses(e);
+    responses.insert(
+        e.status.as_u16().to_string(),
+        json!({
+            "description": "success",
+            "content": { "application/json": { "schema": Value::from((e.response)(resp)) } }
+        }),
+    );
+    op["responses"] = Value::Object(responses);
+    op
+}
+
+fn transport_routes(paths: &mut Map<String, Value>) {
+    paths.insert(HEALTH_PATH.into(), json!({ "get": {
+        "operationId": "healthz", "summary": "health", "security": [],
+        "description": "Liveness and the number of open streams and waits. Needs no token.",
+        "responses": { "200": { "description": "the relay is up", "content": { "application/json": { "schema": {
+            "type": "object", "required": ["status", "streams", "waits"],
+            "properties": { "status": { "type": "string" }, "streams": { "type": "integer" }, "waits": { "type": "integer" } }
+        } } } } }
+    } }));
+    paths.insert(STREAM_PATH.into(), json!({ "get": {
+        "operationId": "stream", "summary": "stream",
+        "description": "Server-sent events: `ready`, then every message after since_id (or Last-Event-ID) and every new one as `message` with `id:` its id; `presence` events. `?token=` / `?relay_token=` are accepted here for EventSource.",
+        "parameters": [
+            { "name": "channel", "in": "path", "required": true, "schema": { "type": "string" } },
+            { "name": "since_id", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0 } },
+            { "name": "participant_id", "in": "query", "required": false, "schema": { "type": "string" } },
+            { "name": "display_name", "in": "query", "required": false, "schema": { "type": "string" } },
+            { "name": "kind", "in": "query", "required": false, "schema": { "type": "string" } },
+            { "name": "side", "in": "query", "required": false, "schema": { "type": "string" } },
+            { "name": "Last-Event-ID", "in": "header", "required": false, "schema": { "type": "string" } }
+        ],
+        "responses": {
+            "200": { "description": "an event stream", "content": { "text/event-stream": { "schema": { "type": "string" } } } },
+            "400": { "description": "invalid input", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } },
+            "401": { "description": "missing or wrong token", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } },
+            "403": { "description": "may not act as that participant", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } }
+        }
+    } }));
+    paths.insert(OPENAPI_PATH.into(), json!({ "get": {
+        "operationId": "openapi", "summary": "this document",
+        "responses": { "200": { "description": "OpenAPI 3.1", "content": { "application/json": { "schema": { "type": "object" } } } } }
+    } }));
+}
+
+/// The document, built once.
+pub static DOCUMENT: LazyLock<Value> = LazyLock::new(|| {
+    let mut req = generator(false);
+    let mut resp = generator(true);
+    let mut paths = Map::new();
+    for e in ENDPOINTS.iter() {
+        let op = operation(e, &mut req, &mut resp);
+        let item = paths.entry(e.path).or_insert_with(|| json!({}));
+        item[e.method.as_str().to_ascii_lowercase()] = op;
+    }
+    transport_routes(&mut paths);
+    let _ = resp.subschema_for::<ErrorBody>();
+    let mut schemas = req.take_definitions(true);
+    for (k, v) in resp.take_definitions(true) {
+        schemas.entry(k).or_insert(v);
+    }
+    json!({
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "info": {
+            "title": "crosstalk",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A durable, ordered relay for AI coding agents and the humans overseeing them. MCP is at /mcp; this document covers the REST face.",
+        },
+        "servers": [{ "url": "/" }],
+        "security": [{ "bearer": [] }],
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+        },
+    })
+});
+
+pub async fn serve() -> HttpResponse {
+    HttpResponse::Ok().json(&*DOCUMENT)
+}

@@ -1,0 +1,337 @@
+//! The operation table: every capability of the relay described once. An operation is a
+//! typed request (`Deserialize` + `JsonSchema`: its defaults and validation), a typed
+//! response (`Serialize` + `JsonSchema`: the wire shape), and one async function that
+//! authorises the [`Caller`] and calls the [`Relay`]. The faces are built from it:
+//!
+//! - REST (`crate::rest`): a route is a method, a path and an operation;
+//! - MCP (`crate::mcp::tools`): a tool is an operation plus a text rendering; its input and
+//!   output schemas are the request's and response's;
+//! - OpenAPI (`crate::openapi`): generated from the REST table.
+//!
+//! The faces keep only transport: status codes, SSE framing, progress notifications, text.
+//!
+//! Codemap: [`messages`] (post, read, wait, one message, replies, ask), [`channels`]
+//! (list, create, find, presence, search), [`sessions`] (sessions and directives),
+//! [`identity`] (register, instances, inbox), [`shared`] (shared data).
+
+pub mod channels;
+pub mod identity;
+pub mod messages;
+pub mod sessions;
+pub mod shared;
+
+use crosstalk_actors::{RelayError, StoreError};
+use crosstalk_schema::{ChannelName, InvalidInput};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use crosstalk_actors::Relay;
+
+/// Largest `limit` a client may ask for on any listing.
+pub const MAX_LIMIT: usize = 10_000;
+
+/// One capability of the relay, described once for every face.
+pub trait Operation: 'static {
+    /// The MCP tool name and the OpenAPI `operationId`.
+    const NAME: &'static str;
+    /// What it does, for a model (the MCP tool description) and a person (OpenAPI).
+    const DESCRIPTION: &'static str;
+    /// It changes nothing (MCP `readOnlyHint`).
+    const READ_ONLY: bool;
+    type Request: DeserializeOwned + JsonSchema + Send + 'static;
+    type Response: Serialize + JsonSchema + Send + 'static;
+
+    fn run(
+        cx: Ctx,
+        caller: Caller,
+        request: Self::Request,
+    ) -> impl Future<Output = Result<Self::Response, OpError>> + Send + 'static;
+}
+
+/// What every operation shares: the relay and the gauges `/healthz` shows.
+#[derive(Clone)]
+pub struct Ctx {
+    pub relay: Relay,
+    /// Open SSE streams.
+    pub streams: Arc<AtomicUsize>,
+    /// Pending waits (REST long-poll, MCP waits, asks).
+    pub waits: Arc<AtomicUsize>,
+}
+
+impl Ctx {
+    pub fn new(relay: Relay) -> Self {
+        Ctx {
+            relay,
+            streams: Default::default(),
+            waits: Default::default(),
+        }
+    }
+}
+
+/// Counts one open stream or wait for as long as it lives.
+pub struct Gauge(Arc<AtomicUsize>);
+
+impl Gauge {
+    pub fn enter(counter: &Arc<AtomicUsize>) -> Gauge {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Gauge(counter.clone())
+    }
+}
+
+impl Drop for Gauge {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Who a request authenticated as (the auth middleware decides; operations obey).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// No token is configured.
+    Anyone,
+    /// The shared token: may act as anyone.
+    Shared,
+    /// A participant token: may act only as this identity.
+    Participant(String),
+}
+
+/// What a face may choose about paging and blocking: a model pays for every message it
+/// reads and its host gives up on a tool call after a minute, a script does neither.
+#[derive(Debug, Clone, Copy)]
+pub struct FacePolicy {
+    /// Messages a listing returns when the caller names no `limit`.
+    pub default_limit: usize,
+    /// Longest a blocking call (wait, ask) may block.
+    pub wait_cap: Duration,
+}
+
+/// Who is calling, as the face established it. Every operation authorises from this.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub principal: Principal,
+    /// The session an identity is bound to: the `X-Crosstalk-Session` header, or the MCP
+    /// session.
+    pub session: Option<String>,
+    /// The identity this MCP session registered as: it keeps it.
+    pub bound: Option<String>,
+    pub policy: FacePolicy,
+}
+
+impl Caller {
+    /// The identity the caller names, checked: a participant token acts only as itself, a
+    /// session registered as one identity acts only as it, and an identity live in another
+    /// session is refused by the relay. Counts as a heartbeat of that identity.
+    pub fn act_as(&self, cx: &Ctx, who: &str) -> Result<String, OpError> {
+        let who = who.trim();
+        if who.is_empty() {
+            return Err(OpError::invalid(
+                "an identity is required (sender, instance_id or owner)",
+            ));
+        }
+        if let Principal::Participant(p) = &self.principal {
+            if p != who {
+                return Err(OpError::forbidden(format!(
+                    "this token belongs to {p:?}; it cannot act as {who:?}"
+                )));
+            }
+        }
+        if let Some(b) = self.bound.as_ref().filter(|b| *b != who) {
+            return Err(OpError::forbidden(format!(
+                "this session is registered as {b:?}; it cannot act as {who:?}"
+            )));
+        }
+        cx.relay.authorize(who, self.session.as_deref())?;
+        Ok(who.to_owned())
+    }
+
+    /// The caller's own identity when it names none: the one this session registered as,
+    /// else its participant token's.
+    pub fn own_identity(&self) -> Option<&str> {
+        self.bound.as_deref().or(match &self.principal {
+            Principal::Participant(p) => Some(p.as_str()),
+            _ => None,
+        })
+    }
+
+    /// `given` if the caller named one, else its own identity; checked as [`Caller::act_as`].
+    pub fn identity(&self, cx: &Ctx, given: Option<&str>) -> Result<String, OpError> {
+        match given.map(str::trim).filter(|g| !g.is_empty()) {
+            Some(g) => self.act_as(cx, g),
+            None => match self.own_identity() {
+                Some(me) => self.act_as(cx, me),
+                None => Err(OpError::invalid(
+                    "name who you are (sender, instance_id or owner), or register first",
+                )),
+            },
+        }
+    }
+
+    /// Like [`Caller::identity`], but naming nobody is fine (an anonymous read).
+    pub fn reader(&self, cx: &Ctx, given: Option<&str>) -> Result<Option<String>, OpError> {
+        match given.map(str::trim).filter(|g| !g.is_empty()) {
+            Some(g) => self.act_as(cx, g).map(Some),
+            None => match self.bound.clone() {
+                Some(me) => self.act_as(cx, &me).map(Some),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// A listing's `limit`, checked, or the face's default.
+    pub fn limit(&self, requested: Option<usize>) -> Result<usize, OpError> {
+        limit(requested, self.policy.default_limit)
+    }
+
+    /// A blocking call's `timeout_s`, checked and capped to what the face allows.
+    pub fn timeout(&self, requested: Option<f64>, default: Duration) -> Result<Duration, OpError> {
+        let cap = self.policy.wait_cap;
+        match requested {
+            None => Ok(default.min(cap)),
+            Some(t) if t.is_finite() && t >= 0.0 => Ok(Duration::from_secs_f64(t.min(cap.as_secs_f64()))),
+            Some(t) => Err(OpError::invalid(format!(
+                "timeout_s {t} must be a number of seconds >= 0"
+            ))),
+        }
+    }
+}
+
+/// A `limit`: 1 to [`MAX_LIMIT`], or `default` when absent.
+pub fn limit(requested: Option<usize>, default: usize) -> Result<usize, OpError> {
+    match requested {
+        None => Ok(default),
+        Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        Some(n) => Err(OpError::invalid(format!(
+            "limit {n} is out of range: use 1 to {MAX_LIMIT}"
+        ))),
+    }
+}
+
+/// A channel name from a request.
+pub fn channel(raw: &str) -> Result<ChannelName, OpError> {
+    Ok(ChannelName::parse(raw)?)
+}
+
+/// Why an operation failed: a kind (mapped to an HTTP status and an MCP error in one place
+/// each) and a message the client can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The input was refused; nothing changed.
+    Invalid,
+    /// The caller may not do this.
+    Forbidden,
+    /// What the request names does not exist.
+    NotFound,
+    /// The channel has no active session (crosstalk-mcp's `no_active_session`).
+    NoActiveSession,
+    /// Conflicts with the current state.
+    Conflict,
+    /// The store failed: nothing was acknowledged.
+    Storage,
+    /// Overloaded or stopping: try again shortly.
+    Unavailable,
+    ShuttingDown,
+}
+
+impl ErrorKind {
+    /// The `code` of a JSON error body.
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::Invalid => "invalid_input",
+            ErrorKind::Forbidden => "forbidden",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::NoActiveSession => "no_active_session",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Storage => "storage",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::ShuttingDown => "shutting_down",
+        }
+    }
+}
+
+impl OpError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        OpError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Invalid, message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Forbidden, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<InvalidInput> for OpError {
+    fn from(e: InvalidInput) -> Self {
+        OpError::invalid(e.to_string())
+    }
+}
+
+impl From<StoreError> for OpError {
+    fn from(e: StoreError) -> Self {
+        RelayError::Store(e).into()
+    }
+}
+
+impl From<RelayError> for OpError {
+    fn from(e: RelayError) -> Self {
+        match e {
+            RelayError::Invalid(e) => e.into(),
+            RelayError::Store(e) => {
+                tracing::error!(error = %e, "storage error; nothing was acknowledged");
+                OpError::new(
+                    ErrorKind::Storage,
+                    "the relay's store failed; nothing was acknowledged. Try again later.",
+                )
+            }
+            RelayError::Unavailable(why) => OpError::new(
+                ErrorKind::Unavailable,
+                format!("the relay is busy or stopping ({why}); try again shortly"),
+            ),
+            RelayError::ShuttingDown => OpError::new(ErrorKind::ShuttingDown, "the relay is shutting down"),
+            RelayError::Forbidden(m) => OpError::new(ErrorKind::Forbidden, m),
+            RelayError::Conflict(m) => OpError::new(ErrorKind::Conflict, m),
+            RelayError::NotFound(m) => OpError::new(ErrorKind::NotFound, m),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_checked_once() {
+        assert_eq!(limit(None, 100), Ok(100));
+        assert_eq!(limit(Some(1), 100), Ok(1));
+        assert_eq!(limit(Some(MAX_LIMIT), 100), Ok(MAX_LIMIT));
+        for bad in [0, MAX_LIMIT + 1] {
+            assert_eq!(limit(Some(bad), 100).unwrap_err().kind, ErrorKind::Invalid);
+        }
+    }
+}

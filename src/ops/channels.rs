@@ -1,0 +1,159 @@
+//! Channels: list, create, find, who is on one, and message search across them.
+
+use super::messages::MessageList;
+use super::{channel, Caller, Ctx, OpError, Operation};
+use crosstalk_actors::search::Query;
+use crosstalk_actors::{ChannelInfo, Participant};
+use crosstalk_schema::ChannelSummary;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Search results when the caller names no `limit`.
+pub const DEFAULT_SEARCH_LIMIT: usize = 20;
+
+/// No arguments.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub struct NoArgs {}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ChannelList {
+    /// Most recently active first.
+    pub channels: Vec<ChannelSummary>,
+}
+
+pub struct ListChannels;
+
+impl Operation for ListChannels {
+    const NAME: &'static str = "list_channels";
+    const DESCRIPTION: &'static str = "List channels (created, or with messages), most recently active first, with \
+        their message count and last message id.";
+    const READ_ONLY: bool = true;
+    type Request = NoArgs;
+    type Response = ChannelList;
+
+    async fn run(cx: Ctx, _: Caller, _: NoArgs) -> Result<ChannelList, OpError> {
+        Ok(ChannelList {
+            channels: cx.relay.list_channels()?,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CreateRequest {
+    /// Channel name.
+    #[serde(alias = "channel")]
+    pub name: String,
+    /// What the channel is for.
+    #[serde(default)]
+    pub description: String,
+}
+
+pub struct CreateChannel;
+
+impl Operation for CreateChannel {
+    const NAME: &'static str = "create_channel";
+    const DESCRIPTION: &'static str = "Create a channel with a description (or update its description).";
+    const READ_ONLY: bool = false;
+    type Request = CreateRequest;
+    type Response = ChannelInfo;
+
+    async fn run(cx: Ctx, _: Caller, r: CreateRequest) -> Result<ChannelInfo, OpError> {
+        let name = channel(&r.name)?;
+        Ok(cx.relay.create_channel(&name, &r.description).await?)
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct FindRequest {
+    /// Text to find in channel names and descriptions.
+    #[serde(alias = "q")]
+    pub query: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct FoundChannels {
+    pub channels: Vec<ChannelInfo>,
+}
+
+pub struct FindChannel;
+
+impl Operation for FindChannel {
+    const NAME: &'static str = "find_channel";
+    const DESCRIPTION: &'static str = "Find channels whose name or description contains query.";
+    const READ_ONLY: bool = true;
+    type Request = FindRequest;
+    type Response = FoundChannels;
+
+    async fn run(cx: Ctx, _: Caller, r: FindRequest) -> Result<FoundChannels, OpError> {
+        Ok(FoundChannels {
+            channels: cx.relay.find_channels(&r.query)?,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ChannelRequest {
+    pub channel: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Present {
+    pub channel: String,
+    pub participants: Vec<Participant>,
+}
+
+pub struct Presence;
+
+impl Operation for Presence {
+    const NAME: &'static str = "get_presence";
+    const DESCRIPTION: &'static str = "Who is on a channel: streaming, waiting or posted recently.";
+    const READ_ONLY: bool = true;
+    type Request = ChannelRequest;
+    type Response = Present;
+
+    async fn run(cx: Ctx, _: Caller, r: ChannelRequest) -> Result<Present, OpError> {
+        let name = channel(&r.channel)?;
+        Ok(Present {
+            participants: cx.relay.presence(&name).await?,
+            channel: name.to_string(),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SearchRequest {
+    /// Words that must all appear (case-insensitive).
+    #[serde(alias = "q")]
+    pub query: String,
+    pub channel: Option<String>,
+    pub sender: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// At most this many (default 20).
+    pub limit: Option<usize>,
+}
+
+pub struct Search;
+
+impl Operation for Search {
+    const NAME: &'static str = "search_messages";
+    const DESCRIPTION: &'static str = "Messages containing every word of query, newest first; filter by channel, \
+        sender, type.";
+    const READ_ONLY: bool = true;
+    type Request = SearchRequest;
+    type Response = MessageList;
+
+    async fn run(cx: Ctx, _: Caller, r: SearchRequest) -> Result<MessageList, OpError> {
+        let messages = cx
+            .relay
+            .search(Query {
+                text: r.query,
+                channel: r.channel.as_deref().map(channel).transpose()?,
+                sender: r.sender,
+                kind: r.kind,
+                limit: super::limit(r.limit, DEFAULT_SEARCH_LIMIT)?,
+            })
+            .await?;
+        Ok(MessageList { messages })
+    }
+}

@@ -1,0 +1,102 @@
+//! Identity: registering as an agent or a human, who is registered, and each identity's inbox.
+
+use super::channels::NoArgs;
+use super::messages::MessageList;
+use super::{Caller, Ctx, OpError, Operation};
+use crosstalk_actors::{InstanceView, Registered};
+use crosstalk_schema::InstanceKind;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RegisterRequest {
+    /// The name to act as.
+    pub instance_id: String,
+    /// What you do, for the others.
+    pub description: Option<String>,
+    /// agent (default) or human.
+    #[serde(default)]
+    pub kind: InstanceKind,
+}
+
+pub struct Register;
+
+impl Operation for Register {
+    const NAME: &'static str = "register";
+    const DESCRIPTION: &'static str = "Register this session as instance_id; nobody else can use it while you are \
+        active.";
+    const READ_ONLY: bool = false;
+    type Request = RegisterRequest;
+    type Response = Registered;
+
+    async fn run(cx: Ctx, caller: Caller, r: RegisterRequest) -> Result<Registered, OpError> {
+        // The token and the session's own registration bind as everywhere; the relay
+        // refuses a name live in another session (409).
+        if let super::Principal::Participant(p) = &caller.principal {
+            if p != r.instance_id.trim() {
+                return Err(OpError::forbidden(format!(
+                    "this token belongs to {p:?}; it cannot register as {:?}",
+                    r.instance_id.trim()
+                )));
+            }
+        }
+        if let Some(b) = caller.bound.as_ref().filter(|b| b.as_str() != r.instance_id.trim()) {
+            return Err(OpError::forbidden(format!(
+                "this session is registered as {b:?}; it cannot register as {:?}",
+                r.instance_id.trim()
+            )));
+        }
+        Ok(cx
+            .relay
+            .register(&r.instance_id, r.description, r.kind, caller.session.clone())
+            .await?)
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Instances {
+    pub instances: Vec<InstanceView>,
+}
+
+pub struct ListInstances;
+
+impl Operation for ListInstances {
+    const NAME: &'static str = "list_instances";
+    const DESCRIPTION: &'static str = "Registered agents and humans with online/offline status.";
+    const READ_ONLY: bool = true;
+    type Request = NoArgs;
+    type Response = Instances;
+
+    async fn run(cx: Ctx, _: Caller, _: NoArgs) -> Result<Instances, OpError> {
+        Ok(Instances {
+            instances: cx.relay.list_instances(),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct InboxRequest {
+    /// Whose inbox; defaults to your own identity.
+    pub instance_id: Option<String>,
+    /// At most this many.
+    pub limit: Option<usize>,
+}
+
+pub struct Inbox;
+
+impl Operation for Inbox {
+    const NAME: &'static str = "check_messages";
+    const DESCRIPTION: &'static str = "Your inbox: new messages to you or everyone on every channel you joined, \
+        each returned once.";
+    const READ_ONLY: bool = false;
+    type Request = InboxRequest;
+    type Response = MessageList;
+
+    async fn run(cx: Ctx, caller: Caller, r: InboxRequest) -> Result<MessageList, OpError> {
+        let who = caller.identity(&cx, r.instance_id.as_deref())?;
+        let limit = caller.limit(r.limit)?;
+        Ok(MessageList {
+            messages: cx.relay.inbox(&who, limit).await?,
+        })
+    }
+}

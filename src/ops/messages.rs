@@ -1,0 +1,342 @@
+//! Messages: post, read, wait, one message, its replies, and asking a human.
+
+use super::{channel, Caller, Ctx, Gauge, OpError, Operation};
+use crosstalk_actors::{Posted, Role, WaitOptions, WaitOutcome};
+use crosstalk_schema::message::{ANY_HUMAN, QUESTION};
+use crosstalk_schema::{ChannelName, NewMessage};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A wait's timeout when the caller names none (crosstalk-mcp's default).
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+/// How long `ask` blocks for an answer when the caller names no `timeout_s` (capped by the
+/// face: an MCP host gives up on a tool call after about a minute).
+pub const DEFAULT_ASK_WAIT: Duration = Duration::from_secs(50);
+
+/// Messages, oldest first.
+pub type Messages = Vec<Arc<Posted>>;
+
+// ---- post_message
+
+/// A post: the channel and the message. Read by hand (the schema is derived) so that an error
+/// in the message names its field: serde's `flatten` would lose the path.
+#[derive(Debug, JsonSchema)]
+pub struct PostRequest {
+    /// Channel name (created on first post).
+    pub channel: String,
+    #[serde(flatten)]
+    pub message: NewMessage,
+}
+
+impl<'de> Deserialize<'de> for PostRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut fields = serde_json::Map::deserialize(d)?;
+        let channel = match fields.remove("channel") {
+            Some(serde_json::Value::String(c)) => c,
+            Some(other) => return Err(D::Error::custom(format!("channel: expected a string, got {other}"))),
+            None => return Err(D::Error::missing_field("channel")),
+        };
+        let message = serde_path_to_error::deserialize(serde_json::Value::Object(fields)).map_err(|e| {
+            match e.path().to_string() {
+                p if p == "." => D::Error::custom(e.into_inner()),
+                p => D::Error::custom(format!("{p}: {}", e.into_inner())),
+            }
+        })?;
+        Ok(PostRequest { channel, message })
+    }
+}
+
+pub struct Post;
+
+impl Operation for Post {
+    const NAME: &'static str = "post_message";
+    const DESCRIPTION: &'static str = "Post a message to a channel (created on first post). Returns the stored \
+        message once it is durable; then wait_for_message(channel, since_id=its id) for the answer. Post type \
+        done when you are finished.";
+    const READ_ONLY: bool = false;
+    type Request = PostRequest;
+    type Response = Arc<Posted>;
+
+    async fn run(cx: Ctx, caller: Caller, r: PostRequest) -> Result<Arc<Posted>, OpError> {
+        let name = channel(&r.channel)?;
+        let mut message = r.message;
+        message.sender = caller.identity(&cx, Some(message.sender.as_str()).filter(|s| !s.trim().is_empty()))?;
+        Ok(cx.relay.post(&name, message).await?)
+    }
+}
+
+// ---- get_messages
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReadRequest {
+    pub channel: String,
+    /// Messages with id > since_id.
+    #[serde(default)]
+    pub since_id: u64,
+    /// At most this many (1 to 10000).
+    pub limit: Option<usize>,
+    /// Your identity: your read cursor moves on.
+    pub instance_id: Option<String>,
+}
+
+/// A page of a channel's messages.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Page {
+    pub channel: ChannelName,
+    pub messages: Messages,
+    /// Pass as since_id next time.
+    pub next_since_id: u64,
+    /// More messages follow: read again at once.
+    pub has_more: bool,
+}
+
+pub struct Read;
+
+impl Operation for Read {
+    const NAME: &'static str = "get_messages";
+    const DESCRIPTION: &'static str = "Read a channel's messages with id > since_id, oldest first, without \
+        waiting. Pass the returned next_since_id as since_id next time so you never read a message twice; \
+        has_more means call again at once.";
+    const READ_ONLY: bool = true;
+    type Request = ReadRequest;
+    type Response = Page;
+
+    async fn run(cx: Ctx, caller: Caller, r: ReadRequest) -> Result<Page, OpError> {
+        let name = channel(&r.channel)?;
+        let limit = caller.limit(r.limit)?;
+        let reader = caller.reader(&cx, r.instance_id.as_deref())?;
+        // One more than asked tells whether more follow without a second read.
+        let mut messages = cx.relay.read(&name, r.since_id, limit + 1, reader.as_deref()).await?;
+        let has_more = messages.len() > limit;
+        messages.truncate(limit);
+        Ok(Page {
+            next_since_id: messages.last().map_or(r.since_id, |p| p.id()),
+            channel: name,
+            messages,
+            has_more,
+        })
+    }
+}
+
+// ---- wait_for_message
+
+/// How a waiting party takes part in mutual-wait detection.
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RoleArg {
+    /// A normal party: when every active party waits, one is told to speak first.
+    #[default]
+    #[serde(alias = "ACTIVE", alias = "Active")]
+    Active,
+    /// A background worker: hears everything, never holds up a conversation.
+    #[serde(alias = "PARKED", alias = "Parked")]
+    Parked,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WaitRequest {
+    pub channel: String,
+    /// The largest id you have seen.
+    #[serde(default)]
+    pub since_id: u64,
+    /// At most this many messages.
+    pub limit: Option<usize>,
+    /// Default 30.
+    pub timeout_s: Option<f64>,
+    /// Your identity (default: the one you registered); your own messages do not wake you.
+    pub instance_id: Option<String>,
+    /// active (default), or parked: a worker that never holds up a conversation.
+    #[serde(default)]
+    pub role: RoleArg,
+    /// Skip your own messages (default: true).
+    pub exclude_self: Option<bool>,
+}
+
+/// What a wait returns.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Waited {
+    pub channel: ChannelName,
+    pub messages: Messages,
+    /// Pass as since_id next time.
+    pub next_since_id: u64,
+    pub has_more: bool,
+    /// Nothing arrived in time.
+    pub timed_out: bool,
+    /// Why the wait returned: messages, timeout, superseded, speak_first, done, shutting_down.
+    pub outcome: WaitOutcome,
+    /// What to do next.
+    pub hint: &'static str,
+    /// The wait had an identity (crosstalk-mcp's anonymous long-poll answers a bare list).
+    #[serde(skip)]
+    pub identified: bool,
+}
+
+pub struct Wait;
+
+impl Operation for Wait {
+    const NAME: &'static str = "wait_for_message";
+    const DESCRIPTION: &'static str = "Block until a channel has messages with id > since_id, then return them \
+        (oldest first); none after timeout_s. Post, then wait with since_id = the largest id you have seen; \
+        on timeout wait again with next_since_id.";
+    const READ_ONLY: bool = true;
+    type Request = WaitRequest;
+    type Response = Waited;
+
+    async fn run(cx: Ctx, caller: Caller, r: WaitRequest) -> Result<Waited, OpError> {
+        let name = channel(&r.channel)?;
+        let limit = caller.limit(r.limit)?;
+        let timeout = caller.timeout(r.timeout_s, DEFAULT_WAIT)?;
+        let instance = caller.reader(&cx, r.instance_id.as_deref())?;
+        let _waiting = Gauge::enter(&cx.waits);
+        let opts = WaitOptions {
+            since_id: r.since_id,
+            limit: limit + 1,
+            timeout,
+            exclude_self: instance.is_some() && r.exclude_self.unwrap_or(true),
+            role: match r.role {
+                RoleArg::Active => Role::Active,
+                RoleArg::Parked => Role::Parked,
+            },
+            instance,
+        };
+        let identified = opts.instance.is_some();
+        let mut w = cx.relay.wait(&name, opts).await?;
+        let has_more = w.messages.len() > limit;
+        w.messages.truncate(limit);
+        let next_since_id = match (has_more, w.messages.last()) {
+            (true, Some(last)) => last.id(),
+            _ => w.next_since_id,
+        };
+        Ok(Waited {
+            channel: name,
+            timed_out: w.messages.is_empty(),
+            messages: w.messages,
+            next_since_id,
+            has_more,
+            hint: w.outcome.hint(),
+            outcome: w.outcome,
+            identified,
+        })
+    }
+}
+
+// ---- one message, replies
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct MessageRef {
+    pub channel: String,
+    #[serde(alias = "id")]
+    pub message_id: u64,
+    /// At most this many replies.
+    pub limit: Option<usize>,
+}
+
+pub struct GetMessage;
+
+impl Operation for GetMessage {
+    const NAME: &'static str = "get_message";
+    const DESCRIPTION: &'static str = "One message by id, with its reply count and status.";
+    const READ_ONLY: bool = true;
+    type Request = MessageRef;
+    type Response = Arc<Posted>;
+
+    async fn run(cx: Ctx, _: Caller, r: MessageRef) -> Result<Arc<Posted>, OpError> {
+        let name = channel(&r.channel)?;
+        cx.relay
+            .message(&name, r.message_id)
+            .await?
+            .ok_or_else(|| OpError::not_found(format!("no message {} in channel {name}", r.message_id)))
+    }
+}
+
+/// Messages, without paging.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct MessageList {
+    pub messages: Messages,
+}
+
+pub struct Replies;
+
+impl Operation for Replies {
+    const NAME: &'static str = "get_replies";
+    const DESCRIPTION: &'static str = "The thread under a message: messages whose reply_to is message_id.";
+    const READ_ONLY: bool = true;
+    type Request = MessageRef;
+    type Response = MessageList;
+
+    async fn run(cx: Ctx, caller: Caller, r: MessageRef) -> Result<MessageList, OpError> {
+        let name = channel(&r.channel)?;
+        let limit = caller.limit(r.limit)?;
+        Ok(MessageList {
+            messages: cx.relay.replies(&name, r.message_id, limit).await?,
+        })
+    }
+}
+
+// ---- ask_human
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct AskRequest {
+    pub channel: String,
+    /// The question.
+    #[serde(alias = "body")]
+    pub question: String,
+    /// Who asks; defaults to your own identity.
+    pub sender: Option<String>,
+    /// A human's id, or any-human (default).
+    pub recipient: Option<String>,
+    /// Seconds to block for the answer (capped by the relay).
+    pub timeout_s: Option<f64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Asked {
+    /// The QUESTION, with its status as of the answer.
+    pub question: Arc<Posted>,
+    pub answered: bool,
+    pub answer: Option<Arc<Posted>>,
+    pub hint: &'static str,
+}
+
+pub struct Ask;
+
+impl Operation for Ask {
+    const NAME: &'static str = "ask_human";
+    const DESCRIPTION: &'static str = "Post a QUESTION and block until an ANSWER replies to it (or timeout_s \
+        passes; then poll get_directives).";
+    const READ_ONLY: bool = false;
+    type Request = AskRequest;
+    type Response = Asked;
+
+    async fn run(cx: Ctx, caller: Caller, r: AskRequest) -> Result<Asked, OpError> {
+        let name = channel(&r.channel)?;
+        let sender = caller.identity(&cx, r.sender.as_deref())?;
+        let timeout = caller.timeout(r.timeout_s, DEFAULT_ASK_WAIT)?;
+        let question = NewMessage {
+            sender,
+            kind: Some(QUESTION.to_uppercase()),
+            body: r.question,
+            recipient: Some(
+                r.recipient
+                    .filter(|r| !r.trim().is_empty())
+                    .unwrap_or_else(|| ANY_HUMAN.to_owned()),
+            ),
+            ..Default::default()
+        };
+        let _waiting = Gauge::enter(&cx.waits);
+        let (question, answer) = cx.relay.ask(&name, question, timeout).await?;
+        Ok(Asked {
+            question,
+            answered: answer.is_some(),
+            hint: if answer.is_some() {
+                "The human answered."
+            } else {
+                "No answer yet: the question stays open; ask again or poll get_directives."
+            },
+            answer,
+        })
+    }
+}
