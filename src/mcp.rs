@@ -11,6 +11,7 @@
 pub mod prompt;
 pub mod render;
 pub mod resources;
+pub mod schema;
 pub mod sessions;
 pub mod tools;
 
@@ -185,7 +186,7 @@ impl ServerHandler for CrosstalkMcp {
         let cx = tools::Cx {
             // The crosstalk session token if the client sends one (stateless clients),
             // else the MCP session: what an identity registered here is bound to.
-            session: header(&context, crate::rest::SESSION_HEADER).or_else(|| header(&context, "mcp-session-id")),
+            session: header(&context, crate::http::SESSION_HEADER).or_else(|| header(&context, "mcp-session-id")),
             principal: rmcp_actix_web::transport::on_request_extensions(&context.extensions)
                 .and_then(|e| e.get::<Principal>())
                 .cloned()

@@ -3,7 +3,8 @@
 //! OpenAPI 3.1's dialect). Nothing in it is written by hand except the transport routes
 //! (`/healthz`, the SSE stream, this document, `/mcp`) and the error body.
 
-use crate::rest::{Endpoint, ENDPOINTS, HEALTH_PATH, OPENAPI_PATH, STREAM_PATH};
+use crate::http::{HEALTH_PATH, OPENAPI_PATH, STREAM_PATH};
+use crate::rest::{Endpoint, ENDPOINTS};
 use actix_web::HttpResponse;
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};

@@ -13,39 +13,18 @@ use crate::ops::identity::{self, Instances};
 use crate::ops::messages::{self, MessageList, Messages, Page, Waited};
 use crate::ops::sessions::{self, DirectivesView};
 use crate::ops::shared::{self, SharedList};
-use crate::ops::{Caller, Ctx, FacePolicy, Operation, Principal};
+use crate::http::{caller, BodyLimit};
+use crate::ops::{Ctx, Operation};
 use actix_web::http::{Method, StatusCode};
-use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
 
-/// Messages one read returns when the client names no `limit`.
-pub const DEFAULT_LIMIT: usize = 1000;
-/// Header carrying the session token `POST /api/register` returned.
-pub const SESSION_HEADER: &str = "x-crosstalk-session";
 /// Query parameters that belong to the transport (tokens, sessions), never to an operation.
 const TRANSPORT_PARAMS: &[&str] = &["token", "relay_token", "session"];
-
-/// The REST face's policy: scripts page in large steps and may block for minutes.
-#[derive(Debug, Clone, Copy)]
-pub struct RestPolicy(pub FacePolicy);
-
-impl RestPolicy {
-    pub fn new(wait_cap: Duration) -> Self {
-        RestPolicy(FacePolicy {
-            default_limit: DEFAULT_LIMIT,
-            wait_cap,
-        })
-    }
-}
-
-/// Largest JSON body a route reads; set from the configuration.
-#[derive(Debug, Clone, Copy)]
-pub struct BodyLimit(pub usize);
 
 type Mount = Arc<dyn Fn() -> actix_web::Route + Send + Sync>;
 
@@ -160,13 +139,7 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
     ]
 });
 
-/// Routes that are transport, not operations: documented by hand in the OpenAPI document.
-pub const STREAM_PATH: &str = "/api/channels/{channel}/stream";
-pub const HEALTH_PATH: &str = "/healthz";
-pub const OPENAPI_PATH: &str = "/openapi.json";
-
-/// Mounts the table (one resource per path, a JSON 405 for other methods), the SSE stream,
-/// `/healthz`, `/openapi.json` and the JSON 404.
+/// Mounts the operation table: one resource per path, a JSON 405 for other methods.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     let mut paths: Vec<&'static str> = Vec::new();
     for e in ENDPOINTS.iter() {
@@ -174,9 +147,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             paths.push(e.path);
         }
     }
-    cfg.service(resource(HEALTH_PATH).route(web::get().to(healthz)))
-        .service(resource(OPENAPI_PATH).route(web::get().to(crate::openapi::serve)))
-        .service(resource(STREAM_PATH).route(web::get().to(crate::sse::stream)));
     for path in paths {
         let r = ENDPOINTS
             .iter()
@@ -184,37 +154,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .fold(resource(path), |r, e| r.route((e.mount)()));
         cfg.service(r);
     }
-    cfg.default_service(web::route().to(error::not_found));
 }
 
-fn resource(path: &str) -> actix_web::Resource {
+/// A path whose other methods are a JSON 405.
+pub fn resource(path: &str) -> actix_web::Resource {
     web::resource(path).default_service(web::route().to(error::method_not_allowed))
-}
-
-/// The session token the request carries, if any.
-pub fn session(req: &HttpRequest) -> Option<&str> {
-    req.headers()
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-}
-
-/// The caller of a REST request: the auth middleware's principal and the session header.
-pub fn caller(req: &HttpRequest, session_override: Option<String>) -> Caller {
-    let policy = req
-        .app_data::<web::Data<RestPolicy>>()
-        .map_or(RestPolicy::new(Duration::from_secs(300)), |p| *p.get_ref());
-    Caller {
-        principal: req
-            .extensions()
-            .get::<Principal>()
-            .cloned()
-            .unwrap_or(Principal::Anyone),
-        session: session(req).map(str::to_owned).or(session_override),
-        bound: None,
-        policy: policy.0,
-    }
 }
 
 async fn handle<O, P>(
@@ -311,18 +255,4 @@ fn invalid(what: &str, path: String, e: impl std::fmt::Display) -> ApiError {
     } else {
         ApiError::bad_request(format!("{what}: `{path}`: {e}"))
     }
-}
-
-async fn healthz(cx: web::Data<Ctx>) -> HttpResponse {
-    use std::sync::atomic::Ordering;
-    let status = if cx.relay.shutdown_token().is_cancelled() {
-        "stopping"
-    } else {
-        "ok"
-    };
-    HttpResponse::Ok().json(serde_json::json!({
-        "status": status,
-        "streams": cx.streams.load(Ordering::Relaxed),
-        "waits": cx.waits.load(Ordering::Relaxed),
-    }))
 }

@@ -14,7 +14,9 @@
 use crate::config::Config;
 use crate::mcp::{self, McpSettings};
 use crate::ops::Ctx;
-use crate::rest::{self, BodyLimit, RestPolicy};
+use crate::http::{self, BodyLimit, RestPolicy};
+use crate::rest::{self, resource};
+use crate::{error, openapi, sse};
 use actix_web::{web, App, HttpServer};
 use crosstalk_actors::sled_store::SledStore;
 use crosstalk_actors::{Relay, RelayConfig};
@@ -134,7 +136,11 @@ pub async fn serve(
             .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))
             .wrap(actix_web::middleware::from_fn(crate::auth::require))
             .service(web::scope(mcp::MCP_PATH).service(mcp.clone().scope()))
+            .service(resource(http::HEALTH_PATH).route(web::get().to(http::healthz)))
+            .service(resource(http::OPENAPI_PATH).route(web::get().to(openapi::serve)))
+            .service(resource(http::STREAM_PATH).route(web::get().to(sse::stream)))
             .configure(rest::routes)
+            .default_service(web::route().to(error::not_found))
     })
     .workers(config.workers)
     .disable_signals()

@@ -107,7 +107,7 @@ pub async fn stream(
         .filter(|p| !p.is_empty())
     {
         Some(id) => {
-            let caller = crate::rest::caller(&req, query.session);
+            let caller = crate::http::caller(&req, query.session);
             caller.act_as(&app, &id)?;
             let session = caller.session;
             let me = Presence {

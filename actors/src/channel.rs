@@ -14,7 +14,7 @@
 
 use crate::commit::Committer;
 use crate::error::RelayError;
-use crate::relay::IdAllocator;
+use crate::ids::IdAllocator;
 use crate::store::{Append, EventStore, StoreError};
 use crate::view::{ChannelView, Posted, Published};
 use actix::prelude::*;

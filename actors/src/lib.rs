@@ -9,6 +9,7 @@ pub mod channel;
 pub mod commit;
 pub mod error;
 pub mod identities;
+pub mod ids;
 pub mod presence;
 pub mod registry;
 pub mod relay;

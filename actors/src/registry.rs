@@ -9,7 +9,7 @@ use crate::channel::{ChannelActor, ChannelConfig, ChannelHandle};
 use crate::commit::Committer;
 use crate::error::RelayError;
 use crate::identities::{Identities, Identity, InstanceView};
-use crate::relay::IdAllocator;
+use crate::ids::IdAllocator;
 use crate::store::{EventStore, Space};
 use crate::view::ChannelView;
 use actix::prelude::*;

@@ -9,6 +9,7 @@
 #![allow(deprecated)] // `LoggingLevel`: MCP logging is deprecated by SEP-2577; 2025-11-25 clients still use it
 
 use super::render::Render;
+use super::schema::{argument_names, compact, inline_defs, shallow};
 use crate::ops::channels;
 use crate::ops::identity::{self, Register};
 use crate::ops::messages::{self};
@@ -76,129 +77,6 @@ type Call = Arc<dyn Fn(Cx, JsonObject) -> BoxFuture<'static, CallToolResult> + S
 pub(crate) struct Route {
     tool: Tool,
     call: Call,
-}
-
-/// Every byte of `tools/list` is in every agent's context: drops what tells a model nothing
-/// (the dialect marker, titles, integer formats, `minimum: 0` on unsigned ids, `default:
-/// null`), and in output schemas the descriptions too.
-fn compact(v: &mut Value, keep_descriptions: bool) {
-    match v {
-        Value::Object(o) => {
-            o.remove("$schema");
-            o.remove("title");
-            o.remove("format");
-            if o.get("minimum") == Some(&json!(0)) {
-                o.remove("minimum");
-            }
-            // A default says nothing the description does not; an optional argument's `null`
-            // is what leaving it out means.
-            o.remove("default");
-            if let Some(Value::Array(types)) = o.get("type") {
-                if let [t, n] = types.as_slice() {
-                    if n == "null" {
-                        let t = t.clone();
-                        o.insert("type".into(), t);
-                    }
-                }
-            }
-            if !keep_descriptions {
-                o.remove("description");
-            }
-            for (k, child) in o.iter_mut() {
-                // `properties` maps names to schemas: a property called `description` stays.
-                if k == "properties" || k == "$defs" {
-                    if let Value::Object(props) = child {
-                        props.values_mut().for_each(|p| compact(p, keep_descriptions));
-                    }
-                } else {
-                    compact(child, keep_descriptions);
-                }
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(|x| compact(x, keep_descriptions)),
-        _ => {}
-    }
-}
-
-/// An input schema with its `$defs` inlined, and enums of constants (`oneOf` of `const`s,
-/// as schemars writes a documented enum) as a plain `enum`.
-fn inline_defs(schema: &mut Value) {
-    let defs = schema
-        .as_object_mut()
-        .and_then(|o| o.remove("$defs"))
-        .unwrap_or(Value::Null);
-    fn walk(v: &mut Value, defs: &Value) {
-        if let Some(name) = v
-            .get("$ref")
-            .and_then(Value::as_str)
-            .and_then(|r| r.strip_prefix("#/$defs/"))
-        {
-            let mut def = defs.get(name).cloned().unwrap_or(json!({}));
-            if let Some(Value::Object(o)) = Some(&mut *v) {
-                o.remove("$ref");
-                if let Value::Object(d) = &mut def {
-                    for (k, x) in std::mem::take(d) {
-                        o.entry(k).or_insert(x);
-                    }
-                }
-            }
-        }
-        if let Some(Value::Array(variants)) = v.get("oneOf") {
-            let consts: Option<Vec<Value>> = variants.iter().map(|x| x.get("const").cloned()).collect();
-            if let (Some(consts), Value::Object(o)) = (consts, &mut *v) {
-                o.remove("oneOf");
-                o.insert("enum".into(), Value::Array(consts));
-            }
-        }
-        match v {
-            Value::Object(o) => o.values_mut().for_each(|x| walk(x, defs)),
-            Value::Array(a) => a.iter_mut().for_each(|x| walk(x, defs)),
-            _ => {}
-        }
-    }
-    walk(schema, &defs);
-}
-
-/// An output schema reduced to its top level: each field's JSON type. Hosts validate the
-/// structured content against it, and a model reads the fields' names; the nested shapes
-/// (a message's fields) are in the text and in `/openapi.json`, not worth their bytes in
-/// every agent's context.
-fn shallow(schema: &Value) -> Value {
-    let defs = schema.get("$defs").cloned().unwrap_or(Value::Null);
-    let resolve = |v: &Value| -> Value {
-        match v
-            .get("$ref")
-            .and_then(Value::as_str)
-            .and_then(|r| r.strip_prefix("#/$defs/"))
-        {
-            Some(name) => defs.get(name).cloned().unwrap_or(json!({})),
-            None => v.clone(),
-        }
-    };
-    let root = resolve(schema);
-    let mut props = serde_json::Map::new();
-    for (name, p) in root.get("properties").and_then(Value::as_object).into_iter().flatten() {
-        let p = resolve(p);
-        let ty = match p.get("type") {
-            Some(t) => t.clone(),
-            // An enum of constants (schemars' `oneOf` of `const`s) is a string.
-            None if p.get("oneOf").is_some() || p.get("enum").is_some() => json!("string"),
-            // `anyOf: [{$ref}, {type: null}]` is an optional object.
-            None if p.get("anyOf").is_some() => json!(["object", "null"]),
-            None => json!("object"),
-        };
-        props.insert(name.clone(), json!({ "type": ty }));
-    }
-    json!({ "type": "object", "properties": props })
-}
-
-/// The argument names a tool accepts, for refusing misspelt ones.
-fn argument_names(schema: &JsonObject) -> BTreeSet<String> {
-    schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .map(|p| p.keys().cloned().collect())
-        .unwrap_or_default()
 }
 
 /// A tool for operation `O`.

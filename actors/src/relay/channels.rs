@@ -1,0 +1,162 @@
+//! Channels: reading, listing, creating and finding them, their state and sessions, one
+//! message and its replies, and message search.
+
+use super::{Relay, ACTOR_CALL_TIMEOUT, SEARCH_CATCH_UP_TIMEOUT};
+use crate::channel::{Describe, EndSession, StartSession};
+use crate::error::RelayError;
+use crate::search::{self, Query};
+use crate::view::Posted;
+use crosstalk_schema::{ChannelName, ChannelState, ChannelSummary};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A channel found by name or description.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct ChannelInfo {
+    #[serde(flatten)]
+    pub summary: ChannelSummary,
+    pub description: Option<String>,
+}
+
+impl Relay {
+    /// Committed messages with id > `after`, oldest first. An unknown channel is empty and is
+    /// not created by being read. With `reader`, its read cursor moves past what it got.
+    pub async fn read(
+        &self,
+        channel: &ChannelName,
+        after: u64,
+        limit: usize,
+        reader: Option<&str>,
+    ) -> Result<Vec<Arc<Posted>>, RelayError> {
+        if !self.inner.directory.read().contains_key(channel) && self.inner.store.meta(channel)?.is_none() {
+            return Ok(Vec::new());
+        }
+        let (found, scanned) = self.channel(channel).await?.view.read_scanned(after, limit)?;
+        if let Some(who) = reader {
+            self.advance_cursor(who, channel, scanned);
+        }
+        Ok(found)
+    }
+
+    /// Every channel with at least one event, most recently active first.
+    pub fn list_channels(&self) -> Result<Vec<ChannelSummary>, RelayError> {
+        let mut metas: HashMap<ChannelName, _> = self.inner.store.channels()?.into_iter().collect();
+        // Open channels may have a batch in flight: show only what they have committed.
+        for (name, handle) in self.inner.directory.read().iter() {
+            metas.insert(name.clone(), handle.view.meta());
+        }
+        let mut list: Vec<ChannelSummary> = metas
+            .iter()
+            .filter(|(_, m)| m.last_id > 0)
+            .map(|(name, meta)| ChannelSummary::new(name, meta))
+            .collect();
+        list.sort_by_key(|c| std::cmp::Reverse(c.last_id));
+        Ok(list)
+    }
+
+    /// Creates a channel (or updates its description).
+    pub async fn create_channel(&self, channel: &ChannelName, description: &str) -> Result<ChannelInfo, RelayError> {
+        let handle = self.channel(channel).await?;
+        let state = handle
+            .addr
+            .send(Describe(description.to_owned()))
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await??;
+        Ok(ChannelInfo {
+            summary: ChannelSummary::new(channel, &handle.view.meta()),
+            description: state.description,
+        })
+    }
+
+    /// Channels whose name or description contains `query` (case-insensitive).
+    pub fn find_channels(&self, query: &str) -> Result<Vec<ChannelInfo>, RelayError> {
+        let needle = query.trim().to_lowercase();
+        let mut out = Vec::new();
+        for summary in self.list_channels()? {
+            let Ok(name) = ChannelName::parse(&summary.channel) else {
+                continue;
+            };
+            let description = match self.open_view(&name) {
+                Some(v) => v.channel_state().description,
+                None => self.inner.store.state(&name)?.description,
+            };
+            let hit = summary.channel.contains(&needle)
+                || description.as_ref().is_some_and(|d| d.to_lowercase().contains(&needle));
+            if hit {
+                out.push(ChannelInfo { summary, description });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The committed state of a channel (default for a channel never written); starts nothing.
+    pub fn channel_state(&self, channel: &ChannelName) -> Result<ChannelState, RelayError> {
+        match self.open_view(channel) {
+            Some(v) => Ok(v.channel_state()),
+            None => Ok(self.inner.store.state(channel)?),
+        }
+    }
+
+    /// One committed message, `None` if there is none with that id; starts nothing for a
+    /// channel never written.
+    pub async fn message(&self, channel: &ChannelName, id: u64) -> Result<Option<Arc<Posted>>, RelayError> {
+        match self.existing_view(channel).await? {
+            Some(view) => view.get(id),
+            None => Ok(None),
+        }
+    }
+
+    pub async fn start_session(
+        &self,
+        channel: &ChannelName,
+        max_turns: Option<u32>,
+    ) -> Result<ChannelState, RelayError> {
+        let handle = self.channel(channel).await?;
+        handle
+            .addr
+            .send(StartSession { max_turns })
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
+    }
+
+    /// Ends the active session; `None` when there was none (nothing is written).
+    pub async fn end_session(&self, channel: &ChannelName) -> Result<Option<ChannelState>, RelayError> {
+        if self.channel_state(channel)?.active_session().is_none() {
+            return Ok(None);
+        }
+        let handle = self.channel(channel).await?;
+        handle
+            .addr
+            .send(EndSession)
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
+            .map(Some)
+    }
+
+    /// The replies to a message, oldest first.
+    pub async fn replies(&self, channel: &ChannelName, id: u64, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
+        let not_found = || RelayError::NotFound(format!("no message {id} in channel {channel}"));
+        let view = self.existing_view(channel).await?.ok_or_else(not_found)?;
+        if view.get(id)?.is_none() && view.overlay(id).is_none() {
+            return Err(RelayError::NotFound(format!("no message {id} in channel {channel}")));
+        }
+        view.replies(id, limit)
+    }
+
+    /// Case-insensitive search across channels, newest first, served from the index.
+    pub async fn search(&self, query: Query) -> Result<Vec<Arc<Posted>>, RelayError> {
+        for (name, _) in self.inner.store.channels()? {
+            if self.open_view(&name).is_none() {
+                self.channel(&name).await?;
+            }
+        }
+        // The index lags under load (it runs at the lowest priority): bring it up to date.
+        self.inner
+            .indexer
+            .send(search::CatchUp)
+            .timeout(SEARCH_CATCH_UP_TIMEOUT)
+            .await?;
+        search::search(self.inner.store.as_ref(), &|c| self.open_view(c), &query)
+    }
+}

@@ -1,0 +1,93 @@
+//! Identities over the registry: registering, who is registered, read cursors and the inbox.
+
+use super::{Relay, ACTOR_CALL_TIMEOUT};
+use crate::error::RelayError;
+use crate::identities::InstanceView;
+use crate::registry::{AdvanceCursor, Cursors, Register, Registered};
+use crate::view::Posted;
+use crosstalk_schema::message::ANY_HUMAN;
+use crosstalk_schema::{ChannelName, InstanceKind};
+use std::sync::Arc;
+
+impl Relay {
+    /// Records that `who` has read `channel` up to `id` (its cursor never moves back).
+    pub fn mark_read(&self, who: &str, channel: &ChannelName, id: u64) {
+        self.advance_cursor(who, channel, id);
+    }
+
+    pub(super) fn advance_cursor(&self, who: &str, channel: &ChannelName, id: u64) {
+        let _ = self.inner.registry.try_send(AdvanceCursor {
+            instance_id: who.to_owned(),
+            channel: channel.clone(),
+            id,
+        });
+    }
+
+    /// What is new for `who` on every channel it has joined (posted in or read), since its
+    /// cursor: messages from others, addressed to it or to everyone. Moves the cursors, and
+    /// answers only once they are durable, so nothing is ever handed out twice.
+    pub async fn inbox(&self, who: &str, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
+        // `any-human` messages belong in a human's inbox only.
+        let kind = self
+            .inner
+            .identities
+            .get(who)
+            .map_or(InstanceKind::Agent, |i| i.instance.kind);
+        let cursors = self
+            .inner
+            .registry
+            .send(Cursors(who.to_owned()))
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?;
+        let mut out = Vec::new();
+        for (channel, cursor) in cursors {
+            if out.len() >= limit {
+                break;
+            }
+            let view = self.channel(&channel).await?.view;
+            let (batch, scanned) = view.read_scanned(cursor, limit - out.len())?;
+            out.extend(batch.into_iter().filter(|p| {
+                let m = &p.message;
+                m.sender != who
+                    && match m.recipient.as_deref() {
+                        None => true,
+                        Some(r) if r.eq_ignore_ascii_case(ANY_HUMAN) => kind == InstanceKind::Human,
+                        Some(r) => r == who,
+                    }
+            }));
+            self.advance_cursor(who, &channel, scanned);
+        }
+        // The cursor writes are queued before this request: one flush covers them.
+        let _ = self
+            .inner
+            .registry
+            .send(Cursors(who.to_owned()))
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?;
+        self.inner.committer.durable().await.unwrap_or(Ok(()))?;
+        Ok(out)
+    }
+
+    pub async fn register(
+        &self,
+        instance_id: &str,
+        description: Option<String>,
+        kind: InstanceKind,
+        session: Option<String>,
+    ) -> Result<Registered, RelayError> {
+        self.inner
+            .registry
+            .send(Register {
+                instance_id: instance_id.to_owned(),
+                description,
+                kind,
+                session,
+            })
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
+    }
+
+    pub fn list_instances(&self) -> Vec<InstanceView> {
+        self.inner.identities.list()
+    }
+}
