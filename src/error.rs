@@ -114,3 +114,57 @@ pub async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
     )
     .error_response()
 }
+
+/// Longest plain-text error body [`json_errors`] reads before wrapping it.
+const TEXT_ERROR_LIMIT: usize = 4096;
+
+/// Middleware for routes whose errors come from a library (the MCP transport answers unknown
+/// sessions, a refused Host, a wrong media type, … in plain text): every error the relay
+/// answers is JSON, so a plain-text error is rewritten as `{"error", "code"}` with the same
+/// status and headers. JSON answers (JSON-RPC errors among them) and successes pass as they are.
+pub async fn json_errors(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<actix_web::dev::ServiceResponse<actix_web::body::BoxBody>, actix_web::Error> {
+    use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+    let res = next.call(req).await?;
+    let status = res.status();
+    let is_json = res
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
+    if status.as_u16() < 400 || is_json {
+        return Ok(res.map_into_boxed_body());
+    }
+    let (req, res) = res.into_parts();
+    let headers = res.headers().clone();
+    let text = match actix_web::body::to_bytes_limited(res.into_body(), TEXT_ERROR_LIMIT).await {
+        Ok(Ok(bytes)) => String::from_utf8_lossy(&bytes).trim().to_owned(),
+        _ => String::new(),
+    };
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    let code = match status.as_u16() {
+        400 => "invalid_input",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        406 => "not_acceptable",
+        413 => "too_large",
+        415 => "unsupported_media_type",
+        s if s >= 500 => "internal",
+        _ => "error",
+    };
+    let mut json = ApiError::new(status, code, message).error_response();
+    for (name, value) in headers.iter() {
+        if name != CONTENT_TYPE && name != CONTENT_LENGTH {
+            json.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    Ok(actix_web::dev::ServiceResponse::new(req, json))
+}

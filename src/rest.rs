@@ -8,12 +8,12 @@
 //! decides anything about messages, identities or sessions.
 
 use crate::error::{self, ApiError};
+use crate::http::{caller, BodyLimit};
 use crate::ops::channels::{self, ChannelList, FoundChannels, Present};
 use crate::ops::identity::{self, Instances};
 use crate::ops::messages::{self, MessageList, Messages, Page, Waited};
 use crate::ops::sessions::{self, DirectivesView};
 use crate::ops::shared::{self, SharedList};
-use crate::http::{caller, BodyLimit};
 use crate::ops::{Ctx, Operation};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};

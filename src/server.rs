@@ -12,9 +12,9 @@
 //! the store is flushed.
 
 use crate::config::Config;
+use crate::http::{self, BodyLimit, RestPolicy};
 use crate::mcp::{self, McpSettings};
 use crate::ops::Ctx;
-use crate::http::{self, BodyLimit, RestPolicy};
 use crate::rest::{self, resource};
 use crate::{error, openapi, sse};
 use actix_web::{web, App, HttpServer};
@@ -135,7 +135,11 @@ pub async fn serve(
             .app_data(body_limit.clone())
             .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))
             .wrap(actix_web::middleware::from_fn(crate::auth::require))
-            .service(web::scope(mcp::MCP_PATH).service(mcp.clone().scope()))
+            .service(
+                web::scope(mcp::MCP_PATH)
+                    .wrap(actix_web::middleware::from_fn(error::json_errors))
+                    .service(mcp.clone().scope()),
+            )
             .service(resource(http::HEALTH_PATH).route(web::get().to(http::healthz)))
             .service(resource(http::OPENAPI_PATH).route(web::get().to(openapi::serve)))
             .service(resource(http::STREAM_PATH).route(web::get().to(sse::stream)))

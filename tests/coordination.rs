@@ -226,6 +226,14 @@ async fn a_pending_done_from_the_peer_returns_at_once() {
     assert_eq!(v["outcome"], "done");
     assert_eq!(v["messages"][0]["type"], "done");
     assert!(start.elapsed() < Duration::from_secs(5));
+    // Having seen the done (since_id at it), waiting again waits for something new: a done
+    // is reported once, like any message, never re-delivered.
+    let again = s.url(&format!(
+        "/api/channels/dev/wait?since_id={}&timeout_s=0.3&instance_id=alice",
+        v["next_since_id"]
+    ));
+    let (_, v) = get_json(&c, &again).await;
+    assert_eq!((v["outcome"].as_str(), &v["messages"]), (Some("timeout"), &json!([])));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -501,6 +509,10 @@ async fn shared_data_belongs_to_its_owner_and_keeps_versions() {
     )
     .await;
     assert_eq!(v2["version"], 2);
+    assert_eq!(
+        v2["description"], "the spec",
+        "a version without a description keeps it"
+    );
     let (_, cur) = get_json(&c, &s.url("/api/data/spec")).await;
     assert_eq!(
         (cur["content"].as_str(), cur["owner"].as_str()),
@@ -546,7 +558,31 @@ async fn channels_are_created_found_and_searched() {
         (status, ch["channel"].as_str(), ch["description"].as_str()),
         (201, Some("auth-dev"), Some("Login and OAuth work"))
     );
-    post(&c, &s, "misc", msg("a", "unrelated")).await;
+    // Creating a channel (or a session) is not a message: the summary says so.
+    let (_, listed) = get_json(&c, &s.url("/api/channels")).await;
+    assert_eq!(
+        (
+            listed[0]["channel"].as_str(),
+            listed[0]["count"].as_u64(),
+            listed[0]["last_id"].as_u64()
+        ),
+        (Some("auth-dev"), Some(0), Some(0)),
+        "{listed}"
+    );
+    let first = post(&c, &s, "misc", msg("a", "unrelated")).await;
+    send(&c, "POST", &s.url("/api/channels/misc/session"), None, None).await;
+    let (_, listed) = get_json(&c, &s.url("/api/channels")).await;
+    let misc = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["channel"] == "misc")
+        .unwrap();
+    assert_eq!(
+        (&misc["last_id"], &misc["last_at"]),
+        (&first["id"], &first["created_at"]),
+        "last_id and last_at are the last message's: {misc}"
+    );
     let (_, found) = get_json(&c, &s.url("/api/channels/search?q=oauth")).await;
     assert_eq!(found.as_array().unwrap().len(), 1);
     assert_eq!(found[0]["channel"], "auth-dev");

@@ -170,3 +170,36 @@ async fn sigterm_ends_open_mcp_sessions_quickly() {
     let _ = tokio::time::timeout(Duration::from_secs(2), waiter).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), listener).await;
 }
+
+#[tokio::test]
+async fn transport_errors_are_json_like_every_other_error() {
+    let s = Server::start();
+    let c = client();
+    let url = s.url("/mcp");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    let cases = [
+        // An unknown session, a refused Host (DNS rebinding), a body that is not JSON.
+        ("mcp-session-id", "no-such-session", "application/json", 404),
+        ("host", "evil.example", "application/json", 403),
+        ("x-none", "", "text/plain", 415),
+    ];
+    for (header, value, content_type, want) in cases {
+        let r = c
+            .post(&url)
+            .header(header, value)
+            .header("content-type", content_type)
+            .header("accept", "application/json, text/event-stream")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), want, "{header}");
+        let ct = r.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(ct.starts_with("application/json"), "{header}: {ct}");
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["error"].as_str().is_some_and(|e| !e.is_empty()) && v["code"].is_string(),
+            "{header}: {v}"
+        );
+    }
+}

@@ -130,4 +130,28 @@ mod tests {
         }
         assert!(ChannelName::parse(&"x".repeat(64)).is_ok());
     }
+
+    #[test]
+    fn summaries_of_the_previous_release_still_decode() {
+        #[derive(Serialize)]
+        struct V1 {
+            count: u64,
+            last_id: u64,
+            last_at: Option<Timestamp>,
+            created_at: Option<Timestamp>,
+        }
+        let old = crate::codec::encode(&V1 {
+            count: 3,
+            last_id: 9,
+            last_at: Some(Timestamp(5)),
+            created_at: Some(Timestamp(1)),
+        });
+        let m = ChannelMeta::decode(&old).unwrap();
+        assert_eq!((m.count, m.last_id, m.last_message_id), (3, 9, 9));
+        let new = ChannelMeta {
+            last_message_id: 7,
+            ..m
+        };
+        assert_eq!(ChannelMeta::decode(&crate::codec::encode(&new)).unwrap(), new);
+    }
 }

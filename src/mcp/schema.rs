@@ -128,4 +128,3 @@ pub fn argument_names(schema: &JsonObject) -> BTreeSet<String> {
         .map(|p| p.keys().cloned().collect())
         .unwrap_or_default()
 }
-
