@@ -13,6 +13,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds after which a retry can succeed (`Retry-After`).
+    pub retry_after: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -30,6 +32,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -50,7 +53,11 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status).json(Body {
+        let mut res = HttpResponse::build(self.status);
+        if let Some(s) = self.retry_after {
+            res.insert_header((actix_web::http::header::RETRY_AFTER, s.to_string()));
+        }
+        res.json(Body {
             error: &self.message,
             code: self.code,
             status: (self.code == ErrorKind::NoActiveSession.code()).then_some(self.code),
@@ -73,9 +80,15 @@ impl From<OpError> for ApiError {
             ErrorKind::NotFound | ErrorKind::NoActiveSession => StatusCode::NOT_FOUND,
             ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::Storage => StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorKind::Unavailable | ErrorKind::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Unavailable | ErrorKind::ShuttingDown | ErrorKind::StoreUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         };
-        ApiError::new(status, e.kind.code(), e.message)
+        let mut api = ApiError::new(status, e.kind.code(), e.message);
+        if matches!(e.kind, ErrorKind::StoreUnavailable | ErrorKind::Unavailable) {
+            api.retry_after = Some(1);
+        }
+        api
     }
 }
 

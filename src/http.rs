@@ -61,14 +61,18 @@ pub fn caller(req: &HttpRequest, session_override: Option<String>) -> Caller {
 
 pub async fn healthz(cx: web::Data<Ctx>) -> HttpResponse {
     use std::sync::atomic::Ordering;
+    let streams = cx.streams.load(Ordering::Relaxed);
+    let waits = cx.waits.load(Ordering::Relaxed);
+    if let Err(reason) = cx.relay.store_health() {
+        // A load balancer or orchestrator takes a 503 as "not ready".
+        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "status": "unhealthy", "reason": reason, "streams": streams, "waits": waits,
+        }));
+    }
     let status = if cx.relay.shutdown_token().is_cancelled() {
         "stopping"
     } else {
         "ok"
     };
-    HttpResponse::Ok().json(serde_json::json!({
-        "status": status,
-        "streams": cx.streams.load(Ordering::Relaxed),
-        "waits": cx.waits.load(Ordering::Relaxed),
-    }))
+    HttpResponse::Ok().json(serde_json::json!({ "status": status, "streams": streams, "waits": waits }))
 }

@@ -10,6 +10,12 @@ use tracing_subscriber::EnvFilter;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    // A file-size limit (or a quota) stops a write with EFBIG instead of killing the relay
+    // with SIGXFSZ: the write is refused, nothing acknowledged is lost, and the relay stays up.
+    // SAFETY: setting a signal's disposition to "ignore" before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)

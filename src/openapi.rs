@@ -12,16 +12,17 @@ use serde_json::{json, Map, Value};
 use std::sync::LazyLock;
 
 /// Every error's body.
-#[derive(JsonSchema)]
+#[derive(JsonSchema, serde::Serialize)]
 #[allow(dead_code)] // described, never built: `ApiError` writes it
 struct ErrorBody {
     /// What went wrong, for a person.
     error: String,
     /// What went wrong, for a program: invalid_input, unauthorized, forbidden, not_found,
-    /// no_active_session, conflict, too_large, method_not_allowed, storage, unavailable,
-    /// shutting_down.
+    /// no_active_session, conflict, too_large, method_not_allowed, not_acceptable,
+    /// unsupported_media_type, storage, unavailable, shutting_down, internal.
     code: String,
-    /// `no_active_session` on that error (crosstalk-mcp's field).
+    /// `no_active_session` on that error (crosstalk-mcp's field); absent on the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<String>,
 }
 
@@ -97,6 +98,7 @@ fn operation(e: &Endpoint, req: &mut SchemaGenerator, resp: &mut SchemaGenerator
             json!({ "name": p, "in": "path", "required": true, "schema": schema })
         })
         .collect();
+    parameters.push(session_header());
     let mut op = json!({
         "operationId": format!("{}_{}", e.name, e.method.as_str().to_ascii_lowercase()),
         "summary": e.name,
@@ -142,6 +144,16 @@ fn operation(e: &Endpoint, req: &mut SchemaGenerator, resp: &mut SchemaGenerator
     op
 }
 
+/// The session a registered identity is bound to (`POST /api/register` returns it): needed
+/// to act as that identity.
+fn session_header() -> Value {
+    json!({
+        "name": crate::http::SESSION_HEADER, "in": "header", "required": false,
+        "description": "The session POST /api/register returned; needed to act as a registered identity.",
+        "schema": { "type": "string" }
+    })
+}
+
 fn transport_routes(paths: &mut Map<String, Value>) {
     paths.insert(HEALTH_PATH.into(), json!({ "get": {
         "operationId": "healthz", "summary": "health", "security": [],
@@ -161,6 +173,10 @@ fn transport_routes(paths: &mut Map<String, Value>) {
             { "name": "display_name", "in": "query", "required": false, "schema": { "type": "string" } },
             { "name": "kind", "in": "query", "required": false, "schema": { "type": "string" } },
             { "name": "side", "in": "query", "required": false, "schema": { "type": "string" } },
+            { "name": "session", "in": "query", "required": false, "description": "the session header's value, for EventSource", "schema": { "type": "string" } },
+            { "name": "token", "in": "query", "required": false, "description": "the bearer token, for EventSource (also `relay_token`)", "schema": { "type": "string" } },
+            { "name": "relay_token", "in": "query", "required": false, "schema": { "type": "string" } },
+            { "name": "x-crosstalk-session", "in": "header", "required": false, "schema": { "type": "string" } },
             { "name": "Last-Event-ID", "in": "header", "required": false, "schema": { "type": "string" } }
         ],
         "responses": {
@@ -172,7 +188,10 @@ fn transport_routes(paths: &mut Map<String, Value>) {
     } }));
     paths.insert(OPENAPI_PATH.into(), json!({ "get": {
         "operationId": "openapi", "summary": "this document",
-        "responses": { "200": { "description": "OpenAPI 3.1", "content": { "application/json": { "schema": { "type": "object" } } } } }
+        "responses": {
+            "200": { "description": "OpenAPI 3.1", "content": { "application/json": { "schema": { "type": "object" } } } },
+            "401": { "description": "missing or wrong token", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } }
+        }
     } }));
 }
 

@@ -236,8 +236,11 @@ pub enum ErrorKind {
     NoActiveSession,
     /// Conflicts with the current state.
     Conflict,
-    /// The store failed: nothing was acknowledged.
+    /// Stored data is damaged.
     Storage,
+    /// The store refused or did not take a write: nothing was acknowledged; retrying can help
+    /// once the cause (a full disk, a hung device) is gone.
+    StoreUnavailable,
     /// Overloaded or stopping: try again shortly.
     Unavailable,
     ShuttingDown,
@@ -253,6 +256,7 @@ impl ErrorKind {
             ErrorKind::NoActiveSession => "no_active_session",
             ErrorKind::Conflict => "conflict",
             ErrorKind::Storage => "storage",
+            ErrorKind::StoreUnavailable => "store_unavailable",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::ShuttingDown => "shutting_down",
         }
@@ -302,13 +306,18 @@ impl From<RelayError> for OpError {
     fn from(e: RelayError) -> Self {
         match e {
             RelayError::Invalid(e) => e.into(),
-            RelayError::Store(e) => {
-                tracing::error!(error = %e, "storage error; nothing was acknowledged");
-                OpError::new(
-                    ErrorKind::Storage,
-                    "the relay's store failed; nothing was acknowledged. Try again later.",
-                )
+            RelayError::Store(StoreError::Corrupt(e)) => {
+                tracing::error!(error = %e, "stored data is damaged");
+                OpError::new(ErrorKind::Storage, format!("stored data is damaged: {e}"))
             }
+            RelayError::Store(StoreError::Io(e)) => OpError::new(
+                ErrorKind::StoreUnavailable,
+                format!("the relay's store failed ({e}); nothing was acknowledged. Retry shortly."),
+            ),
+            RelayError::StoreUnavailable(why) => OpError::new(
+                ErrorKind::StoreUnavailable,
+                format!("{why}; nothing was acknowledged. Retry shortly."),
+            ),
             RelayError::Unavailable(why) => OpError::new(
                 ErrorKind::Unavailable,
                 format!("the relay is busy or stopping ({why}); try again shortly"),

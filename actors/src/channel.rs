@@ -32,6 +32,10 @@ const MAILBOX_CAPACITY: usize = 4096;
 pub const MAX_DESCRIPTION: usize = 1024;
 /// Events removed per retention pass, so a pass never stalls the channel for long.
 const COMPACT_STEP: usize = 10_000;
+/// Longest a batch waits for the store before its posters are told it failed (and the batch
+/// is abandoned: never acknowledged, undone if it lands). Shorter than the faces' own timeout,
+/// so the client's error always comes from here.
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How a waiting party takes part in mutual-wait detection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -192,7 +196,7 @@ impl ChannelActor {
 
     /// Assigns the next id to `record`, folds it into the working state, and queues it.
     /// Returns the id and, for a message, what readers will see.
-    fn accept(&mut self, record: Record, idem: Option<String>, ctx: &mut Context<Self>) -> (u64, Option<Arc<Posted>>) {
+    fn accept(&mut self, record: Record, idem: Option<String>) -> (u64, Option<Arc<Posted>>) {
         let id = self.ids.next();
         let session_was_active = self.state.active_session().is_some();
         let effects = self.state.apply(id, &record);
@@ -251,10 +255,8 @@ impl ChannelActor {
                     at: now,
                 },
                 None,
-                ctx,
             );
         }
-        self.start_commit(ctx);
         (id, posted)
     }
 
@@ -275,6 +277,8 @@ impl ChannelActor {
         rx
     }
 
+    /// Hands the pending events to the store thread as one batch (one at a time, so batches
+    /// become durable and visible in id order). The actor does no store IO itself.
     fn start_commit(&mut self, ctx: &mut Context<Self>) {
         if self.in_flight.is_some() || self.pending.is_empty() {
             return;
@@ -289,33 +293,38 @@ impl ChannelActor {
         let state = std::mem::take(&mut self.next_state_dirty).then(|| self.state.clone());
         let idempotency: Vec<(String, u64)> = batch.iter().filter_map(|p| p.idem.clone().map(|k| (k, p.id))).collect();
         let meta = self.meta;
-        let appended = self.store.append(Append {
-            channel: self.view.name(),
-            events: &events,
-            meta: &meta,
-            state: state.as_ref(),
-            overlays: &overlays,
-            replies: &replies,
-            idempotency: &idempotency,
-        });
-        if let Err(e) = appended {
-            tracing::error!(channel = %self.view.name(), error = %e, "append failed");
-            self.fail(batch, e);
-            return;
-        }
         let publish = Published {
             messages: batch.iter().filter_map(|p| p.posted.clone()).collect(),
             meta,
-            state,
-            overlays,
+            state: state.clone(),
+            overlays: overlays.clone(),
         };
+        let channel = self.view.name().clone();
+        let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
+            store.append(Append {
+                channel: &channel,
+                events: &events,
+                meta: &meta,
+                state: state.as_ref(),
+                overlays: &overlays,
+                replies: &replies,
+                idempotency: &idempotency,
+            })
+        }));
         self.in_flight = Some(batch);
-        let durable = self.committer.durable();
+        let (verdict, abandon) = ticket.split();
         ctx.spawn(
             async move {
-                durable
-                    .await
-                    .unwrap_or_else(|_| Err(StoreError::Io("committer gone".into())))
+                match tokio::time::timeout(COMMIT_TIMEOUT, verdict).await {
+                    Ok(v) => v.unwrap_or_else(|_| Err(StoreError::Io("the store thread has stopped".into()))),
+                    // The store is not answering: give up, unless it decided meanwhile. An
+                    // abandoned batch is never acknowledged and is undone if it lands.
+                    Err(_) if abandon.abandon() => Err(StoreError::Io(format!(
+                        "the store did not answer within {} s",
+                        COMMIT_TIMEOUT.as_secs()
+                    ))),
+                    Err(_) => Err(StoreError::Io("the store answered too late".into())),
+                }
             }
             .into_actor(self)
             .map(move |result, act, ctx| {
@@ -340,7 +349,7 @@ impl ChannelActor {
                         }
                     }
                     Err(e) => {
-                        tracing::error!(channel = %act.view.name(), error = %e, "flush failed");
+                        tracing::error!(channel = %act.view.name(), error = %e, "commit failed; nothing acknowledged");
                         act.fail(batch, e);
                     }
                 }
@@ -365,9 +374,12 @@ impl ChannelActor {
         self.next_overlays.clear();
         self.next_replies.clear();
         self.next_state_dirty = false;
-        if let Ok(overlays) = self.store.overlays(self.view.name()) {
-            self.overlays = overlays.into_iter().collect();
-        }
+        self.overlays = self.view.overlays();
+    }
+
+    /// Refuses a write at once while the store is not answering, rather than queueing it.
+    fn writable(&self) -> Result<(), RelayError> {
+        self.committer.health().writable().map_err(RelayError::StoreUnavailable)
     }
 
     fn reply_to_exists(&self, parent: u64) -> Result<bool, RelayError> {
@@ -392,8 +404,13 @@ impl ChannelActor {
     }
 
     /// Answer with the state once event `id` is durable.
-    fn state_when_durable(&mut self, id: u64) -> ResponseFuture<Result<ChannelState, RelayError>> {
+    fn state_when_durable(
+        &mut self,
+        id: u64,
+        ctx: &mut Context<Self>,
+    ) -> ResponseFuture<Result<ChannelState, RelayError>> {
         let durable = self.when_durable(id);
+        self.start_commit(ctx);
         let view = self.view.clone();
         Box::pin(async move {
             durable
@@ -505,6 +522,7 @@ impl Handler<Post> for ChannelActor {
     fn handle(&mut self, Post(post): Post, ctx: &mut Context<Self>) -> Self::Result {
         let limits = self.config.limits;
         let prepared = (|| {
+            self.writable()?;
             let idem = post.idempotency_key(&limits)?;
             if let Some(k) = &idem {
                 if let Some(id) = self.idempotent(k)? {
@@ -540,8 +558,11 @@ impl Handler<Post> for ChannelActor {
                 })
             }
             Ok(Ok((record, idem))) => {
-                let (id, posted) = self.accept(Record::Message(record), idem, ctx);
+                let (id, posted) = self.accept(Record::Message(record), idem);
+                // Registered before the commit starts, so a write that fails at once is
+                // reported as failed, never as durable.
                 let durable = self.when_durable(id);
+                self.start_commit(ctx);
                 Box::pin(async move {
                     durable
                         .await
@@ -557,6 +578,9 @@ impl Handler<StartSession> for ChannelActor {
     type Result = ResponseFuture<Result<ChannelState, RelayError>>;
 
     fn handle(&mut self, msg: StartSession, ctx: &mut Context<Self>) -> Self::Result {
+        if let Err(e) = self.writable() {
+            return Box::pin(async move { Err(e) });
+        }
         let now = Timestamp::now();
         if let Some(active) = self.state.active_session().map(str::to_owned) {
             self.accept(
@@ -566,7 +590,6 @@ impl Handler<StartSession> for ChannelActor {
                     at: now,
                 },
                 None,
-                ctx,
             );
         }
         let session_id = format!("sess-{}", uuid::Uuid::new_v4().simple());
@@ -577,9 +600,8 @@ impl Handler<StartSession> for ChannelActor {
                 at: now,
             },
             None,
-            ctx,
         );
-        self.state_when_durable(id)
+        self.state_when_durable(id, ctx)
     }
 }
 
@@ -587,6 +609,9 @@ impl Handler<EndSession> for ChannelActor {
     type Result = ResponseFuture<Result<ChannelState, RelayError>>;
 
     fn handle(&mut self, _: EndSession, ctx: &mut Context<Self>) -> Self::Result {
+        if let Err(e) = self.writable() {
+            return Box::pin(async move { Err(e) });
+        }
         let Some(active) = self.state.active_session().map(str::to_owned) else {
             let state = self.state.clone();
             return Box::pin(async move { Ok(state) });
@@ -598,9 +623,8 @@ impl Handler<EndSession> for ChannelActor {
                 at: Timestamp::now(),
             },
             None,
-            ctx,
         );
-        self.state_when_durable(id)
+        self.state_when_durable(id, ctx)
     }
 }
 
@@ -608,6 +632,9 @@ impl Handler<Describe> for ChannelActor {
     type Result = ResponseFuture<Result<ChannelState, RelayError>>;
 
     fn handle(&mut self, Describe(description): Describe, ctx: &mut Context<Self>) -> Self::Result {
+        if let Err(e) = self.writable() {
+            return Box::pin(async move { Err(e) });
+        }
         let description = description.trim().to_owned();
         if description.len() > MAX_DESCRIPTION {
             let e = InvalidInput::TooLong {
@@ -627,9 +654,8 @@ impl Handler<Describe> for ChannelActor {
                 at: Timestamp::now(),
             },
             None,
-            ctx,
         );
-        self.state_when_durable(id)
+        self.state_when_durable(id, ctx)
     }
 }
 

@@ -1,10 +1,30 @@
-//! Group commit. Channel actors append batches to the store (in memory until flushed) and then
-//! ask the committer for durability; one thread flushes for every request that arrived before
-//! the flush began, so concurrent writers on any channel share one fsync.
+//! The store thread. Every write to the store happens here, never on the actors' thread: an
+//! actor hands the committer a [`Job`] (what to write) and gets a [`Ticket`] (when it is
+//! durable). The thread takes every job queued, applies each (in memory, in queue order), then
+//! makes them durable with one flush for all of them (group commit), then answers each ticket.
+//!
+//! Failure rules, so that a write is acknowledged only once it will survive a crash, and a
+//! write that was refused never turns up later:
+//! - a job whose writes fail is answered with the error; the others go on;
+//! - when the flush fails, every job of the round is undone (the store's memory goes back to
+//!   what it held, so a later flush cannot persist a refused write) and answered with the error;
+//! - a ticket its owner gave up on ([`Ticket::abandon`], a flush that hangs) is undone when its
+//!   flush finally returns, never acknowledged;
+//! - [`Health`] says whether the store is answering and why not, for `/healthz` and for
+//!   writers to fail fast while it hangs.
 
-use crate::store::{EventStore, StoreError};
+use crate::store::{EventStore, StoreError, Undo};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+
+/// A round (apply + flush) running longer than this means the store is not answering:
+/// writers are refused at once until it returns.
+pub const STALL: Duration = Duration::from_secs(2);
+/// How often an idle store thread retries the store after a failed write.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 /// When a write is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,58 +42,267 @@ pub enum Durability {
     Relaxed,
 }
 
-type Waiter = oneshot::Sender<Result<(), StoreError>>;
+/// The writes of one job, run on the store thread; returns how to undo them.
+pub type Apply = Box<dyn FnOnce(&dyn EventStore) -> Result<Undo, StoreError> + Send>;
 
-/// A handle to the flusher thread. Cloning it is cheap; the thread ends when every handle is gone.
+/// What a ticket's owner and the store thread agree on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Pending,
+    /// The owner gave up waiting: never acknowledge it; undo it if it lands.
+    Abandoned,
+    /// The store thread decided (and answered).
+    Settled,
+}
+
+type Answer = oneshot::Sender<Result<(), StoreError>>;
+
+struct Job {
+    apply: Apply,
+    fate: Arc<Mutex<Fate>>,
+    done: Answer,
+}
+
+/// A write's durability: resolves once it is durable (`Ok`) or refused (`Err`).
+pub struct Ticket {
+    rx: oneshot::Receiver<Result<(), StoreError>>,
+    fate: Arc<Mutex<Fate>>,
+}
+
+impl Ticket {
+    /// Waits for the verdict.
+    pub async fn durable(self) -> Result<(), StoreError> {
+        self.rx
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Io("the store thread has stopped".into())))
+    }
+
+    /// Gives up waiting: unless the store thread has already decided, the write will never be
+    /// acknowledged, and is undone if it lands. Returns false if the verdict is already sent.
+    pub fn abandon(&self) -> bool {
+        abandon(&self.fate)
+    }
+
+    /// Splits the ticket: the waiting half, and a handle that can abandon it.
+    pub fn split(self) -> (oneshot::Receiver<Result<(), StoreError>>, Abandon) {
+        (self.rx, Abandon(self.fate))
+    }
+}
+
+/// Abandons a ticket from elsewhere than its waiter.
+pub struct Abandon(Arc<Mutex<Fate>>);
+
+impl Abandon {
+    pub fn abandon(&self) -> bool {
+        abandon(&self.0)
+    }
+}
+
+fn abandon(fate: &Mutex<Fate>) -> bool {
+    let mut fate = fate.lock();
+    match *fate {
+        Fate::Pending => {
+            *fate = Fate::Abandoned;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Whether the store is answering. Shared by the store thread (the writer) and everyone who
+/// asks.
+#[derive(Default)]
+pub struct Health {
+    /// When the running round began (µs on a monotonic clock since `epoch`), 0 when idle.
+    round_started: AtomicI64,
+    /// Why the last round failed; `None` once one succeeds.
+    last_error: Mutex<Option<String>>,
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+impl Health {
+    fn now_us(&self) -> i64 {
+        self.epoch.get_or_init(Instant::now).elapsed().as_micros() as i64 + 1
+    }
+
+    /// `Err(why)` when writes cannot succeed now: the store has been stuck in a round for
+    /// longer than [`STALL`].
+    pub fn writable(&self) -> Result<(), String> {
+        let started = self.round_started.load(Ordering::Acquire);
+        if started != 0 {
+            let for_us = self.now_us() - started;
+            if for_us > STALL.as_micros() as i64 {
+                return Err(format!("the store has not answered for {:.1} s", for_us as f64 / 1e6));
+            }
+        }
+        Ok(())
+    }
+
+    /// `Err(why)` when the store is stuck or its last write failed.
+    pub fn check(&self) -> Result<(), String> {
+        self.writable()?;
+        match self.last_error.lock().as_ref() {
+            Some(e) => Err(format!("the last store write failed: {e}")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A handle to the store thread. Cloning it is cheap; the thread ends when every handle is gone.
 #[derive(Clone)]
 pub struct Committer {
-    tx: Option<mpsc::Sender<Waiter>>,
+    tx: mpsc::Sender<Job>,
+    health: Arc<Health>,
 }
 
 impl Committer {
     pub fn start(store: Arc<dyn EventStore>, durability: Durability) -> std::io::Result<Self> {
-        if durability == Durability::Relaxed {
-            return Ok(Committer { tx: None });
-        }
-        let (tx, rx) = mpsc::channel::<Waiter>();
+        let (tx, rx) = mpsc::channel::<Job>();
+        let health = Arc::new(Health::default());
+        let h = health.clone();
         std::thread::Builder::new()
             .name("crosstalk-commit".into())
             .spawn(move || {
-                let mut waiters = Vec::new();
-                while let Ok(first) = rx.recv() {
-                    // Everything queued now was appended before this flush starts: one flush
-                    // makes all of it durable.
-                    waiters.push(first);
-                    waiters.extend(rx.try_iter());
-                    let result = if durability == Durability::Fsync {
-                        store.sync()
-                    } else {
-                        store.flush()
+                let mut round = Vec::new();
+                loop {
+                    let first = match rx.recv_timeout(PROBE_EVERY) {
+                        Ok(job) => job,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            // After a failure and with nothing to write, try the store again, so
+                            // health recovers by itself once the cause is gone.
+                            if h.last_error.lock().is_some() && durability != Durability::Relaxed {
+                                h.round_started.store(h.now_us(), Ordering::Release);
+                                if store.flush().is_ok() {
+                                    *h.last_error.lock() = None;
+                                    tracing::info!("the store answers again");
+                                }
+                                h.round_started.store(0, Ordering::Release);
+                            }
+                            continue;
+                        }
                     };
-                    if let Err(e) = &result {
-                        tracing::error!(error = %e, "flush failed; writes are not acknowledged");
-                    }
-                    for w in waiters.drain(..) {
-                        let _ = w.send(result.clone());
-                    }
+                    // Everything queued now goes into this round: one flush for all of it.
+                    round.push(first);
+                    round.extend(rx.try_iter());
+                    h.round_started.store(h.now_us(), Ordering::Release);
+                    run_round(store.as_ref(), durability, &mut round, &h);
+                    h.round_started.store(0, Ordering::Release);
                 }
             })?;
-        Ok(Committer { tx: Some(tx) })
+        Ok(Committer { tx, health })
     }
 
-    /// Resolves once everything appended before this call is durable.
-    pub fn durable(&self) -> oneshot::Receiver<Result<(), StoreError>> {
-        let (tx, rx) = oneshot::channel();
-        match &self.tx {
-            Some(queue) => {
-                if let Err(mpsc::SendError(w)) = queue.send(tx) {
-                    let _ = w.send(Err(StoreError::Io("the committer has stopped".into())));
-                }
-            }
-            None => {
-                let _ = tx.send(Ok(()));
+    /// Queues `apply`; the ticket resolves once its writes are durable, or refused.
+    pub fn write(&self, apply: Apply) -> Ticket {
+        let (done, rx) = oneshot::channel();
+        let fate = Arc::new(Mutex::new(Fate::Pending));
+        let job = Job {
+            apply,
+            fate: fate.clone(),
+            done,
+        };
+        if let Err(mpsc::SendError(job)) = self.tx.send(job) {
+            let _ = job
+                .done
+                .send(Err(StoreError::Io("the store thread has stopped".into())));
+        }
+        Ticket { rx, fate }
+    }
+
+    /// Resolves once everything queued before it is durable.
+    pub fn barrier(&self) -> Ticket {
+        self.write(Box::new(|_| Ok(Undo::default())))
+    }
+
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+}
+
+fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job>, health: &Health) {
+    // The jobs whose writes are in the store's memory, with how to take them back.
+    let mut applied: Vec<(Arc<Mutex<Fate>>, Answer, Undo)> = Vec::with_capacity(round.len());
+    let mut failed = None;
+    for job in round.drain(..) {
+        if *job.fate.lock() == Fate::Abandoned {
+            // Given up before it was written: nothing to write, nothing to undo.
+            settle(
+                &job.fate,
+                job.done,
+                Err(StoreError::Io("abandoned: the store did not answer in time".into())),
+            );
+            continue;
+        }
+        match (job.apply)(store) {
+            Ok(undo) => applied.push((job.fate, job.done, undo)),
+            Err(e) => {
+                tracing::error!(error = %e, "store write failed; not acknowledged");
+                failed = Some(e.to_string());
+                settle(&job.fate, job.done, Err(e));
             }
         }
-        rx
     }
+    if applied.is_empty() {
+        *health.last_error.lock() = failed;
+        return;
+    }
+    let flushed = match durability {
+        Durability::Relaxed => Ok(()),
+        Durability::Flush => store.flush(),
+        Durability::Fsync => store.sync(),
+    };
+    match flushed {
+        Ok(()) => {
+            let mut take_back = Vec::new();
+            for (fate, done, undo) in applied {
+                let mut f = fate.lock();
+                if *f == Fate::Abandoned {
+                    // Its owner already told the client it failed: take it back.
+                    take_back.push(undo);
+                } else {
+                    *f = Fate::Settled;
+                    drop(f);
+                    let _ = done.send(Ok(()));
+                }
+            }
+            if !take_back.is_empty() {
+                revert(store, durability, take_back);
+            }
+            *health.last_error.lock() = failed;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, jobs = applied.len(), "store flush failed; the round is undone, nothing acknowledged");
+            *health.last_error.lock() = Some(e.to_string());
+            let mut answers = Vec::with_capacity(applied.len());
+            let mut undos = Vec::with_capacity(applied.len());
+            for (fate, done, undo) in applied {
+                answers.push((fate, done));
+                undos.push(undo);
+            }
+            revert(store, Durability::Relaxed, undos);
+            for (fate, done) in answers {
+                settle(&fate, done, Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Undoes writes, newest first, and (but for `Relaxed`) flushes the undo.
+fn revert(store: &dyn EventStore, durability: Durability, undos: Vec<Undo>) {
+    for undo in undos.into_iter().rev() {
+        if let Err(e) = store.undo(undo) {
+            tracing::error!(error = %e, "undoing a refused write failed");
+        }
+    }
+    if durability != Durability::Relaxed {
+        if let Err(e) = store.flush() {
+            tracing::error!(error = %e, "flushing an undo failed; a restart may read refused writes back");
+        }
+    }
+}
+
+fn settle(fate: &Mutex<Fate>, done: Answer, result: Result<(), StoreError>) {
+    *fate.lock() = Fate::Settled;
+    let _ = done.send(result);
 }

@@ -11,6 +11,9 @@ pub enum RelayError {
     /// The store failed; the write, if any, was not acknowledged.
     #[error("storage error: {0}")]
     Store(#[from] StoreError),
+    /// The store is not answering (a flush that hangs): writes are refused at once.
+    #[error("the store is not answering: {0}")]
+    StoreUnavailable(String),
     /// An actor did not answer in time or has stopped.
     #[error("the relay is overloaded or stopping: {0}")]
     Unavailable(&'static str),

@@ -99,8 +99,18 @@ impl Identities {
         Ok(())
     }
 
-    pub(crate) fn insert(&self, id: Identity) {
-        self.map.write().insert(id.instance.instance_id.clone(), Arc::new(id));
+    /// Inserts (or replaces) an identity; returns the one it replaced.
+    pub(crate) fn insert(&self, id: Identity) -> Option<Arc<Identity>> {
+        self.map.write().insert(id.instance.instance_id.clone(), Arc::new(id))
+    }
+
+    /// Puts back what `who` was before a registration that did not become durable.
+    pub(crate) fn restore(&self, who: &str, before: Option<Arc<Identity>>) {
+        let mut map = self.map.write();
+        match before {
+            Some(b) => map.insert(who.to_owned(), b),
+            None => map.remove(who),
+        };
     }
 
     pub fn view(&self, id: &Identity) -> InstanceView {

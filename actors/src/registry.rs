@@ -86,7 +86,9 @@ impl Registry {
     ) -> Result<Self, RelayError> {
         for (_, bytes) in store.scan_aux(Space::Instances, b"", false, usize::MAX)? {
             match codec::decode::<Instance>(&bytes) {
-                Ok(instance) => identities.insert(Identity::new(instance, None, None)),
+                Ok(instance) => {
+                    identities.insert(Identity::new(instance, None, None));
+                }
                 Err(e) => tracing::error!(error = %e, "skipping a damaged instance record"),
             }
         }
@@ -197,22 +199,36 @@ impl Handler<Register> for Registry {
                 kind: msg.kind,
                 registered_at,
             };
-            self.store
-                .put_aux(Space::Instances, id.as_bytes(), Some(&codec::encode(&instance)))?;
+            let record = codec::encode(&instance);
             let identity = Identity::new(instance, Some(session.clone()), Some(now));
             let view = self.identities.view(&identity);
-            self.identities.insert(identity);
-            Ok(Registered {
-                instance: view,
-                session,
-            })
+            // Bound at once, so a second registration racing this one sees it; taken back if
+            // the write does not become durable.
+            let before = self.identities.insert(identity);
+            let key = id.as_bytes().to_vec();
+            let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
+                store.write_aux(Space::Instances, &[(key, Some(record))])
+            }));
+            Ok((
+                Registered {
+                    instance: view,
+                    session,
+                },
+                id,
+                before,
+                ticket,
+            ))
         })();
-        let durable = result.is_ok().then(|| self.committer.durable());
+        let identities = self.identities.clone();
         Box::pin(async move {
-            if let Some(d) = durable {
-                d.await.unwrap_or(Err(crate::StoreError::Io("committer gone".into())))?;
+            let (registered, id, before, ticket) = result?;
+            match ticket.durable().await {
+                Ok(()) => Ok(registered),
+                Err(e) => {
+                    identities.restore(&id, before);
+                    Err(e.into())
+                }
             }
-            result
         })
     }
 }
@@ -231,12 +247,69 @@ impl Handler<AdvanceCursor> for Registry {
             return;
         }
         *cursor = msg.id.max(*cursor);
-        let mut key = msg.instance_id.into_bytes();
-        key.push(0);
-        key.extend_from_slice(msg.channel.as_str().as_bytes());
-        if let Err(e) = self.store.put_aux(Space::Cursors, &key, Some(&cursor.to_be_bytes())) {
-            tracing::error!(error = %e, "cursor write failed");
+        let writes = vec![(
+            cursor_key(&msg.instance_id, &msg.channel),
+            Some(cursor.to_be_bytes().to_vec()),
+        )];
+        // Best effort: a read that moved a cursor has already answered. A failed write
+        // only means the cursor is back where it was after a restart (re-delivery, not loss).
+        let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
+            store.write_aux(Space::Cursors, &writes)
+        }));
+        actix::spawn(async move {
+            if let Err(e) = ticket.durable().await {
+                tracing::warn!(error = %e, "cursor write failed");
+            }
+        });
+    }
+}
+
+fn cursor_key(who: &str, channel: &ChannelName) -> Vec<u8> {
+    let mut key = who.as_bytes().to_vec();
+    key.push(0);
+    key.extend_from_slice(channel.as_str().as_bytes());
+    key
+}
+
+/// Moves an identity's cursors (the inbox): answers once the moves are durable; if they are
+/// not, the cursors go back, so what the inbox did not hand out is handed out next time.
+#[derive(Message)]
+#[rtype(result = "Result<(), RelayError>")]
+pub struct MoveCursors {
+    pub instance_id: String,
+    pub moves: Vec<(ChannelName, u64)>,
+}
+
+impl Handler<MoveCursors> for Registry {
+    type Result = ResponseActFuture<Self, Result<(), RelayError>>;
+
+    fn handle(&mut self, msg: MoveCursors, _: &mut Context<Self>) -> Self::Result {
+        let mine = self.cursors.entry(msg.instance_id.clone()).or_default();
+        let mut before = Vec::new();
+        let mut writes = Vec::new();
+        for (channel, id) in msg.moves {
+            let at = mine.entry(channel.clone()).or_insert(0);
+            if id > *at || *at == 0 {
+                before.push((channel.clone(), *at));
+                *at = id.max(*at);
+                writes.push((cursor_key(&msg.instance_id, &channel), Some(at.to_be_bytes().to_vec())));
+            }
         }
+        let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
+            store.write_aux(Space::Cursors, &writes)
+        }));
+        let who = msg.instance_id;
+        Box::pin(ticket.durable().into_actor(self).map(move |result, act, _| {
+            if let Err(e) = result {
+                if let Some(mine) = act.cursors.get_mut(&who) {
+                    for (channel, at) in before {
+                        mine.insert(channel, at);
+                    }
+                }
+                return Err(e.into());
+            }
+            Ok(())
+        }))
     }
 }
 

@@ -37,6 +37,8 @@ use tokio_util::sync::CancellationToken;
 /// Longest a face waits for an actor to answer before reporting the relay unavailable.
 /// A post's answer includes its flush, so this is generous.
 pub const ACTOR_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest the final flush at shutdown may take before the process exits anyway.
+pub const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_millis(800);
 /// Longest a search waits for the index to catch up with what was posted.
 pub const SEARCH_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
 /// A poster's presence is refreshed at most this often per channel: presence is measured
@@ -285,10 +287,29 @@ impl Relay {
         self.inner.shutdown.clone()
     }
 
-    /// Stops taking work, ends streams and waits, and flushes the store.
+    /// Whether the store is answering and its last write succeeded (`Err(why)` if not).
+    pub fn store_health(&self) -> Result<(), String> {
+        self.inner.committer.health().check()
+    }
+
+    /// Stops taking work, ends streams and waits, and flushes the store — for at most
+    /// [`SHUTDOWN_FLUSH_TIMEOUT`]: every acknowledged write is durable already, and a store
+    /// that hangs must not keep the process from exiting.
     pub fn shutdown(&self) -> Result<(), RelayError> {
         self.inner.shutdown.cancel();
-        self.inner.store.flush()?;
-        Ok(())
+        let store = self.inner.store.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _ = std::thread::Builder::new()
+            .name("crosstalk-final-flush".into())
+            .spawn(move || {
+                let _ = tx.send(store.flush());
+            });
+        match rx.recv_timeout(SHUTDOWN_FLUSH_TIMEOUT) {
+            Ok(flushed) => Ok(flushed?),
+            Err(_) => Err(RelayError::StoreUnavailable(format!(
+                "the final flush did not return within {} ms",
+                SHUTDOWN_FLUSH_TIMEOUT.as_millis()
+            ))),
+        }
     }
 }

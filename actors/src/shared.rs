@@ -74,6 +74,8 @@ pub struct SharedStore {
     committer: Committer,
     /// Largest content accepted, in bytes.
     max_size: usize,
+    /// Versions handed to the store thread and not yet durable, by key.
+    pending: std::collections::HashMap<String, SharedData>,
 }
 
 fn valid_key(key: &str) -> Result<String, RelayError> {
@@ -108,10 +110,14 @@ impl SharedStore {
             store,
             committer,
             max_size,
+            pending: Default::default(),
         }
     }
 
     fn current(&self, key: &str) -> Result<Option<SharedData>, RelayError> {
+        if let Some(p) = self.pending.get(key) {
+            return Ok(Some(p.clone()));
+        }
         match self.store.get_aux(Space::SharedData, key.as_bytes())? {
             None => Ok(None),
             Some(bytes) => Ok(Some(codec::decode(&bytes).map_err(|e| {
@@ -120,28 +126,35 @@ impl SharedStore {
         }
     }
 
-    fn write(&mut self, entry: SharedData) -> ResponseFuture<Result<SharedSummary, RelayError>> {
+    /// Hands the new version to the store thread; answers once it is durable.
+    fn write(&mut self, entry: SharedData) -> ResponseActFuture<Self, Result<SharedSummary, RelayError>> {
         let encoded = codec::encode(&entry);
-        let written = self
-            .store
-            .put_aux(
-                Space::SharedVersions,
-                &version_key(&entry.key, entry.version),
-                Some(&encoded),
-            )
-            .and_then(|_| {
-                self.store
-                    .put_aux(Space::SharedData, entry.key.as_bytes(), Some(&encoded))
-            });
-        let durable = self.committer.durable();
+        let versions = vec![(version_key(&entry.key, entry.version), Some(encoded.clone()))];
+        let current = vec![(entry.key.as_bytes().to_vec(), Some(encoded))];
+        let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
+            let mut undo = store.write_aux(Space::SharedVersions, &versions)?;
+            match store.write_aux(Space::SharedData, &current) {
+                Ok(more) => {
+                    undo.0.extend(more.0);
+                    Ok(undo)
+                }
+                Err(e) => {
+                    let _ = store.undo(undo);
+                    Err(e)
+                }
+            }
+        }));
+        // Until it is durable, the next version of the key counts from this one.
+        self.pending.insert(entry.key.clone(), entry.clone());
+        let (key, version) = (entry.key.clone(), entry.version);
         let summary = SharedSummary::from(&entry);
-        Box::pin(async move {
-            written?;
-            durable
-                .await
-                .unwrap_or(Err(crate::StoreError::Io("committer gone".into())))?;
+        Box::pin(ticket.durable().into_actor(self).map(move |result, act, _| {
+            if act.pending.get(&key).is_some_and(|p| p.version == version) {
+                act.pending.remove(&key);
+            }
+            result?;
             Ok(summary)
-        })
+        }))
     }
 }
 
@@ -150,7 +163,7 @@ impl Actor for SharedStore {
 }
 
 impl Handler<Share> for SharedStore {
-    type Result = ResponseFuture<Result<SharedSummary, RelayError>>;
+    type Result = ResponseActFuture<Self, Result<SharedSummary, RelayError>>;
 
     fn handle(&mut self, msg: Share, _: &mut Context<Self>) -> Self::Result {
         let prepared = (|| {
@@ -189,13 +202,13 @@ impl Handler<Share> for SharedStore {
         })();
         match prepared {
             Ok(entry) => self.write(entry),
-            Err(e) => Box::pin(async move { Err(e) }),
+            Err(e) => Box::pin(actix::fut::ready(Err(e))),
         }
     }
 }
 
 impl Handler<Unshare> for SharedStore {
-    type Result = ResponseFuture<Result<SharedSummary, RelayError>>;
+    type Result = ResponseActFuture<Self, Result<SharedSummary, RelayError>>;
 
     fn handle(&mut self, msg: Unshare, _: &mut Context<Self>) -> Self::Result {
         let prepared = (|| {
@@ -220,7 +233,7 @@ impl Handler<Unshare> for SharedStore {
         })();
         match prepared {
             Ok(entry) => self.write(entry),
-            Err(e) => Box::pin(async move { Err(e) }),
+            Err(e) => Box::pin(actix::fut::ready(Err(e))),
         }
     }
 }

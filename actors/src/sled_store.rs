@@ -13,7 +13,9 @@
 //! | `g` | relay-wide id floor |
 //! | `a{space}{key}` | auxiliary state of other actors |
 
-use crate::store::{Append, AuxEntries, EventStore, Repair, RepairReport, Space, StoreError, StoredEvent, Truncation};
+use crate::store::{
+    Append, AuxEntries, EventStore, Repair, RepairReport, Space, StoreError, StoredEvent, Truncation, Undo,
+};
 use crosstalk_schema::{codec, ChannelMeta, ChannelName, ChannelState, Overlay, Record};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -163,35 +165,76 @@ impl SledStore {
 }
 
 impl EventStore for SledStore {
-    fn append(&self, b: Append<'_>) -> Result<(), StoreError> {
+    fn append(&self, b: Append<'_>) -> Result<Undo, StoreError> {
         let mut batch = sled::Batch::default();
-        for (id, bytes) in b.events {
-            batch.insert(event_key(b.channel, *id), bytes.as_slice());
-        }
-        batch.insert(meta_key(b.channel), codec::encode(b.meta));
+        let mut undo = Vec::new();
+        // Keys that may exist already: their undo restores what they held.
+        let mut overwrite = |batch: &mut sled::Batch, key: Vec<u8>, value: Vec<u8>| -> Result<(), StoreError> {
+            let before = self.log.get(&key).map_err(io)?.map(|v| v.to_vec());
+            batch.insert(key.clone(), value);
+            undo.push((key, before));
+            Ok(())
+        };
+        overwrite(&mut batch, meta_key(b.channel), codec::encode(b.meta))?;
         if let Some(state) = b.state {
             let mut key = meta_key(b.channel);
             key[0] = b's';
-            batch.insert(key, codec::encode(state));
+            overwrite(&mut batch, key, codec::encode(state))?;
         }
         for (id, overlay) in b.overlays {
-            batch.insert(channel_id_key(b'o', b.channel, *id), codec::encode(overlay));
+            overwrite(&mut batch, channel_id_key(b'o', b.channel, *id), codec::encode(overlay))?;
+        }
+        // Keys that are new by construction (fresh ids, fresh keys): their undo removes them.
+        for (id, bytes) in b.events {
+            let key = event_key(b.channel, *id);
+            batch.insert(key.clone(), bytes.as_slice());
+            undo.push((key, None));
         }
         for (parent, reply) in b.replies {
             let mut key = channel_id_key(b'p', b.channel, *parent);
             key.extend_from_slice(&reply.to_be_bytes());
-            batch.insert(key, &[][..]);
+            batch.insert(key.clone(), &[][..]);
+            undo.push((key, None));
         }
         for (idem, id) in b.idempotency {
             let mut key = channel_prefix(b'k', b.channel);
             key.extend_from_slice(idem.as_bytes());
-            batch.insert(key, &id.to_be_bytes()[..]);
+            batch.insert(key.clone(), &id.to_be_bytes()[..]);
+            undo.push((key, None));
         }
         self.log.apply_batch(batch).map_err(io)?;
         if let Some((last, _)) = b.events.last() {
             self.appended.fetch_max(*last, Ordering::AcqRel);
         }
-        Ok(())
+        Ok(Undo(undo))
+    }
+
+    fn write_aux(&self, space: Space, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<Undo, StoreError> {
+        let mut batch = sled::Batch::default();
+        let mut undo = Vec::with_capacity(writes.len());
+        for (k, v) in writes {
+            let key = aux_key(space, k);
+            let before = self.log.get(&key).map_err(io)?.map(|v| v.to_vec());
+            match v {
+                Some(v) => batch.insert(key.clone(), v.as_slice()),
+                None => batch.remove(key.clone()),
+            }
+            undo.push((key, before));
+        }
+        self.log.apply_batch(batch).map_err(io)?;
+        Ok(Undo(undo))
+    }
+
+    fn undo(&self, undo: Undo) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        // Newest write first, so a key written twice ends with its oldest value.
+        for (key, before) in undo.0.into_iter().rev() {
+            match before {
+                Some(v) => batch.insert(key, v),
+                None => batch.remove(key),
+            }
+        }
+        self.log.apply_batch(batch).map_err(io)
     }
 
     fn read_one(&self, channel: &ChannelName, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
@@ -438,6 +481,21 @@ impl EventStore for SledStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Opens the store, waiting out the file lock a just-dropped store's background flusher
+    /// may still hold for a moment.
+    fn open(dir: &Path) -> SledStore {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match SledStore::open(dir) {
+                Ok(s) => return s,
+                Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("lock") => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("open: {e}"),
+            }
+        }
+    }
     use crosstalk_schema::{Limits, NewMessage, Timestamp};
 
     fn record(body: &str) -> Vec<u8> {
@@ -476,7 +534,7 @@ mod tests {
     #[test]
     fn channels_do_not_bleed_into_each_other() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = open(dir.path());
         let a = ChannelName::parse("a").unwrap();
         let ab = ChannelName::parse("a.b").unwrap();
         append(&store, &a, &[(1, record("1")), (3, record("3"))], &meta(2, 3));
@@ -495,7 +553,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = ChannelName::parse("a").unwrap();
         {
-            let store = SledStore::open(dir.path()).unwrap();
+            let store = open(dir.path());
             append(
                 &store,
                 &a,
@@ -507,7 +565,7 @@ mod tests {
             store.put_raw_event(&a, 3, &torn).unwrap();
             store.flush().unwrap();
         }
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = open(dir.path());
         let report = store.repair().unwrap();
         assert_eq!(report.truncated, None);
         assert_eq!(
@@ -529,7 +587,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = ChannelName::parse("a").unwrap();
         {
-            let store = SledStore::open(dir.path()).unwrap();
+            let store = open(dir.path());
             append(&store, &a, &[(1, record("1")), (2, record("2"))], &meta(2, 2));
             store.flush().unwrap();
             // The tail is lost after it was made durable (simulated: the summary and
@@ -538,7 +596,7 @@ mod tests {
             store.log.insert(meta_key(&a), codec::encode(&meta(1, 1))).unwrap();
             store.db.flush().unwrap();
         }
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = open(dir.path());
         let report = store.repair().unwrap();
         assert_eq!(
             report.truncated,

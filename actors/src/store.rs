@@ -26,6 +26,15 @@ pub struct Append<'a> {
     pub idempotency: &'a [(String, u64)],
 }
 
+/// How to take back writes that were applied to the store's memory but not made durable:
+/// every key written, with the value it had before (`None`: it did not exist). Only the
+/// store that made it can apply it ([`EventStore::undo`]).
+#[derive(Debug, Default)]
+pub struct Undo(pub Vec<(Vec<u8>, Option<Vec<u8>>)>);
+
+/// Auxiliary writes: key (without the space's prefix) and value, `None` to delete.
+pub type AuxWrites = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
 /// Key spaces for state that is not a channel's log: each owner encodes its own values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Space {
@@ -86,8 +95,15 @@ pub struct Repair {
 pub trait EventStore: Send + Sync + 'static {
     /// Appends `events` (ids strictly increasing, all above the channel's last id) and stores
     /// `meta` with them, atomically: after a crash either all of it is there or none.
-    /// Not durable until [`EventStore::flush`] returns.
-    fn append(&self, batch: Append<'_>) -> Result<(), StoreError>;
+    /// Not durable until [`EventStore::flush`] returns; returns how to take it back.
+    fn append(&self, batch: Append<'_>) -> Result<Undo, StoreError>;
+
+    /// Auxiliary writes (`None` deletes), atomically; returns how to take them back.
+    fn write_aux(&self, space: Space, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<Undo, StoreError>;
+
+    /// Takes back writes that were applied but must not become durable (their flush failed,
+    /// or their writer gave up).
+    fn undo(&self, undo: Undo) -> Result<(), StoreError>;
 
     /// Events with `after < id <= upto`, oldest first, at most `limit`.
     fn read(&self, channel: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError>;

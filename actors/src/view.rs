@@ -131,6 +131,11 @@ impl ChannelView {
         self.state.read().channel.clone()
     }
 
+    /// Every committed overlay (what the channel actor goes back to when a batch fails).
+    pub(crate) fn overlays(&self) -> HashMap<u64, Overlay> {
+        self.state.read().overlays.clone()
+    }
+
     pub fn overlay(&self, id: u64) -> Option<Overlay> {
         self.state.read().overlays.get(&id).copied()
     }

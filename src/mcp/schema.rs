@@ -7,17 +7,17 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
 /// Every byte of `tools/list` is in every agent's context: drops what tells a model nothing
-/// (the dialect marker, titles, integer formats, `minimum: 0` on unsigned ids, `default:
-/// null`), and in output schemas the descriptions too.
+/// (the dialect marker, titles, integer formats, bounds, defaults), and in output schemas
+/// the descriptions too.
 pub fn compact(v: &mut Value, keep_descriptions: bool) {
     match v {
         Value::Object(o) => {
             o.remove("$schema");
             o.remove("title");
             o.remove("format");
-            if o.get("minimum") == Some(&json!(0)) {
-                o.remove("minimum");
-            }
+            // Bounds are checked when the call is made, with a message naming them.
+            o.remove("minimum");
+            o.remove("maximum");
             // A default says nothing the description does not; an optional argument's `null`
             // is what leaving it out means.
             o.remove("default");

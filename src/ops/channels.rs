@@ -130,6 +130,7 @@ pub struct SearchRequest {
     #[serde(rename = "type")]
     pub kind: Option<String>,
     /// At most this many (default 20).
+    #[schemars(range(min = 1, max = 10000))]
     pub limit: Option<usize>,
 }
 

@@ -79,6 +79,7 @@ pub struct InboxRequest {
     /// Whose inbox; defaults to your own identity.
     pub instance_id: Option<String>,
     /// At most this many.
+    #[schemars(range(min = 1, max = 10000))]
     pub limit: Option<usize>,
 }
 

@@ -77,6 +77,7 @@ pub struct ReadRequest {
     #[serde(default)]
     pub since_id: u64,
     /// At most this many (1 to 10000).
+    #[schemars(range(min = 1, max = 10000))]
     pub limit: Option<usize>,
     /// Your identity: your read cursor moves on.
     pub instance_id: Option<String>,
@@ -143,6 +144,7 @@ pub struct WaitRequest {
     #[serde(default)]
     pub since_id: u64,
     /// At most this many messages.
+    #[schemars(range(min = 1, max = 10000))]
     pub limit: Option<usize>,
     /// Default 30.
     pub timeout_s: Option<f64>,
@@ -231,6 +233,7 @@ pub struct MessageRef {
     #[serde(alias = "id")]
     pub message_id: u64,
     /// At most this many replies.
+    #[schemars(range(min = 1, max = 10000))]
     pub limit: Option<usize>,
 }
 

@@ -37,16 +37,41 @@ impl Server {
 
     /// Starts a relay on an existing data directory (for restarts).
     pub fn start_in(dir: &Path, args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
-            .arg("serve")
+        Self::spawn(dir, args, None)
+    }
+
+    /// Starts a relay whose files may grow to at most `bytes` each (`ulimit -f`), as a full
+    /// disk would stop them.
+    pub fn start_file_limited(dir: &Path, bytes: u64) -> Server {
+        Self::spawn(dir, &[], Some(bytes))
+    }
+
+    fn spawn(dir: &Path, args: &[&str], file_limit: Option<u64>) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
+        cmd.arg("serve")
             .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
             .arg(dir)
             .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn crosstalk");
+            .stderr(Stdio::piped());
+        if let Some(bytes) = file_limit {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: bytes,
+                        rlim_max: bytes,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd.spawn().expect("spawn crosstalk");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let base = loop {

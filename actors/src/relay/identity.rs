@@ -3,7 +3,7 @@
 use super::{Relay, ACTOR_CALL_TIMEOUT};
 use crate::error::RelayError;
 use crate::identities::InstanceView;
-use crate::registry::{AdvanceCursor, Cursors, Register, Registered};
+use crate::registry::{AdvanceCursor, Cursors, MoveCursors, Register, Registered};
 use crate::view::Posted;
 use crosstalk_schema::message::ANY_HUMAN;
 use crosstalk_schema::{ChannelName, InstanceKind};
@@ -40,6 +40,7 @@ impl Relay {
             .timeout(ACTOR_CALL_TIMEOUT)
             .await?;
         let mut out = Vec::new();
+        let mut moves = Vec::new();
         for (channel, cursor) in cursors {
             if out.len() >= limit {
                 break;
@@ -55,16 +56,18 @@ impl Relay {
                         Some(r) => r == who,
                     }
             }));
-            self.advance_cursor(who, &channel, scanned);
+            moves.push((channel, scanned));
         }
-        // The cursor writes are queued before this request: one flush covers them.
-        let _ = self
-            .inner
+        // Answer only once the cursors are durable; if they are not, they go back and
+        // nothing was handed out.
+        self.inner
             .registry
-            .send(Cursors(who.to_owned()))
+            .send(MoveCursors {
+                instance_id: who.to_owned(),
+                moves,
+            })
             .timeout(ACTOR_CALL_TIMEOUT)
-            .await?;
-        self.inner.committer.durable().await.unwrap_or(Ok(()))?;
+            .await??;
         Ok(out)
     }
 

@@ -1,0 +1,316 @@
+//! A storage fault never costs an acknowledged write, and never acknowledges one. In-process:
+//! `Relay::start` on a temporary sled store wrapped in a store that fails on demand (a write
+//! error, a flush error, a flush that hangs). For each write path: what failed is reported as
+//! failed, nothing acknowledged is lost, nothing refused turns up later (not even after the
+//! store flushes again), the relay recovers by itself once the fault is gone, and shutdown
+//! stays prompt while the store hangs.
+
+use crosstalk_actors::sled_store::SledStore;
+use crosstalk_actors::store::{Append, AuxEntries, Space, StoredEvent, Undo};
+use crosstalk_actors::{EventStore, Relay, RelayConfig, RelayError, RepairReport, StoreError};
+use crosstalk_schema::{codec, ChannelMeta, ChannelName, ChannelState, InstanceKind, NewMessage, Overlay, Record};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest a hung flush stays hung, so a failing test still ends by itself.
+const HANG_LIMIT: Duration = Duration::from_secs(30);
+
+/// A sled store with switches: writes fail, flushes fail, flushes hang.
+struct Faulty {
+    inner: SledStore,
+    fail_writes: AtomicBool,
+    fail_flush: AtomicBool,
+    hang_flush: AtomicBool,
+}
+
+impl Faulty {
+    fn new(dir: &std::path::Path) -> Arc<Faulty> {
+        Arc::new(Faulty {
+            inner: SledStore::open(dir).unwrap(),
+            fail_writes: AtomicBool::new(false),
+            fail_flush: AtomicBool::new(false),
+            hang_flush: AtomicBool::new(false),
+        })
+    }
+
+    fn write_fault(&self) -> Result<(), StoreError> {
+        if self.fail_writes.load(Ordering::SeqCst) {
+            return Err(StoreError::Io("File too large (injected)".into()));
+        }
+        Ok(())
+    }
+
+    fn flush_fault(&self) -> Result<(), StoreError> {
+        let start = Instant::now();
+        while self.hang_flush.load(Ordering::SeqCst) && start.elapsed() < HANG_LIMIT {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if self.fail_flush.load(Ordering::SeqCst) {
+            return Err(StoreError::Io("Input/output error (injected)".into()));
+        }
+        Ok(())
+    }
+}
+
+impl EventStore for Faulty {
+    fn append(&self, batch: Append<'_>) -> Result<Undo, StoreError> {
+        self.write_fault()?;
+        self.inner.append(batch)
+    }
+    fn write_aux(&self, space: Space, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<Undo, StoreError> {
+        self.write_fault()?;
+        self.inner.write_aux(space, writes)
+    }
+    fn undo(&self, undo: Undo) -> Result<(), StoreError> {
+        self.inner.undo(undo)
+    }
+    fn read(&self, c: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        self.inner.read(c, after, upto, limit)
+    }
+    fn read_one(&self, c: &ChannelName, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.read_one(c, id)
+    }
+    fn state(&self, c: &ChannelName) -> Result<ChannelState, StoreError> {
+        self.inner.state(c)
+    }
+    fn overlays(&self, c: &ChannelName) -> Result<Vec<(u64, Overlay)>, StoreError> {
+        self.inner.overlays(c)
+    }
+    fn replies(&self, c: &ChannelName, parent: u64, limit: usize) -> Result<Vec<u64>, StoreError> {
+        self.inner.replies(c, parent, limit)
+    }
+    fn idempotent(&self, c: &ChannelName, key: &str) -> Result<Option<u64>, StoreError> {
+        self.inner.idempotent(c, key)
+    }
+    fn compact(&self, c: &ChannelName, upto: u64, max: usize, meta: &ChannelMeta) -> Result<usize, StoreError> {
+        self.inner.compact(c, upto, max, meta)
+    }
+    fn put_aux(&self, space: Space, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError> {
+        self.write_fault()?;
+        self.inner.put_aux(space, key, value)
+    }
+    fn put_aux_batch(&self, space: Space, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), StoreError> {
+        self.write_fault()?;
+        self.inner.put_aux_batch(space, entries)
+    }
+    fn get_aux(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get_aux(space, key)
+    }
+    fn scan_aux(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<AuxEntries, StoreError> {
+        self.inner.scan_aux(space, prefix, newest_first, limit)
+    }
+    fn meta(&self, c: &ChannelName) -> Result<Option<ChannelMeta>, StoreError> {
+        self.inner.meta(c)
+    }
+    fn channels(&self) -> Result<Vec<(ChannelName, ChannelMeta)>, StoreError> {
+        self.inner.channels()
+    }
+    fn id_floor(&self) -> Result<u64, StoreError> {
+        self.inner.id_floor()
+    }
+    fn flush(&self) -> Result<(), StoreError> {
+        self.flush_fault()?;
+        self.inner.flush()
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        self.flush_fault()?;
+        self.inner.sync()
+    }
+    fn repair(&self) -> Result<RepairReport, StoreError> {
+        self.inner.repair()
+    }
+}
+
+fn ch(name: &str) -> ChannelName {
+    ChannelName::parse(name).unwrap()
+}
+
+fn msg(sender: &str, body: &str) -> NewMessage {
+    NewMessage {
+        sender: sender.into(),
+        body: body.into(),
+        ..Default::default()
+    }
+}
+
+/// The bodies of the channel's messages as the store holds them (what a restart would read).
+fn stored_bodies(store: &Faulty, channel: &str) -> Vec<String> {
+    store
+        .read(&ch(channel), 0, u64::MAX, 100_000)
+        .unwrap()
+        .into_iter()
+        .filter_map(|(_, bytes)| match codec::decode::<Record>(&bytes) {
+            Ok(Record::Message(m)) => Some(m.body),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn bodies(relay: &Relay, channel: &str) -> Vec<String> {
+    relay
+        .read(&ch(channel), 0, 10_000, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.message.body.clone())
+        .collect()
+}
+
+fn start(store: &Arc<Faulty>) -> Relay {
+    Relay::start(store.clone(), RelayConfig::default()).unwrap().0
+}
+
+/// Retries `post` until the relay accepts writes again (the store thread probes every second).
+async fn post_when_healthy(relay: &Relay, channel: &str, body: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match relay.post(&ch(channel), msg("a", body)).await {
+            Ok(p) => return p.id(),
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("the relay did not recover: {e}"),
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn a_write_error_is_never_acknowledged_and_the_relay_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Faulty::new(dir.path());
+    let relay = start(&store);
+    relay.post(&ch("dev"), msg("a", "before")).await.unwrap();
+
+    store.fail_writes.store(true, Ordering::SeqCst);
+    for i in 0..20 {
+        let r = relay.post(&ch("dev"), msg("a", &format!("refused {i}"))).await;
+        assert!(matches!(r, Err(RelayError::Store(_))), "post {i}: {r:?}");
+    }
+    assert!(relay.store_health().is_err(), "health reports the failed write");
+    // The other write paths refuse too, and say so.
+    assert!(relay.register("alice", None, InstanceKind::Agent, None).await.is_err());
+    assert!(relay.share_data("alice", "spec", "x".into(), None).await.is_err());
+    assert!(relay.start_session(&ch("dev"), None).await.is_err());
+    assert!(relay.create_channel(&ch("dev"), "what for").await.is_err());
+
+    store.fail_writes.store(false, Ordering::SeqCst);
+    post_when_healthy(&relay, "dev", "after").await;
+    assert!(relay.store_health().is_ok());
+    assert_eq!(bodies(&relay, "dev").await, ["before", "after"]);
+    assert_eq!(stored_bodies(&store, "dev"), ["before", "after"]);
+    // Registration, shared data and sessions work again, and the refused ones left nothing.
+    assert!(relay.list_instances().is_empty(), "a refused registration is not bound");
+    relay.register("alice", None, InstanceKind::Agent, None).await.unwrap();
+    let v = relay.share_data("alice", "spec", "x".into(), None).await.unwrap();
+    assert_eq!(v.version, 1, "a refused version does not count");
+    assert!(relay.start_session(&ch("dev"), None).await.is_ok());
+    relay.shutdown().unwrap();
+}
+
+#[actix_rt::test]
+async fn a_flush_error_is_never_acknowledged_and_never_turns_up_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Faulty::new(dir.path());
+    let relay = start(&store);
+    relay.post(&ch("dev"), msg("a", "before")).await.unwrap();
+
+    store.fail_flush.store(true, Ordering::SeqCst);
+    let mut refused = Vec::new();
+    for i in 0..10 {
+        let r = relay.post(&ch("dev"), msg("a", &format!("refused {i}"))).await;
+        assert!(r.is_err(), "post {i} was acknowledged: {r:?}");
+        refused.push(format!("refused {i}"));
+    }
+    let r = relay.register("bob", None, InstanceKind::Agent, None).await;
+    assert!(r.is_err(), "{r:?}");
+    assert!(relay.store_health().is_err());
+
+    store.fail_flush.store(false, Ordering::SeqCst);
+    post_when_healthy(&relay, "dev", "after").await;
+    // The refused writes were taken back out of the store's memory before any later flush:
+    // neither a reader nor a restart ever sees them.
+    assert_eq!(bodies(&relay, "dev").await, ["before", "after"]);
+    assert_eq!(stored_bodies(&store, "dev"), ["before", "after"]);
+    let meta = store.meta(&ch("dev")).unwrap().unwrap();
+    assert_eq!(meta.count, 2, "the summary was taken back too");
+    assert!(store.get_aux(Space::Instances, b"bob").unwrap().is_none());
+    relay.shutdown().unwrap();
+}
+
+#[actix_rt::test]
+async fn a_hanging_flush_fails_writes_fast_recovers_and_lets_shutdown_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Faulty::new(dir.path());
+    let relay = start(&store);
+    relay.post(&ch("dev"), msg("a", "before")).await.unwrap();
+
+    store.hang_flush.store(true, Ordering::SeqCst);
+    // The post caught by the hang is refused once its commit times out (5 s), not acknowledged.
+    let started = Instant::now();
+    let dev = ch("dev");
+    let stuck = relay.post(&dev, msg("a", "stuck"));
+    let probe = async {
+        // Meanwhile, after the stall threshold, writes on any channel are refused at once.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let t = Instant::now();
+        let r = relay.post(&ch("other"), msg("b", "while stuck")).await;
+        (r, t.elapsed())
+    };
+    let (stuck, (fast, fast_took)) = tokio::join!(stuck, probe);
+    assert!(stuck.is_err(), "{stuck:?}");
+    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+    assert!(matches!(fast, Err(RelayError::StoreUnavailable(_))), "{fast:?}");
+    assert!(fast_took < Duration::from_millis(500), "refused fast: {fast_took:?}");
+    assert!(relay.store_health().is_err());
+
+    // The hang ends: the abandoned write is undone, never acknowledged, and writes recover.
+    store.hang_flush.store(false, Ordering::SeqCst);
+    post_when_healthy(&relay, "dev", "after").await;
+    assert_eq!(bodies(&relay, "dev").await, ["before", "after"]);
+    assert_eq!(stored_bodies(&store, "dev"), ["before", "after"]);
+    assert!(stored_bodies(&store, "other").is_empty());
+
+    // Shutdown while the store hangs again: prompt, with the reason.
+    store.hang_flush.store(true, Ordering::SeqCst);
+    let t = Instant::now();
+    let r = relay.shutdown();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(r.is_err());
+    store.hang_flush.store(false, Ordering::SeqCst);
+}
+
+#[actix_rt::test]
+async fn the_inbox_hands_nothing_out_unless_its_cursors_are_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Faulty::new(dir.path());
+    let relay = start(&store);
+    let reg = relay.register("me", None, InstanceKind::Agent, None).await.unwrap();
+    let _ = reg;
+    relay.post(&ch("dev"), msg("me", "joining")).await.unwrap();
+    relay.post(&ch("dev"), msg("peer", "for you")).await.unwrap();
+    // Joining by posting moves a cursor in the background: let it land.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    store.fail_writes.store(true, Ordering::SeqCst);
+    assert!(relay.inbox("me", 100).await.is_err());
+    store.fail_writes.store(false, Ordering::SeqCst);
+    // Not handed out, so handed out now, once.
+    let got: Vec<_> = relay
+        .inbox("me", 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.message.body.clone())
+        .collect();
+    assert_eq!(got, ["for you"]);
+    assert!(relay.inbox("me", 100).await.unwrap().is_empty());
+    relay.shutdown().unwrap();
+}
