@@ -5,11 +5,9 @@
 
 use crate::error::ApiError;
 pub use crate::ops::Principal;
-use actix_web::body::{EitherBody, MessageBody};
-use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::dev::ServiceRequest;
 use actix_web::http::StatusCode;
-use actix_web::middleware::Next;
-use actix_web::{web, HttpMessage, ResponseError};
+use actix_web::{web, ResponseError};
 use std::collections::HashMap;
 
 /// Paths anyone may call: health checks from load balancers and orchestrators.
@@ -94,25 +92,17 @@ fn is_sse_stream(path: &str) -> bool {
         .is_some_and(|channel| !channel.is_empty() && !channel.contains('/'))
 }
 
-/// The middleware: resolves the request's token or answers 401.
-pub async fn require(
-    req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    let auth = req
-        .app_data::<web::Data<Auth>>()
-        .map(|a| a.get_ref().clone())
-        .unwrap_or_default();
-    let principal = if !auth.enabled() || OPEN_PATHS.contains(&req.path()) {
-        Some(Principal::Anyone)
-    } else {
-        token_of(&req).and_then(|t| auth.resolve(&t))
+/// Who the request is (from its token), or the 401 to answer. Called by the one middleware
+/// in front of every route ([`crate::guard::guard`]).
+pub fn authenticate(req: &ServiceRequest) -> Result<Principal, Box<actix_web::HttpResponse>> {
+    let Some(auth) = req.app_data::<web::Data<Auth>>() else {
+        return Ok(Principal::Anyone);
     };
-    match principal {
-        Some(p) => {
-            req.extensions_mut().insert(p);
-            next.call(req).await.map(ServiceResponse::map_into_left_body)
-        }
+    if !auth.enabled() || OPEN_PATHS.contains(&req.path()) {
+        return Ok(Principal::Anyone);
+    }
+    match token_of(req).and_then(|t| auth.resolve(&t)) {
+        Some(p) => Ok(p),
         None => {
             let mut resp = ApiError::new(
                 StatusCode::UNAUTHORIZED,
@@ -124,7 +114,7 @@ pub async fn require(
                 actix_web::http::header::WWW_AUTHENTICATE,
                 actix_web::http::header::HeaderValue::from_static("Bearer"),
             );
-            Ok(req.into_response(resp).map_into_right_body())
+            Err(Box::new(resp))
         }
     }
 }

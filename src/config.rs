@@ -92,10 +92,22 @@ pub struct ServeArgs {
     /// timeout [env: CROSSTALK_MCP_WAIT_CAP_SECS] [default: 55]
     #[arg(long)]
     pub mcp_wait_cap_secs: Option<u64>,
-    /// Host names (or host:port) the MCP endpoint answers to besides loopback, comma-separated;
+    /// Host names (or host:port) the relay answers to besides loopback, comma-separated;
     /// a defence against DNS rebinding [env: CROSSTALK_ALLOWED_HOSTS] [default: loopback only]
     #[arg(long)]
     pub allowed_hosts: Option<String>,
+    /// A file of participant tokens, one `id:token` per line (`#` comments), so tokens need not
+    /// be in the environment or the process list [env: CROSSTALK_PARTICIPANTS_FILE]
+    #[arg(long)]
+    pub participants_file: Option<PathBuf>,
+    /// Browser origins (`https://app.example.com`) allowed to call the relay cross-site,
+    /// comma-separated; none by default [env: CROSSTALK_CORS_ORIGINS]
+    #[arg(long)]
+    pub cors_origins: Option<String>,
+    /// Serve beyond loopback without a token. Anyone who can reach the port can then read,
+    /// post and act as anyone: only for a network you fully trust.
+    #[arg(long)]
+    pub insecure_open: bool,
 }
 
 /// The resolved configuration the server runs with.
@@ -117,9 +129,13 @@ pub struct Config {
     pub auth: crate::auth::Auth,
     /// Longest MCP `wait_for_message`.
     pub mcp_wait_cap: Duration,
-    /// Hosts the MCP endpoint answers to in addition to loopback (never empty when set:
-    /// an empty list would switch the DNS-rebinding check off).
+    /// Hosts the relay answers to in addition to loopback (never empty when set: an empty
+    /// list would switch the DNS-rebinding check off).
     pub allowed_hosts: Vec<String>,
+    /// Origins allowed cross-site (CORS), exactly as browsers send them.
+    pub cors_origins: Vec<String>,
+    /// Serving beyond loopback without a token was asked for explicitly.
+    pub insecure_open: bool,
 }
 
 /// Parses `NAME=MAX_COUNT/MAX_AGE_SECS,…`.
@@ -172,6 +188,48 @@ pub fn parse_allowed_hosts(raw: &str) -> Result<Vec<String>, String> {
         }
     }
     Ok(hosts)
+}
+
+/// Participant tokens from the setting and from the file, as one `id:token,…` list.
+fn participants(inline: Option<String>, file: Option<PathBuf>) -> Result<Option<String>, String> {
+    let mut all: Vec<String> = inline.into_iter().collect();
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read the participants file {}: {e}", path.display()))?;
+        for line in text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
+            if line.contains(',') {
+                return Err(format!(
+                    "participants file {}: one id:token per line, no commas",
+                    path.display()
+                ));
+            }
+            all.push(line.to_owned());
+        }
+    }
+    Ok((!all.is_empty()).then(|| all.join(",")))
+}
+
+/// Parses `--cors-origins`: exact origins, never a wildcard.
+pub fn parse_cors_origins(raw: &str) -> Result<Vec<String>, String> {
+    let origins: Vec<String> = raw
+        .split(',')
+        .map(|o| o.trim().trim_end_matches('/').to_ascii_lowercase())
+        .filter(|o| !o.is_empty())
+        .collect();
+    for o in &origins {
+        let ok =
+            (o.starts_with("http://") || o.starts_with("https://")) && !o.contains('*') && o.matches('/').count() == 2;
+        if !ok {
+            return Err(format!(
+                "CORS origin {o:?} is not an origin like https://app.example.com (wildcards are not allowed)"
+            ));
+        }
+    }
+    Ok(origins)
 }
 
 /// First set of: the flag, then each environment variable in order.
@@ -243,8 +301,17 @@ impl Config {
             max_shared_bytes: pick(args.max_shared_bytes, &["CROSSTALK_MAX_SHARED_BYTES"])?.unwrap_or(1024 * 1024),
             auth: crate::auth::Auth::new(
                 pick(args.token, &["CROSSTALK_TOKEN", "RELAY_TOKEN"])?,
-                pick::<String>(args.participants, &["CROSSTALK_PARTICIPANTS", "RELAY_PARTICIPANTS"])?.as_deref(),
+                participants(
+                    pick::<String>(args.participants, &["CROSSTALK_PARTICIPANTS", "RELAY_PARTICIPANTS"])?,
+                    pick(args.participants_file, &["CROSSTALK_PARTICIPANTS_FILE"])?,
+                )?
+                .as_deref(),
             )?,
+            cors_origins: pick::<String>(args.cors_origins, &["CROSSTALK_CORS_ORIGINS"])?
+                .map(|raw| parse_cors_origins(&raw))
+                .transpose()?
+                .unwrap_or_default(),
+            insecure_open: args.insecure_open,
             mcp_wait_cap: Duration::from_secs(
                 pick(args.mcp_wait_cap_secs, &["CROSSTALK_MCP_WAIT_CAP_SECS"])?.unwrap_or(DEFAULT_MCP_WAIT_CAP_SECS),
             ),

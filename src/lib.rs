@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod guard;
 pub mod http;
 pub mod mcp;
 pub mod openapi;

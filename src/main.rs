@@ -9,6 +9,10 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Logging when `RUST_LOG` is unset: the MCP library logs session ids at `info`, and a
+/// session id is a credential, so its logs start at `warn`.
+const DEFAULT_LOG: &str = "info,rmcp=warn,rmcp_actix_web=warn";
+
 fn main() -> anyhow::Result<()> {
     // A file-size limit (or a quota) stops a write with EFBIG instead of killing the relay
     // with SIGXFSZ: the write is refused, nothing acknowledged is lost, and the relay stays up.
@@ -17,7 +21,7 @@ fn main() -> anyhow::Result<()> {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG)))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

@@ -232,3 +232,35 @@ pub static DOCUMENT: LazyLock<Value> = LazyLock::new(|| {
 pub async fn serve() -> HttpResponse {
     HttpResponse::Ok().json(&*DOCUMENT)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_is_documented() {
+        let paths = DOCUMENT["paths"].as_object().unwrap();
+        for e in ENDPOINTS.iter() {
+            let method = e.method.as_str().to_ascii_lowercase();
+            let op = &paths[e.path][&method];
+            assert!(op.is_object(), "{} {} is missing", e.method, e.path);
+            assert!(
+                op["responses"][e.status.as_str()].is_object(),
+                "{} {}: its {} is not documented",
+                e.method,
+                e.path,
+                e.status
+            );
+        }
+        for path in [HEALTH_PATH, STREAM_PATH, OPENAPI_PATH] {
+            assert!(paths[path]["get"].is_object(), "{path} is missing");
+        }
+        // Every $ref points at a schema the document holds.
+        let text = DOCUMENT.to_string();
+        let schemas = DOCUMENT["components"]["schemas"].as_object().unwrap();
+        for r in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+            let name = &r[..r.find('"').unwrap()];
+            assert!(schemas.contains_key(name), "dangling $ref {name}");
+        }
+    }
+}

@@ -46,11 +46,13 @@ pub trait Operation: 'static {
     type Request: DeserializeOwned + JsonSchema + Send + 'static;
     type Response: Serialize + JsonSchema + Send + 'static;
 
+    /// Runs the operation. The context is borrowed: cloning its handles per request would
+    /// cost every request contended atomic increments on two cores.
     fn run(
-        cx: Ctx,
+        cx: &Ctx,
         caller: Caller,
         request: Self::Request,
-    ) -> impl Future<Output = Result<Self::Response, OpError>> + Send + 'static;
+    ) -> impl Future<Output = Result<Self::Response, OpError>> + Send + '_;
 }
 
 /// What every operation shares: the relay and the gauges `/healthz` shows.

@@ -23,8 +23,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::{Arc, LazyLock};
 
-/// Query parameters that belong to the transport (tokens, sessions), never to an operation.
-const TRANSPORT_PARAMS: &[&str] = &["token", "relay_token", "session"];
+/// Bytes reserved for an answer up front: a page of ten messages fits without regrowing.
+const RESPONSE_CAPACITY: usize = 4096;
 
 type Mount = Arc<dyn Fn() -> actix_web::Route + Send + Sync>;
 
@@ -69,11 +69,20 @@ where
         request: schema::<O::Request>,
         response: schema::<P>,
         mount: Arc::new(move || {
-            web::route()
-                .method(m.clone())
-                .to(move |req: HttpRequest, body: web::Payload, cx: web::Data<Ctx>| {
-                    handle::<O, P>(req, body, cx, project, status)
+            let route = web::route().method(m.clone());
+            if m == Method::POST {
+                route.to(
+                    move |req: HttpRequest, body: web::Payload, cx: web::Data<Ctx>| async move {
+                        let request = posted::<O::Request>(&req, body).await?;
+                        answer::<O, P>(&req, &cx, request, project, status).await
+                    },
+                )
+            } else {
+                route.to(move |req: HttpRequest, cx: web::Data<Ctx>| async move {
+                    let request = from_query::<O::Request>(&req)?;
+                    answer::<O, P>(&req, &cx, request, project, status).await
                 })
+            }
         }),
     }
 }
@@ -86,21 +95,21 @@ pub enum WaitAnswer {
     Anonymous(Messages),
 }
 
-/// The route table. Order matters only where actix would match two patterns: literal
-/// segments (`/channels/search`) come before parameters.
+/// The route table. actix tries routes in this order: the hottest (a channel's messages)
+/// first; literal segments (`/channels/search`) before parameters where two could match.
 pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
     use StatusCode as S;
     vec![
-        shaped::<channels::ListChannels, _>(Method::GET, "/api/channels", S::OK, |r: ChannelList| r.channels),
-        op::<channels::CreateChannel>(Method::POST, "/api/channels", S::CREATED),
-        shaped::<channels::FindChannel, _>(Method::GET, "/api/channels/search", S::OK, |r: FoundChannels| {
-            r.channels
-        }),
         shaped::<messages::Read, _>(Method::GET, "/api/channels/{channel}/messages", S::OK, |r: Page| {
             r.messages
         }),
         // crosstalk-mcp answers a stored post with 200, and its clients check for it.
         op::<messages::Post>(Method::POST, "/api/channels/{channel}/messages", S::OK),
+        shaped::<channels::ListChannels, _>(Method::GET, "/api/channels", S::OK, |r: ChannelList| r.channels),
+        op::<channels::CreateChannel>(Method::POST, "/api/channels", S::CREATED),
+        shaped::<channels::FindChannel, _>(Method::GET, "/api/channels/search", S::OK, |r: FoundChannels| {
+            r.channels
+        }),
         op::<messages::GetMessage>(Method::GET, "/api/channels/{channel}/messages/{message_id}", S::OK),
         shaped::<messages::Replies, _>(
             Method::GET,
@@ -161,10 +170,33 @@ pub fn resource(path: &str) -> actix_web::Resource {
     web::resource(path).default_service(web::route().to(error::method_not_allowed))
 }
 
-async fn handle<O, P>(
-    req: HttpRequest,
-    body: web::Payload,
-    cx: web::Data<Ctx>,
+/// A POST's request: a JSON object body (none is `{}`) with the path parameters set.
+async fn posted<T: DeserializeOwned>(req: &HttpRequest, body: web::Payload) -> Result<T, ApiError> {
+    // A JSON body says so: a form or text/plain POST is what a web page can send cross-site
+    // without asking first.
+    let json = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|m| m.trim().to_ascii_lowercase())
+        .is_some_and(|m| m == "application/json" || m.ends_with("+json"));
+    let body = read_body(body, limit_of(req)).await?;
+    if !json && !body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as JSON with Content-Type: application/json",
+        ));
+    }
+    from_body(req, body)
+}
+
+/// Runs the operation and writes its (projected) answer.
+async fn answer<O, P>(
+    req: &HttpRequest,
+    cx: &Ctx,
+    request: O::Request,
     project: fn(O::Response) -> P,
     status: StatusCode,
 ) -> Result<HttpResponse, ApiError>
@@ -172,16 +204,15 @@ where
     O: Operation,
     P: Serialize,
 {
-    let request: O::Request = if req.method() == Method::POST {
-        let limit = req.app_data::<web::Data<BodyLimit>>().map_or(1 << 20, |l| l.0);
-        from_body(&req, read_body(body, limit).await?)?
-    } else {
-        from_query(&req)?
-    };
-    let answer = O::run(cx.get_ref().clone(), caller(&req, None), request).await?;
-    let json = serde_json::to_vec(&project(answer))
+    let answer = O::run(cx, caller(req, None), request).await?;
+    let mut json = Vec::with_capacity(RESPONSE_CAPACITY);
+    serde_json::to_writer(&mut json, &project(answer))
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     Ok(HttpResponse::build(status).content_type("application/json").body(json))
+}
+
+fn limit_of(req: &HttpRequest) -> usize {
+    req.app_data::<web::Data<BodyLimit>>().map_or(1 << 20, |l| l.0)
 }
 
 /// Reads a body of at most `limit` bytes, or answers 413.
@@ -220,33 +251,24 @@ fn from_body<T: DeserializeOwned>(req: &HttpRequest, body: web::BytesMut) -> Res
     serde_path_to_error::deserialize(value).map_err(|e| invalid("invalid fields", e.path().to_string(), e.into_inner()))
 }
 
-/// A GET's or DELETE's request: the path parameters and the query string.
+/// A GET's or DELETE's request: the path parameters and the query string, read in one pass
+/// (the transport's own parameters, a token or a session, are fields no request has).
 fn from_query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
-    let mut pairs: Vec<(String, String)> = req
-        .match_info()
-        .iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    let from_path = pairs.len();
-    for (k, v) in form_urlencoded_pairs(req.query_string()) {
-        if TRANSPORT_PARAMS.contains(&k.as_str()) || pairs[..from_path].iter().any(|(p, _)| *p == k) {
-            continue;
-        }
-        pairs.push((k, v));
+    let mut encoded = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in req.match_info().iter() {
+        encoded.append_pair(name, value);
     }
-    let encoded =
-        serde_urlencoded::to_string(&pairs).map_err(|e| ApiError::bad_request(format!("invalid query string: {e}")))?;
-    let de = serde_urlencoded::Deserializer::new(url_pairs(&encoded));
+    let mut encoded = encoded.finish();
+    let query = req.query_string();
+    if !query.is_empty() {
+        if !encoded.is_empty() {
+            encoded.push('&');
+        }
+        encoded.push_str(query);
+    }
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(encoded.as_bytes()));
     serde_path_to_error::deserialize(de)
         .map_err(|e| invalid("invalid query string", e.path().to_string(), e.into_inner()))
-}
-
-fn form_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
-    serde_urlencoded::from_str::<Vec<(String, String)>>(query).unwrap_or_default()
-}
-
-fn url_pairs(encoded: &str) -> form_urlencoded::Parse<'_> {
-    form_urlencoded::parse(encoded.as_bytes())
 }
 
 fn invalid(what: &str, path: String, e: impl std::fmt::Display) -> ApiError {

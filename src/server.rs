@@ -16,7 +16,7 @@ use crate::http::{self, BodyLimit, RestPolicy};
 use crate::mcp::{self, McpSettings};
 use crate::ops::Ctx;
 use crate::rest::{self, resource};
-use crate::{error, openapi, sse};
+use crate::{error, guard, openapi, sse};
 use actix_web::{web, App, HttpServer};
 use crosstalk_actors::sled_store::SledStore;
 use crosstalk_actors::{Relay, RelayConfig};
@@ -42,6 +42,12 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
     #[error("final flush failed: {0}")]
     Flush(crosstalk_actors::RelayError),
+    #[error(
+        "refusing to serve {host} without a token: anyone who can reach it could read, post and act as anyone. \
+         Set --token (or --participants / --participants-file), bind 127.0.0.1, or pass --insecure-open if this \
+         network is fully trusted"
+    )]
+    OpenBeyondLoopback { host: String },
 }
 
 /// The relay's settings from the configuration.
@@ -89,6 +95,11 @@ pub fn open(config: &Config) -> Result<Relay, ServeError> {
 
 /// The binary's path: open, bind, serve until a signal.
 pub async fn run(config: Config) -> Result<(), ServeError> {
+    if !is_loopback(&config.host) && !config.auth.enabled() && !config.insecure_open {
+        return Err(ServeError::OpenBeyondLoopback {
+            host: config.host.clone(),
+        });
+    }
     let relay = open(&config)?;
     let addr = format!("{}:{}", config.host, config.port);
     let listener = std::net::TcpListener::bind(&addr).map_err(|source| ServeError::Bind { addr, source })?;
@@ -105,12 +116,12 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let cx = Ctx::new(relay.clone());
     if !is_loopback(&config.host) && !config.auth.enabled() {
-        tracing::warn!(host = %config.host, "listening beyond loopback without a token: anyone who can reach this \
-            port can read and post; set CROSSTALK_TOKEN (or RELAY_TOKEN)");
+        tracing::warn!(host = %config.host, "--insecure-open: listening beyond loopback WITHOUT A TOKEN; anyone who \
+            can reach this port can read, post and act as anyone");
     }
     if !is_loopback(&config.host) && config.allowed_hosts.is_empty() {
         tracing::warn!(host = %config.host,
-            "MCP at /mcp answers only to Host localhost, 127.0.0.1 and ::1; set --allowed-hosts to the names clients use");
+            "the relay answers only to Host localhost, 127.0.0.1 and ::1; set --allowed-hosts to the names clients use");
     }
     // Built once: every worker's scope shares its sessions.
     let mcp = mcp::service(
@@ -124,26 +135,36 @@ pub async fn serve(
     let data = web::Data::new(cx);
     let auth = web::Data::new(config.auth.clone());
     let policy = web::Data::new(RestPolicy::new(config.wait_cap));
-    let body_limit = web::Data::new(BodyLimit(
-        config.max_body_bytes.max(config.max_shared_bytes) + JSON_OVERHEAD,
-    ));
+    let max_body = config.max_body_bytes.max(config.max_shared_bytes) + JSON_OVERHEAD;
+    let body_limit = web::Data::new(BodyLimit(max_body));
+    let guard_policy = web::Data::new(guard::Policy {
+        hosts: guard::allowed_hosts(&config.allowed_hosts),
+        cors_origins: config.cors_origins.clone(),
+        max_body,
+    });
+    let owners = web::Data::new(mcp::owner::Owners::default());
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
             .app_data(auth.clone())
             .app_data(policy.clone())
             .app_data(body_limit.clone())
+            .app_data(guard_policy.clone())
+            .app_data(owners.clone())
             .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))
-            .wrap(actix_web::middleware::from_fn(crate::auth::require))
+            // Host/Origin, CORS, the token, the body deadline, browser headers: one layer.
+            .wrap(actix_web::middleware::from_fn(guard::guard))
             .service(
                 web::scope(mcp::MCP_PATH)
+                    .wrap(actix_web::middleware::from_fn(mcp::owner::bind))
                     .wrap(actix_web::middleware::from_fn(error::json_errors))
                     .service(mcp.clone().scope()),
             )
+            // The operation table first: actix tries routes in order, the hot ones lead.
+            .configure(rest::routes)
+            .service(resource(http::STREAM_PATH).route(web::get().to(sse::stream)))
             .service(resource(http::HEALTH_PATH).route(web::get().to(http::healthz)))
             .service(resource(http::OPENAPI_PATH).route(web::get().to(openapi::serve)))
-            .service(resource(http::STREAM_PATH).route(web::get().to(sse::stream)))
-            .configure(rest::routes)
             .default_service(web::route().to(error::not_found))
     })
     .workers(config.workers)

@@ -98,10 +98,18 @@ async fn foreign_hosts_and_origins_are_refused() {
     assert_eq!(status_with(&s, Some(&format!("evil.example:{port}")), None).await, 403);
     // A page elsewhere posting to the loopback relay.
     assert_eq!(status_with(&s, None, Some("http://evil.example")).await, 403);
-    // REST is not the MCP endpoint and is unaffected.
+    // Every route refuses a foreign Host, but for /healthz: load balancers probe it by
+    // address, and it tells nothing.
+    let r = client()
+        .get(s.url("/api/channels"))
+        .header("Host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
     let r = client()
         .get(s.url("/healthz"))
-        .header("Host", "evil.example")
+        .header("Host", "10.1.2.3:8765")
         .send()
         .await
         .unwrap();

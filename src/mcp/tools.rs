@@ -183,7 +183,7 @@ async fn run<O: Operation>(cx: &Cx, accepted: &BTreeSet<String>, args: JsonObjec
             OpError::invalid(format!("invalid arguments for {}: {path}: {e}", O::NAME))
         }
     })?;
-    let running = O::run(cx.ctx.clone(), cx.caller(), request);
+    let running = O::run(&cx.ctx, cx.caller(), request);
     tokio::pin!(running);
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + WAIT_PROGRESS_EVERY, WAIT_PROGRESS_EVERY);
     let started = std::time::Instant::now();

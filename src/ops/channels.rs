@@ -31,7 +31,7 @@ impl Operation for ListChannels {
     type Request = NoArgs;
     type Response = ChannelList;
 
-    async fn run(cx: Ctx, _: Caller, _: NoArgs) -> Result<ChannelList, OpError> {
+    async fn run(cx: &Ctx, _: Caller, _: NoArgs) -> Result<ChannelList, OpError> {
         Ok(ChannelList {
             channels: cx.relay.list_channels()?,
         })
@@ -57,7 +57,7 @@ impl Operation for CreateChannel {
     type Request = CreateRequest;
     type Response = ChannelInfo;
 
-    async fn run(cx: Ctx, _: Caller, r: CreateRequest) -> Result<ChannelInfo, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: CreateRequest) -> Result<ChannelInfo, OpError> {
         let name = channel(&r.name)?;
         Ok(cx.relay.create_channel(&name, &r.description).await?)
     }
@@ -84,7 +84,7 @@ impl Operation for FindChannel {
     type Request = FindRequest;
     type Response = FoundChannels;
 
-    async fn run(cx: Ctx, _: Caller, r: FindRequest) -> Result<FoundChannels, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: FindRequest) -> Result<FoundChannels, OpError> {
         Ok(FoundChannels {
             channels: cx.relay.find_channels(&r.query)?,
         })
@@ -111,7 +111,7 @@ impl Operation for Presence {
     type Request = ChannelRequest;
     type Response = Present;
 
-    async fn run(cx: Ctx, _: Caller, r: ChannelRequest) -> Result<Present, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: ChannelRequest) -> Result<Present, OpError> {
         let name = channel(&r.channel)?;
         Ok(Present {
             participants: cx.relay.presence(&name).await?,
@@ -144,7 +144,7 @@ impl Operation for Search {
     type Request = SearchRequest;
     type Response = MessageList;
 
-    async fn run(cx: Ctx, _: Caller, r: SearchRequest) -> Result<MessageList, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: SearchRequest) -> Result<MessageList, OpError> {
         let messages = cx
             .relay
             .search(Query {

@@ -29,7 +29,7 @@ impl Operation for Register {
     type Request = RegisterRequest;
     type Response = Registered;
 
-    async fn run(cx: Ctx, caller: Caller, r: RegisterRequest) -> Result<Registered, OpError> {
+    async fn run(cx: &Ctx, caller: Caller, r: RegisterRequest) -> Result<Registered, OpError> {
         // The token and the session's own registration bind as everywhere; the relay
         // refuses a name live in another session (409).
         if let super::Principal::Participant(p) = &caller.principal {
@@ -67,7 +67,7 @@ impl Operation for ListInstances {
     type Request = NoArgs;
     type Response = Instances;
 
-    async fn run(cx: Ctx, _: Caller, _: NoArgs) -> Result<Instances, OpError> {
+    async fn run(cx: &Ctx, _: Caller, _: NoArgs) -> Result<Instances, OpError> {
         Ok(Instances {
             instances: cx.relay.list_instances(),
         })
@@ -93,8 +93,8 @@ impl Operation for Inbox {
     type Request = InboxRequest;
     type Response = MessageList;
 
-    async fn run(cx: Ctx, caller: Caller, r: InboxRequest) -> Result<MessageList, OpError> {
-        let who = caller.identity(&cx, r.instance_id.as_deref())?;
+    async fn run(cx: &Ctx, caller: Caller, r: InboxRequest) -> Result<MessageList, OpError> {
+        let who = caller.identity(cx, r.instance_id.as_deref())?;
         let limit = caller.limit(r.limit)?;
         Ok(MessageList {
             messages: cx.relay.inbox(&who, limit).await?,

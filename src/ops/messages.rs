@@ -60,10 +60,10 @@ impl Operation for Post {
     type Request = PostRequest;
     type Response = Arc<Posted>;
 
-    async fn run(cx: Ctx, caller: Caller, r: PostRequest) -> Result<Arc<Posted>, OpError> {
+    async fn run(cx: &Ctx, caller: Caller, r: PostRequest) -> Result<Arc<Posted>, OpError> {
         let name = channel(&r.channel)?;
         let mut message = r.message;
-        message.sender = caller.identity(&cx, Some(message.sender.as_str()).filter(|s| !s.trim().is_empty()))?;
+        message.sender = caller.identity(cx, Some(message.sender.as_str()).filter(|s| !s.trim().is_empty()))?;
         Ok(cx.relay.post(&name, message).await?)
     }
 }
@@ -105,10 +105,10 @@ impl Operation for Read {
     type Request = ReadRequest;
     type Response = Page;
 
-    async fn run(cx: Ctx, caller: Caller, r: ReadRequest) -> Result<Page, OpError> {
+    async fn run(cx: &Ctx, caller: Caller, r: ReadRequest) -> Result<Page, OpError> {
         let name = channel(&r.channel)?;
         let limit = caller.limit(r.limit)?;
-        let reader = caller.reader(&cx, r.instance_id.as_deref())?;
+        let reader = caller.reader(cx, r.instance_id.as_deref())?;
         // One more than asked tells whether more follow without a second read.
         let mut messages = cx.relay.read(&name, r.since_id, limit + 1, reader.as_deref()).await?;
         let has_more = messages.len() > limit;
@@ -187,11 +187,11 @@ impl Operation for Wait {
     type Request = WaitRequest;
     type Response = Waited;
 
-    async fn run(cx: Ctx, caller: Caller, r: WaitRequest) -> Result<Waited, OpError> {
+    async fn run(cx: &Ctx, caller: Caller, r: WaitRequest) -> Result<Waited, OpError> {
         let name = channel(&r.channel)?;
         let limit = caller.limit(r.limit)?;
         let timeout = caller.timeout(r.timeout_s, DEFAULT_WAIT)?;
-        let instance = caller.reader(&cx, r.instance_id.as_deref())?;
+        let instance = caller.reader(cx, r.instance_id.as_deref())?;
         let _waiting = Gauge::enter(&cx.waits);
         let opts = WaitOptions {
             since_id: r.since_id,
@@ -246,7 +246,7 @@ impl Operation for GetMessage {
     type Request = MessageRef;
     type Response = Arc<Posted>;
 
-    async fn run(cx: Ctx, _: Caller, r: MessageRef) -> Result<Arc<Posted>, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: MessageRef) -> Result<Arc<Posted>, OpError> {
         let name = channel(&r.channel)?;
         cx.relay
             .message(&name, r.message_id)
@@ -270,7 +270,7 @@ impl Operation for Replies {
     type Request = MessageRef;
     type Response = MessageList;
 
-    async fn run(cx: Ctx, caller: Caller, r: MessageRef) -> Result<MessageList, OpError> {
+    async fn run(cx: &Ctx, caller: Caller, r: MessageRef) -> Result<MessageList, OpError> {
         let name = channel(&r.channel)?;
         let limit = caller.limit(r.limit)?;
         Ok(MessageList {
@@ -314,9 +314,9 @@ impl Operation for Ask {
     type Request = AskRequest;
     type Response = Asked;
 
-    async fn run(cx: Ctx, caller: Caller, r: AskRequest) -> Result<Asked, OpError> {
+    async fn run(cx: &Ctx, caller: Caller, r: AskRequest) -> Result<Asked, OpError> {
         let name = channel(&r.channel)?;
-        let sender = caller.identity(&cx, r.sender.as_deref())?;
+        let sender = caller.identity(cx, r.sender.as_deref())?;
         let timeout = caller.timeout(r.timeout_s, DEFAULT_ASK_WAIT)?;
         let question = NewMessage {
             sender,

@@ -70,7 +70,7 @@ impl Operation for StartSession {
     type Request = StartRequest;
     type Response = SessionView;
 
-    async fn run(cx: Ctx, _: Caller, r: StartRequest) -> Result<SessionView, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: StartRequest) -> Result<SessionView, OpError> {
         let name = channel(&r.channel)?;
         let state = cx.relay.start_session(&name, r.max_turns.map(NonZeroU32::get)).await?;
         let session = state.session.as_ref().ok_or_else(|| no_active_session(&name))?;
@@ -87,7 +87,7 @@ impl Operation for GetSession {
     type Request = ChannelRequest;
     type Response = SessionView;
 
-    async fn run(cx: Ctx, _: Caller, r: ChannelRequest) -> Result<SessionView, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: ChannelRequest) -> Result<SessionView, OpError> {
         let name = channel(&r.channel)?;
         let state: ChannelState = cx.relay.channel_state(&name)?;
         match state.session.as_ref().filter(|s| s.is_active()) {
@@ -118,7 +118,7 @@ impl Operation for EndSession {
     type Request = ChannelRequest;
     type Response = SessionEnded;
 
-    async fn run(cx: Ctx, _: Caller, r: ChannelRequest) -> Result<SessionEnded, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: ChannelRequest) -> Result<SessionEnded, OpError> {
         let name = channel(&r.channel)?;
         let ended = cx.relay.end_session(&name).await?;
         let session = ended.as_ref().and_then(|st| st.session.as_ref());
@@ -175,7 +175,7 @@ impl Operation for Directives {
     type Request = DirectivesRequest;
     type Response = DirectivesView;
 
-    async fn run(cx: Ctx, _: Caller, r: DirectivesRequest) -> Result<DirectivesView, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: DirectivesRequest) -> Result<DirectivesView, OpError> {
         let name = channel(&r.channel)?;
         let recipient = r.recipient.as_deref().map(str::trim).filter(|r| !r.is_empty());
         let d = cx.relay.directives(&name, recipient, r.since_id).await?;

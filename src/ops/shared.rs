@@ -28,8 +28,8 @@ impl Operation for Share {
     type Request = ShareRequest;
     type Response = SharedSummary;
 
-    async fn run(cx: Ctx, caller: Caller, r: ShareRequest) -> Result<SharedSummary, OpError> {
-        let owner = caller.identity(&cx, r.owner.as_deref())?;
+    async fn run(cx: &Ctx, caller: Caller, r: ShareRequest) -> Result<SharedSummary, OpError> {
+        let owner = caller.identity(cx, r.owner.as_deref())?;
         Ok(cx.relay.share_data(&owner, &r.key, r.content, r.description).await?)
     }
 }
@@ -77,7 +77,7 @@ impl Operation for GetData {
     type Request = GetDataRequest;
     type Response = SharedEntry;
 
-    async fn run(cx: Ctx, _: Caller, r: GetDataRequest) -> Result<SharedEntry, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: GetDataRequest) -> Result<SharedEntry, OpError> {
         Ok(cx.relay.get_shared_data(&r.key, r.version).await?.into())
     }
 }
@@ -97,7 +97,7 @@ impl Operation for ListData {
     type Request = NoArgs;
     type Response = SharedList;
 
-    async fn run(cx: Ctx, _: Caller, _: NoArgs) -> Result<SharedList, OpError> {
+    async fn run(cx: &Ctx, _: Caller, _: NoArgs) -> Result<SharedList, OpError> {
         Ok(SharedList {
             entries: cx.relay.list_shared_data().await?,
         })
@@ -121,8 +121,8 @@ impl Operation for DeleteData {
     type Request = DeleteDataRequest;
     type Response = SharedSummary;
 
-    async fn run(cx: Ctx, caller: Caller, r: DeleteDataRequest) -> Result<SharedSummary, OpError> {
-        let owner = caller.identity(&cx, r.owner.as_deref())?;
+    async fn run(cx: &Ctx, caller: Caller, r: DeleteDataRequest) -> Result<SharedSummary, OpError> {
+        let owner = caller.identity(cx, r.owner.as_deref())?;
         Ok(cx.relay.delete_shared_data(&owner, &r.key).await?)
     }
 }

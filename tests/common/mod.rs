@@ -40,6 +40,15 @@ impl Server {
         Self::spawn(dir, args, None)
     }
 
+    /// Starts a relay with its default logging (no `RUST_LOG`), to read what it logs.
+    pub fn start_logging(args: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let mut s = Self::spawn_logging(&dir, args, None, None);
+        s._tmp = Some(tmp);
+        s
+    }
+
     /// Starts a relay whose files may grow to at most `bytes` each (`ulimit -f`), as a full
     /// disk would stop them.
     pub fn start_file_limited(dir: &Path, bytes: u64) -> Server {
@@ -47,14 +56,21 @@ impl Server {
     }
 
     fn spawn(dir: &Path, args: &[&str], file_limit: Option<u64>) -> Server {
+        Self::spawn_logging(dir, args, file_limit, Some("warn"))
+    }
+
+    fn spawn_logging(dir: &Path, args: &[&str], file_limit: Option<u64>, log: Option<&str>) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
         cmd.arg("serve")
             .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
             .arg(dir)
             .args(args)
-            .env("RUST_LOG", "warn")
+            .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some(log) = log {
+            cmd.env("RUST_LOG", log);
+        }
         if let Some(bytes) = file_limit {
             use std::os::unix::process::CommandExt;
             // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.

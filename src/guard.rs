@@ -1,0 +1,262 @@
+//! What keeps a relay safe to expose, for every route at once (the one middleware the
+//! assembler wraps the app in — one layer, as each layer costs every request):
+//! - **Host and Origin allow-list** (DNS rebinding, cross-site requests): a request must name
+//!   an allowed host, and a browser's `Origin` must be one of them, on every route, as on
+//!   `/mcp`. Loopback is always allowed; `--allowed-hosts` adds names.
+//! - **CORS only by explicit allow-list** (`--cors-origins`): matching origins get
+//!   `Access-Control-Allow-Origin: <origin>` (never `*`) and preflights are answered.
+//! - **Browser headers**: `X-Content-Type-Options: nosniff` everywhere, `Cache-Control:
+//!   no-store` on API answers.
+//! - **Tokens** ([`crate::auth::authenticate`]): the principal, or a 401.
+//! - **Slow bodies**: a request body must arrive within [`BODY_TIMEOUT`] (408 otherwise) and
+//!   within the size limit (413), before any handler runs.
+
+use crate::error::ApiError;
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::{Method, StatusCode};
+use actix_web::middleware::Next;
+use actix_web::{web, HttpMessage, ResponseError};
+use futures_util::StreamExt;
+use std::time::Duration;
+
+/// Longest a client may take to send a request's body.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Hosts always accepted: loopback, so a relay on one machine needs no setting.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// What the guard checks against, shared by every worker.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Allowed hosts: `name` (any port) or `name:port`; loopback included.
+    pub hosts: Vec<String>,
+    /// Origins that get CORS answers (exact `scheme://host[:port]`).
+    pub cors_origins: Vec<String>,
+    /// Largest request body read, in bytes.
+    pub max_body: usize,
+}
+
+/// Loopback plus the configured hosts. Never empty: an empty list must never read as "any".
+pub fn allowed_hosts(extra: &[String]) -> Vec<String> {
+    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
+    for h in extra {
+        if !hosts.contains(h) {
+            hosts.push(h.clone());
+        }
+    }
+    hosts
+}
+
+/// Splits `host[:port]` (with `[v6]:port` and bare `::1`) into host and port, without
+/// allocating: this runs on every request.
+fn split_authority(authority: &str) -> (&str, Option<&str>) {
+    let a = authority.trim();
+    if let Some(rest) = a.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').unwrap_or((rest, ""));
+        return (host, after.strip_prefix(':'));
+    }
+    if a.bytes().filter(|b| *b == b':').count() > 1 {
+        return (a, None);
+    }
+    match a.split_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (a, None),
+    }
+}
+
+/// Whether `authority` (a Host header, or an Origin's authority) is allowed: an allowed
+/// `name` matches it on any port, `name:port` on that port only; names ignore case.
+pub fn host_allowed(hosts: &[String], authority: &str) -> bool {
+    let (host, port) = split_authority(authority);
+    hosts.iter().any(|allowed| {
+        let (h, p) = split_authority(allowed);
+        h.eq_ignore_ascii_case(host) && (p.is_none() || p == port)
+    })
+}
+
+/// Whether a browser's `Origin` names an allowed host over http or https.
+pub fn origin_allowed(hosts: &[String], origin: &str) -> bool {
+    let Some((scheme, authority)) = origin.split_once("://") else {
+        return false;
+    };
+    matches!(scheme, "http" | "https") && host_allowed(hosts, authority)
+}
+
+fn refuse(req: ServiceRequest, status: StatusCode, code: &'static str, message: String) -> ServiceResponse {
+    req.into_response(ApiError::new(status, code, message).error_response())
+}
+
+/// The middleware.
+pub async fn guard(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    // The assembler always sets the policy; without one, loopback only.
+    let policy = req.app_data::<web::Data<Policy>>().cloned().unwrap_or_else(|| {
+        web::Data::new(Policy {
+            hosts: allowed_hosts(&[]),
+            cors_origins: Vec::new(),
+            max_body: 1 << 20,
+        })
+    });
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    // /healthz answers any Host: load balancers probe it by address, and it tells nothing.
+    if !host_allowed(&policy.hosts, &host) && req.path() != crate::http::HEALTH_PATH {
+        return Ok(refuse(
+            req,
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("Host {host:?} is not allowed (DNS rebinding defence); start the relay with --allowed-hosts"),
+        )
+        .map_into_right_body());
+    }
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let cors = origin
+        .as_ref()
+        .filter(|o| policy.cors_origins.iter().any(|c| c == *o))
+        .cloned();
+    if let Some(o) = &origin {
+        if cors.is_none() && !origin_allowed(&policy.hosts, o) {
+            return Ok(refuse(
+                req,
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("Origin {o:?} is not allowed (cross-site requests are refused)"),
+            )
+            .map_into_right_body());
+        }
+    }
+    if req.method() == Method::OPTIONS {
+        if let Some(o) = &cors {
+            let mut res = actix_web::HttpResponse::NoContent().finish();
+            cors_headers(res.headers_mut(), o);
+            return Ok(req.into_response(res).map_into_right_body());
+        }
+    }
+    match crate::auth::authenticate(&req) {
+        Ok(principal) => {
+            req.extensions_mut().insert(principal);
+        }
+        Err(unauthorized) => return Ok(req.into_response(*unauthorized).map_into_right_body()),
+    }
+    if matches!(
+        *req.method(),
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    ) {
+        match read_body(req.take_payload(), policy.max_body).await {
+            Ok(body) => req.set_payload(Payload::from(body)),
+            Err((status, code, message)) => {
+                return Ok(refuse(req, status, code, message).map_into_right_body());
+            }
+        }
+    }
+    let sse = req.path().ends_with("/stream");
+    let mut res = next.call(req).await?;
+    let headers = res.headers_mut();
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    if !sse && !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    if let Some(o) = &cors {
+        cors_headers(headers, o);
+    }
+    Ok(res.map_into_left_body())
+}
+
+fn cors_headers(headers: &mut header::HeaderMap, origin: &str) {
+    if let Ok(v) = HeaderValue::from_str(origin) {
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+    }
+    headers.insert(header::VARY, HeaderValue::from_static("Origin"));
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(
+            "authorization, content-type, x-crosstalk-session, mcp-session-id, mcp-protocol-version, last-event-id",
+        ),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("mcp-session-id, retry-after"),
+    );
+}
+
+/// Reads the whole body, within the time and size limits.
+async fn read_body(mut payload: Payload, limit: usize) -> Result<web::Bytes, (StatusCode, &'static str, String)> {
+    let read = async {
+        let mut body = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| {
+                (
+                    StatusCode::BAD_REQUEST,
+                    "invalid_input",
+                    format!("unreadable body: {e}"),
+                )
+            })?;
+            if body.len() + chunk.len() > limit {
+                return Err((
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
+                    format!("request body is larger than {limit} bytes"),
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.freeze())
+    };
+    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(r) => r,
+        Err(_) => Err((
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!("the request body did not arrive within {} s", BODY_TIMEOUT.as_secs()),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_and_origins() {
+        let hosts = allowed_hosts(&["relay.example.com:8765".into(), "team.example".into()]);
+        for ok in [
+            "localhost:8765",
+            "127.0.0.1",
+            "[::1]:9",
+            "relay.example.com:8765",
+            "TEAM.example:1",
+        ] {
+            assert!(host_allowed(&hosts, ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:8765",
+            "relay.example.com:80",
+            "",
+            "127.0.0.2",
+            "localhost.evil.example",
+        ] {
+            assert!(!host_allowed(&hosts, bad), "{bad}");
+        }
+        assert!(origin_allowed(&hosts, "http://localhost:3000"));
+        assert!(origin_allowed(&hosts, "https://team.example"));
+        for bad in ["null", "http://evil.example", "file://localhost", "localhost"] {
+            assert!(!origin_allowed(&hosts, bad), "{bad}");
+        }
+    }
+}

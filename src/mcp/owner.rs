@@ -1,0 +1,67 @@
+//! An MCP session belongs to the principal that opened it. The transport only knows a session
+//! by its id, so this middleware remembers who created each session (from the answer that
+//! carries a new `Mcp-Session-Id`) and answers any request, stream, resumption or DELETE
+//! naming that session on behalf of another principal as if the session did not exist (404).
+//! With a shared token (or none) every caller is the same principal, as the token means.
+
+use crate::error::ApiError;
+use crate::ops::Principal;
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::{Method, StatusCode};
+use actix_web::middleware::Next;
+use actix_web::{web, HttpMessage, ResponseError};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Who opened each live MCP session.
+#[derive(Default)]
+pub struct Owners(Mutex<HashMap<String, Principal>>);
+
+impl Owners {
+    fn owner(&self, session: &str) -> Option<Principal> {
+        self.0.lock().get(session).cloned()
+    }
+}
+
+pub async fn bind(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let Some(owners) = req.app_data::<web::Data<Owners>>().cloned() else {
+        return next.call(req).await.map(ServiceResponse::map_into_left_body);
+    };
+    let principal = req
+        .extensions()
+        .get::<Principal>()
+        .cloned()
+        .unwrap_or(Principal::Anyone);
+    let session = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(s) = &session {
+        if owners.owner(s).is_some_and(|owner| owner != principal) {
+            let e = ApiError::new(StatusCode::NOT_FOUND, "not_found", "Session not found");
+            return Ok(req.into_response(e.error_response()).map_into_right_body());
+        }
+    }
+    let deleting = req.method() == Method::DELETE;
+    let res = next.call(req).await?;
+    match &session {
+        None => {
+            if let Some(new) = res.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+                owners.0.lock().insert(new.to_owned(), principal);
+            }
+        }
+        Some(s) => {
+            if res.status() == StatusCode::NOT_FOUND || (deleting && res.status().is_success()) {
+                owners.0.lock().remove(s);
+            }
+        }
+    }
+    Ok(res.map_into_left_body())
+}

@@ -1,0 +1,231 @@
+//! Safe to expose: an MCP session belongs to the principal that opened it; every route
+//! refuses cross-site requests and DNS rebinding; JSON routes want JSON; browser headers;
+//! slow bodies are cut off; open mode only on loopback; tokens from a file; CORS only by
+//! explicit allow-list; and no token or session id ever reaches the logs.
+
+mod common;
+use common::mcp::{Mcp, LEGACY};
+use common::*;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn client_with_token(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
+    reqwest::Client::builder().default_headers(headers).build().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_session_belongs_to_the_principal_that_opened_it() {
+    let s = Server::start_with(&["--participants", "alice:tok-alice,bob:tok-bob"]);
+    let alice = Mcp::connect_with(&s, client_with_token("tok-alice")).await;
+    alice.call_ok("register", json!({"instance_id": "alice"})).await;
+    alice
+        .call_ok("post_message", json!({"channel": "dev", "body": "mine"}))
+        .await;
+    // Bob presents Alice's session id with his own token: as if it did not exist.
+    let mut bob = Mcp::unconnected(&s, LEGACY);
+    bob.http = client_with_token("tok-bob");
+    bob.session = alice.session.clone();
+    let a = bob.request("tools/list", Value::Null).await;
+    assert_eq!(a.status, 404, "{:?}", a.message);
+    let a = bob
+        .request(
+            "tools/call",
+            json!({"name": "get_messages", "arguments": {"channel": "dev"}}),
+        )
+        .await;
+    assert_eq!(a.status, 404, "Bob cannot read as Alice: {:?}", a.message);
+    let sid = alice.session.clone().unwrap();
+    for method in ["GET", "DELETE"] {
+        let r = bob
+            .http
+            .request(method.parse().unwrap(), &bob.url)
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", LEGACY)
+            .header("accept", "application/json, text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{method} of another's session");
+    }
+    // Alice's session is untouched.
+    let page = alice.call_ok("get_messages", json!({"channel": "dev"})).await;
+    assert_eq!(page["messages"][0]["body"], "mine");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_site_requests_and_dns_rebinding_are_refused_on_every_route() {
+    let s = Server::start();
+    let c = client();
+    let url = s.url("/api/channels/dev/messages");
+    let body = json!({"sender": "coordinator", "body": "hi"}).to_string();
+    // What a web page can send without a preflight: text/plain, from its own origin.
+    let r = c
+        .post(&url)
+        .header("origin", "http://evil.example")
+        .header("content-type", "text/plain")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = c
+        .post(s.url("/api/register"))
+        .header("origin", "http://evil.example")
+        .header("content-type", "text/plain")
+        .body(json!({"instance_id": "coordinator"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "nobody can take a name cross-site");
+    // Without an Origin, a body that is not declared JSON is still refused.
+    let r = c
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "unsupported_media_type");
+    // A rebinding page reaches the relay under its own name: refused, reads included.
+    let port = s.base.rsplit(':').next().unwrap().to_owned();
+    for path in ["/api/channels/dev/messages", "/api/channels", "/openapi.json", "/mcp"] {
+        let r = c
+            .get(s.url(path))
+            .header("host", format!("evil.example:{port}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{path}");
+        let v: Value = r.json().await.unwrap();
+        assert!(v["error"].as_str().unwrap().contains("Host"), "{v}");
+    }
+    // Nothing was stored by any of it; the real coordinator can still register and post.
+    assert_eq!(messages(&c, &s, "dev", 0).await, Vec::<Value>::new());
+    let r = c
+        .post(s.url("/api/register"))
+        .json(&json!({"instance_id": "coordinator"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    // A same-origin page (the relay's own) is fine, and answers carry the browser headers.
+    let r = c
+        .post(&url)
+        .header("origin", s.base.clone())
+        .json(&json!({"sender": "human", "body": "from the console"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(r.headers()["cache-control"], "no-store");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_only_for_the_origins_listed() {
+    let s = Server::start_with(&["--cors-origins", "https://app.example.com"]);
+    let c = client();
+    let url = s.url("/api/channels");
+    let r = c
+        .request(reqwest::Method::OPTIONS, &url)
+        .header("origin", "https://app.example.com")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    assert_eq!(r.headers()["access-control-allow-origin"], "https://app.example.com");
+    let r = c
+        .get(&url)
+        .header("origin", "https://app.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["access-control-allow-origin"], "https://app.example.com");
+    let r = c
+        .get(&url)
+        .header("origin", "https://other.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_body_is_cut_off() {
+    let s = Server::start();
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /api/channels/dev/messages HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"sender\""
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let start = Instant::now();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), conn.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"timeout\""), "{answer}");
+    assert!(start.elapsed() < Duration::from_secs(15), "{:?}", start.elapsed());
+}
+
+#[test]
+fn open_mode_is_refused_beyond_loopback() {
+    // Refused before anything is bound: the check is on the configuration.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+        .args(["serve", "--host", "0.0.0.0", "--port", "0", "--data-dir"])
+        .arg(tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--token") && err.contains("--insecure-open"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn participant_tokens_from_a_file_and_no_secret_in_the_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("participants");
+    std::fs::write(&file, "# team\nalice:tok-alice-9f3k2\n\nbob:tok-bob-7c1x8\n").unwrap();
+    let s = Server::start_logging(&["--participants-file", file.to_str().unwrap()]);
+    let alice = client_with_token("tok-alice-9f3k2");
+    let r = alice
+        .post(s.url("/api/channels/dev/messages"))
+        .json(&json!({"body": "sender defaults to the token's identity"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["sender"], "alice");
+    let r = alice
+        .post(s.url("/api/channels/dev/messages"))
+        .json(&json!({"sender": "bob", "body": "forged"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let m = Mcp::connect_with(&s, client_with_token("tok-bob-7c1x8")).await;
+    m.call_ok("get_messages", json!({"channel": "dev"})).await;
+    let sid = m.session.clone().unwrap();
+    let r = client()
+        .get(s.url("/api/channels/dev/stream?token=tok-bob-7c1x8"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    drop(r);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let logs = s.stderr();
+    assert!(logs.contains("listening"), "the default log level is on: {logs}");
+    for secret in ["tok-alice-9f3k2", "tok-bob-7c1x8", sid.as_str()] {
+        assert!(!logs.contains(secret), "{secret} is in the logs:\n{logs}");
+    }
+}
