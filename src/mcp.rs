@@ -36,8 +36,6 @@ pub const MCP_PATH: &str = "/mcp";
 pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Largest MCP request body: a post's body plus its JSON-RPC envelope.
 pub const MCP_BODY_OVERHEAD: usize = 64 * 1024;
-/// Hosts always accepted in `Host`: loopback, so a relay on one machine needs no setting.
-pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// What the MCP face needs from the configuration.
 #[derive(Debug, Clone)]
@@ -80,17 +78,9 @@ pub fn service(ctx: Ctx, settings: &McpSettings) -> McpService {
         .build()
 }
 
-/// Loopback plus the configured hosts. Never empty: rmcp reads an empty list as "accept any
-/// Host", which would switch the DNS-rebinding defence off.
-pub fn allowed_hosts(extra: &[String]) -> Vec<String> {
-    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
-    for h in extra {
-        if !hosts.contains(h) {
-            hosts.push(h.clone());
-        }
-    }
-    hosts
-}
+/// The guard's list (loopback plus the configured hosts), given to rmcp too: never empty, as
+/// rmcp reads an empty list as "accept any Host".
+pub use crate::guard::allowed_hosts;
 
 /// Browser origins accepted in `Origin`: the allowed hosts over http and https, any port
 /// unless the host names one. Requests without `Origin` (every non-browser client) pass.

@@ -583,6 +583,28 @@ async fn channels_are_created_found_and_searched() {
         (&first["id"], &first["created_at"]),
         "last_id and last_at are the last message's: {misc}"
     );
+    // Pages: `limit`, then `after` the last one seen; together they are the whole list.
+    for name in ["p1", "p2", "p3"] {
+        post(&c, &s, name, msg("a", "x")).await;
+    }
+    let (_, all) = get_json(&c, &s.url("/api/channels")).await;
+    let mut paged = Vec::new();
+    let mut url = s.url("/api/channels?limit=2");
+    loop {
+        let (status, page) = get_json(&c, &url).await;
+        assert_eq!(status, 200, "{page}");
+        let page = page.as_array().unwrap().clone();
+        assert!(page.len() <= 2);
+        let Some(last) = page.last() else { break };
+        url = s.url(&format!(
+            "/api/channels?limit=2&after={}",
+            last["channel"].as_str().unwrap()
+        ));
+        paged.extend(page);
+    }
+    assert_eq!(json!(paged), all);
+    let (status, _) = get_json(&c, &s.url("/api/channels?after=nope")).await;
+    assert_eq!(status, 404);
     let (_, found) = get_json(&c, &s.url("/api/channels/search?q=oauth")).await;
     assert_eq!(found.as_array().unwrap().len(), 1);
     assert_eq!(found[0]["channel"], "auth-dev");

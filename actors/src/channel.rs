@@ -26,42 +26,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+mod retention;
+mod sessions;
+mod waits;
+
+pub use retention::Retention;
+pub use sessions::{Describe, EndSession, StartSession};
+use waits::Waiter;
+pub use waits::{BeginWait, EndWait, Role, WaitControl};
+
 /// Requests queued in a channel's mailbox before senders wait.
 const MAILBOX_CAPACITY: usize = 4096;
 /// Longest channel description, in bytes.
 pub const MAX_DESCRIPTION: usize = 1024;
-/// Events removed per retention pass, so a pass never stalls the channel for long.
-const COMPACT_STEP: usize = 10_000;
 /// Longest a batch waits for the store before its posters are told it failed (and the batch
 /// is abandoned: never acknowledged, undone if it lands). Shorter than the faces' own timeout,
 /// so the client's error always comes from here.
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How a waiting party takes part in mutual-wait detection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Role {
-    /// A normal party: when every active party waits, one is told to speak first.
-    #[default]
-    Active,
-    /// A background worker: hears everything, never counts as a party.
-    Parked,
-}
-
-/// Why a wait was ended by the channel rather than by a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitControl {
-    /// The same identity started a newer wait on this channel.
-    Superseded,
-    /// Every active party was waiting and nobody spoke: this one should speak first.
-    SpeakFirst,
-}
-
-/// Retention of a channel's messages; compaction removes what falls outside it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Retention {
-    pub max_age: Option<Duration>,
-    pub max_count: Option<u64>,
-}
 
 /// Settings every channel actor shares.
 #[derive(Debug, Clone)]
@@ -81,39 +62,6 @@ pub struct ChannelConfig {
 #[rtype(result = "Result<Arc<Posted>, RelayError>")]
 pub struct Post(pub NewMessage);
 
-/// Start a session (ending an active one first).
-#[derive(Message)]
-#[rtype(result = "Result<ChannelState, RelayError>")]
-pub struct StartSession {
-    pub max_turns: Option<u32>,
-}
-
-/// End the active session.
-#[derive(Message)]
-#[rtype(result = "Result<ChannelState, RelayError>")]
-pub struct EndSession;
-
-/// Set the channel's description.
-#[derive(Message)]
-#[rtype(result = "Result<ChannelState, RelayError>")]
-pub struct Describe(pub String);
-
-/// Register a wait by `instance`; any earlier wait of the same instance is superseded.
-#[derive(Message)]
-#[rtype(result = "(u64, oneshot::Receiver<WaitControl>)")]
-pub struct BeginWait {
-    pub instance: String,
-    pub role: Role,
-}
-
-/// A wait ended (however it ended).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct EndWait {
-    pub instance: String,
-    pub generation: u64,
-}
-
 type Done = oneshot::Sender<Result<(), RelayError>>;
 
 struct Pending {
@@ -123,12 +71,6 @@ struct Pending {
     idem: Option<String>,
     /// Told when the event is durable (or failed).
     done: Vec<Done>,
-}
-
-struct Waiter {
-    generation: u64,
-    role: Role,
-    control: oneshot::Sender<WaitControl>,
 }
 
 pub struct ChannelActor {
@@ -402,102 +344,6 @@ impl ChannelActor {
         }
         Ok(self.store.idempotent(self.view.name(), key)?)
     }
-
-    /// Answer with the state once event `id` is durable.
-    fn state_when_durable(
-        &mut self,
-        id: u64,
-        ctx: &mut Context<Self>,
-    ) -> ResponseFuture<Result<ChannelState, RelayError>> {
-        let durable = self.when_durable(id);
-        self.start_commit(ctx);
-        let view = self.view.clone();
-        Box::pin(async move {
-            durable
-                .await
-                .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
-            Ok(view.channel_state())
-        })
-    }
-
-    fn check_release(&mut self, ctx: &mut Context<Self>) {
-        let ttl = self.config.presence_ttl;
-        let waiters = &self.waiters;
-        self.parties
-            .retain(|p, seen| seen.elapsed() < ttl || waiters.contains_key(p));
-        if self.parties.len() < 2 || self.release_timer.is_some() {
-            return;
-        }
-        let all_waiting = self
-            .parties
-            .keys()
-            .all(|p| self.waiters.get(p).is_some_and(|w| w.role == Role::Active));
-        if !all_waiting {
-            return;
-        }
-        let spoken = self.spoken;
-        let handle = ctx.run_later(self.config.release_grace, move |act, ctx| {
-            act.release_timer = None;
-            if act.spoken != spoken {
-                return act.check_release(ctx);
-            }
-            let all_waiting = act.parties.len() >= 2
-                && act
-                    .parties
-                    .keys()
-                    .all(|p| act.waiters.get(p).is_some_and(|w| w.role == Role::Active));
-            if !all_waiting {
-                return;
-            }
-            // Deterministic: the smallest instance id speaks first.
-            if let Some(first) = act.parties.keys().min().cloned() {
-                if let Some(w) = act.waiters.remove(&first) {
-                    tracing::debug!(channel = %act.view.name(), instance = %first, "mutual wait: released to speak first");
-                    let _ = w.control.send(WaitControl::SpeakFirst);
-                }
-            }
-        });
-        self.release_timer = Some(handle);
-    }
-
-    /// One retention pass: removes what falls outside the retention policy.
-    fn compact(&mut self) {
-        let Retention { max_age, max_count } = self.config.retention;
-        let committed = self.view.meta();
-        let mut upto = 0u64;
-        if let Some(max) = max_count {
-            let excess = committed.count.saturating_sub(max) as usize;
-            if excess > 0 {
-                if let Ok(old) = self.view.read(0, excess.min(COMPACT_STEP)) {
-                    upto = upto.max(old.last().map_or(0, |p| p.id()));
-                }
-            }
-        }
-        if let Some(age) = max_age {
-            let cutoff = Timestamp::now().0 - age.as_micros() as i64;
-            if let Ok(old) = self.store.read(self.view.name(), 0, committed.last_id, COMPACT_STEP) {
-                for (id, bytes) in old {
-                    match codec::decode::<Record>(&bytes) {
-                        Ok(Record::Message(m)) if m.created_at.0 >= cutoff => break,
-                        _ => upto = upto.max(id),
-                    }
-                }
-            }
-        }
-        if upto == 0 {
-            return;
-        }
-        match self.store.compact(self.view.name(), upto, COMPACT_STEP, &committed) {
-            Ok(0) => {}
-            Ok(removed) => {
-                let after = self.store.meta(self.view.name()).ok().flatten().unwrap_or(committed);
-                self.meta.count = self.meta.count.saturating_sub(committed.count - after.count);
-                self.view.compacted(upto, after);
-                tracing::info!(channel = %self.view.name(), removed, upto, "retention removed old messages");
-            }
-            Err(e) => tracing::error!(channel = %self.view.name(), error = %e, "retention failed"),
-        }
-    }
 }
 
 impl Actor for ChannelActor {
@@ -570,136 +416,6 @@ impl Handler<Post> for ChannelActor {
                     posted.ok_or(RelayError::Unavailable("not a message"))
                 })
             }
-        }
-    }
-}
-
-impl Handler<StartSession> for ChannelActor {
-    type Result = ResponseFuture<Result<ChannelState, RelayError>>;
-
-    fn handle(&mut self, msg: StartSession, ctx: &mut Context<Self>) -> Self::Result {
-        if let Err(e) = self.writable() {
-            return Box::pin(async move { Err(e) });
-        }
-        let now = Timestamp::now();
-        if let Some(active) = self.state.active_session().map(str::to_owned) {
-            self.accept(
-                Record::SessionEnded {
-                    session_id: active,
-                    reason: "replaced".into(),
-                    at: now,
-                },
-                None,
-            );
-        }
-        let session_id = format!("sess-{}", uuid::Uuid::new_v4().simple());
-        let (id, _) = self.accept(
-            Record::SessionStarted {
-                session_id,
-                max_turns: msg.max_turns,
-                at: now,
-            },
-            None,
-        );
-        self.state_when_durable(id, ctx)
-    }
-}
-
-impl Handler<EndSession> for ChannelActor {
-    type Result = ResponseFuture<Result<ChannelState, RelayError>>;
-
-    fn handle(&mut self, _: EndSession, ctx: &mut Context<Self>) -> Self::Result {
-        if let Err(e) = self.writable() {
-            return Box::pin(async move { Err(e) });
-        }
-        let Some(active) = self.state.active_session().map(str::to_owned) else {
-            let state = self.state.clone();
-            return Box::pin(async move { Ok(state) });
-        };
-        let (id, _) = self.accept(
-            Record::SessionEnded {
-                session_id: active,
-                reason: "ended".into(),
-                at: Timestamp::now(),
-            },
-            None,
-        );
-        self.state_when_durable(id, ctx)
-    }
-}
-
-impl Handler<Describe> for ChannelActor {
-    type Result = ResponseFuture<Result<ChannelState, RelayError>>;
-
-    fn handle(&mut self, Describe(description): Describe, ctx: &mut Context<Self>) -> Self::Result {
-        if let Err(e) = self.writable() {
-            return Box::pin(async move { Err(e) });
-        }
-        let description = description.trim().to_owned();
-        if description.len() > MAX_DESCRIPTION {
-            let e = InvalidInput::TooLong {
-                field: "description",
-                len: description.len(),
-                max: MAX_DESCRIPTION,
-            };
-            return Box::pin(async move { Err(e.into()) });
-        }
-        if self.state.description.as_deref() == Some(description.as_str()) {
-            let state = self.state.clone();
-            return Box::pin(async move { Ok(state) });
-        }
-        let (id, _) = self.accept(
-            Record::Described {
-                description,
-                at: Timestamp::now(),
-            },
-            None,
-        );
-        self.state_when_durable(id, ctx)
-    }
-}
-
-impl Handler<BeginWait> for ChannelActor {
-    type Result = MessageResult<BeginWait>;
-
-    fn handle(&mut self, msg: BeginWait, ctx: &mut Context<Self>) -> Self::Result {
-        if let Some(old) = self.waiters.remove(&msg.instance) {
-            let _ = old.control.send(WaitControl::Superseded);
-        }
-        self.next_generation += 1;
-        let generation = self.next_generation;
-        let (control, rx) = oneshot::channel();
-        match msg.role {
-            Role::Active => {
-                self.parties.insert(msg.instance.clone(), Instant::now());
-            }
-            Role::Parked => {
-                self.parties.remove(&msg.instance);
-            }
-        }
-        self.waiters.insert(
-            msg.instance,
-            Waiter {
-                generation,
-                role: msg.role,
-                control,
-            },
-        );
-        self.check_release(ctx);
-        MessageResult((generation, rx))
-    }
-}
-
-impl Handler<EndWait> for ChannelActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: EndWait, _: &mut Context<Self>) {
-        if self
-            .waiters
-            .get(&msg.instance)
-            .is_some_and(|w| w.generation == msg.generation)
-        {
-            self.waiters.remove(&msg.instance);
         }
     }
 }

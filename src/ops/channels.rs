@@ -15,6 +15,15 @@ pub const DEFAULT_SEARCH_LIMIT: usize = 20;
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct NoArgs {}
 
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub struct ListRequest {
+    /// Page size (default: all).
+    #[schemars(range(min = 1, max = 10000))]
+    pub limit: Option<usize>,
+    /// Start after this channel.
+    pub after: Option<String>,
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ChannelList {
     /// Most recently active first.
@@ -25,16 +34,25 @@ pub struct ListChannels;
 
 impl Operation for ListChannels {
     const NAME: &'static str = "list_channels";
-    const DESCRIPTION: &'static str = "List channels (created, or with messages), most recently active first, with \
-        their message count and last message id.";
+    const DESCRIPTION: &'static str = "Channels, most recently active first, with message count and last id; page \
+        with limit and after.";
     const READ_ONLY: bool = true;
-    type Request = NoArgs;
+    type Request = ListRequest;
     type Response = ChannelList;
 
-    async fn run(cx: &Ctx, _: Caller, _: NoArgs) -> Result<ChannelList, OpError> {
-        Ok(ChannelList {
-            channels: cx.relay.list_channels()?,
-        })
+    async fn run(cx: &Ctx, _: Caller, r: ListRequest) -> Result<ChannelList, OpError> {
+        let mut channels = cx.relay.list_channels()?;
+        if let Some(after) = r.after.as_deref().map(str::trim).filter(|a| !a.is_empty()) {
+            let after = channel(after)?;
+            match channels.iter().position(|c| c.channel == after.as_str()) {
+                Some(at) => {
+                    channels.drain(..=at);
+                }
+                None => return Err(OpError::not_found(format!("no channel {after} to page after"))),
+            }
+        }
+        channels.truncate(super::limit(r.limit, usize::MAX)?);
+        Ok(ChannelList { channels })
     }
 }
 

@@ -53,9 +53,8 @@ pub struct Post;
 
 impl Operation for Post {
     const NAME: &'static str = "post_message";
-    const DESCRIPTION: &'static str = "Post a message to a channel (created on first post). Returns the stored \
-        message once it is durable; then wait_for_message(channel, since_id=its id) for the answer. Post type \
-        done when you are finished.";
+    const DESCRIPTION: &'static str = "Post a message (a new channel is created); returns it once durable. Then \
+        wait_for_message(since_id=its id). Post type done when finished.";
     const READ_ONLY: bool = false;
     type Request = PostRequest;
     type Response = Arc<Posted>;
@@ -180,9 +179,8 @@ pub struct Wait;
 
 impl Operation for Wait {
     const NAME: &'static str = "wait_for_message";
-    const DESCRIPTION: &'static str = "Block until a channel has messages with id > since_id, then return them \
-        (oldest first); none after timeout_s. Post, then wait with since_id = the largest id you have seen; \
-        on timeout wait again with next_since_id.";
+    const DESCRIPTION: &'static str = "Block until a channel has messages with id > since_id (the largest id you \
+        have seen), oldest first; none after timeout_s. Then wait again with next_since_id.";
     const READ_ONLY: bool = true;
     type Request = WaitRequest;
     type Response = Waited;

@@ -51,7 +51,8 @@ impl Relay {
             .filter(|(_, m)| m.last_id > 0)
             .map(|(name, meta)| ChannelSummary::new(name, meta))
             .collect();
-        list.sort_by_key(|c| std::cmp::Reverse(c.last_id));
+        // Most recently active first; by name among equals, so pages are stable.
+        list.sort_by(|a, b| b.last_id.cmp(&a.last_id).then_with(|| a.channel.cmp(&b.channel)));
         Ok(list)
     }
 

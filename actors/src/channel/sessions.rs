@@ -1,0 +1,127 @@
+//! Channel state changes that are not messages: sessions (start, end) and the description.
+
+use super::{ChannelActor, MAX_DESCRIPTION};
+use crate::error::RelayError;
+use actix::prelude::*;
+use crosstalk_schema::{ChannelState, InvalidInput, Record, Timestamp};
+
+/// Start a session (ending an active one first).
+#[derive(Message)]
+#[rtype(result = "Result<ChannelState, RelayError>")]
+pub struct StartSession {
+    pub max_turns: Option<u32>,
+}
+
+/// End the active session.
+#[derive(Message)]
+#[rtype(result = "Result<ChannelState, RelayError>")]
+pub struct EndSession;
+
+/// Set the channel's description.
+#[derive(Message)]
+#[rtype(result = "Result<ChannelState, RelayError>")]
+pub struct Describe(pub String);
+
+impl ChannelActor {
+    /// Answer with the state once event `id` is durable.
+    pub(super) fn state_when_durable(
+        &mut self,
+        id: u64,
+        ctx: &mut Context<Self>,
+    ) -> ResponseFuture<Result<ChannelState, RelayError>> {
+        let durable = self.when_durable(id);
+        self.start_commit(ctx);
+        let view = self.view.clone();
+        Box::pin(async move {
+            durable
+                .await
+                .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
+            Ok(view.channel_state())
+        })
+    }
+}
+
+impl Handler<StartSession> for ChannelActor {
+    type Result = ResponseFuture<Result<ChannelState, RelayError>>;
+
+    fn handle(&mut self, msg: StartSession, ctx: &mut Context<Self>) -> Self::Result {
+        if let Err(e) = self.writable() {
+            return Box::pin(async move { Err(e) });
+        }
+        let now = Timestamp::now();
+        if let Some(active) = self.state.active_session().map(str::to_owned) {
+            self.accept(
+                Record::SessionEnded {
+                    session_id: active,
+                    reason: "replaced".into(),
+                    at: now,
+                },
+                None,
+            );
+        }
+        let session_id = format!("sess-{}", uuid::Uuid::new_v4().simple());
+        let (id, _) = self.accept(
+            Record::SessionStarted {
+                session_id,
+                max_turns: msg.max_turns,
+                at: now,
+            },
+            None,
+        );
+        self.state_when_durable(id, ctx)
+    }
+}
+
+impl Handler<EndSession> for ChannelActor {
+    type Result = ResponseFuture<Result<ChannelState, RelayError>>;
+
+    fn handle(&mut self, _: EndSession, ctx: &mut Context<Self>) -> Self::Result {
+        if let Err(e) = self.writable() {
+            return Box::pin(async move { Err(e) });
+        }
+        let Some(active) = self.state.active_session().map(str::to_owned) else {
+            let state = self.state.clone();
+            return Box::pin(async move { Ok(state) });
+        };
+        let (id, _) = self.accept(
+            Record::SessionEnded {
+                session_id: active,
+                reason: "ended".into(),
+                at: Timestamp::now(),
+            },
+            None,
+        );
+        self.state_when_durable(id, ctx)
+    }
+}
+
+impl Handler<Describe> for ChannelActor {
+    type Result = ResponseFuture<Result<ChannelState, RelayError>>;
+
+    fn handle(&mut self, Describe(description): Describe, ctx: &mut Context<Self>) -> Self::Result {
+        if let Err(e) = self.writable() {
+            return Box::pin(async move { Err(e) });
+        }
+        let description = description.trim().to_owned();
+        if description.len() > MAX_DESCRIPTION {
+            let e = InvalidInput::TooLong {
+                field: "description",
+                len: description.len(),
+                max: MAX_DESCRIPTION,
+            };
+            return Box::pin(async move { Err(e.into()) });
+        }
+        if self.state.description.as_deref() == Some(description.as_str()) {
+            let state = self.state.clone();
+            return Box::pin(async move { Ok(state) });
+        }
+        let (id, _) = self.accept(
+            Record::Described {
+                description,
+                at: Timestamp::now(),
+            },
+            None,
+        );
+        self.state_when_durable(id, ctx)
+    }
+}
