@@ -168,6 +168,9 @@ pub async fn serve(
             .default_service(web::route().to(error::not_found))
     })
     .workers(config.workers)
+    // Every accepted socket: an answer written in two parts (an event stream's headers and
+    // priming event, then the result) must not wait 40 ms for the client's delayed ACK.
+    .tcp_nodelay(true)
     .disable_signals()
     // A client that closes its socket is gone: drop its wait or stream at once, so a
     // long-poll or SSE handler never outlives its client.

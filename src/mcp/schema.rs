@@ -7,9 +7,11 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
 /// Every byte of `tools/list` is in every agent's context: drops what tells a model nothing
-/// (the dialect marker, titles, integer formats, bounds, defaults), and in output schemas
-/// the descriptions too.
-pub fn compact(v: &mut Value, keep_descriptions: bool) {
+/// (the dialect marker, titles, integer formats, bounds, defaults). In an input schema an
+/// optional argument's `null` goes too (leaving it out means the same); an output schema loses
+/// its descriptions but keeps `null` (clients validate results against it).
+pub fn compact(v: &mut Value, input: bool) {
+    let keep_descriptions = input;
     match v {
         Value::Object(o) => {
             o.remove("$schema");
@@ -21,7 +23,7 @@ pub fn compact(v: &mut Value, keep_descriptions: bool) {
             // A default says nothing the description does not; an optional argument's `null`
             // is what leaving it out means.
             o.remove("default");
-            if let Some(Value::Array(types)) = o.get("type") {
+            if let Some(Value::Array(types)) = o.get("type").filter(|_| input) {
                 if let [t, n] = types.as_slice() {
                     if n == "null" {
                         let t = t.clone();

@@ -87,8 +87,7 @@ pub struct Inbox;
 
 impl Operation for Inbox {
     const NAME: &'static str = "check_messages";
-    const DESCRIPTION: &'static str = "Your inbox: new messages to you or everyone on every channel you joined, \
-        each returned once.";
+    const DESCRIPTION: &'static str = "Your inbox: what is new for you on every channel you joined, once.";
     const READ_ONLY: bool = false;
     type Request = InboxRequest;
     type Response = MessageList;

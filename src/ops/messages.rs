@@ -263,7 +263,7 @@ pub struct Replies;
 
 impl Operation for Replies {
     const NAME: &'static str = "get_replies";
-    const DESCRIPTION: &'static str = "The thread under a message: messages whose reply_to is message_id.";
+    const DESCRIPTION: &'static str = "Replies to message_id, oldest first.";
     const READ_ONLY: bool = true;
     type Request = MessageRef;
     type Response = MessageList;
@@ -306,8 +306,7 @@ pub struct Ask;
 
 impl Operation for Ask {
     const NAME: &'static str = "ask_human";
-    const DESCRIPTION: &'static str = "Post a QUESTION and block until an ANSWER replies to it (or timeout_s \
-        passes; then poll get_directives).";
+    const DESCRIPTION: &'static str = "Post a QUESTION and block until it is answered or timeout_s passes.";
     const READ_ONLY: bool = false;
     type Request = AskRequest;
     type Response = Asked;

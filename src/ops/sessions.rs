@@ -64,8 +64,8 @@ pub struct StartSession;
 
 impl Operation for StartSession {
     const NAME: &'static str = "start_session";
-    const DESCRIPTION: &'static str = "Start a session on a channel: turns are counted; it ends at max_turns or \
-        when two participants post done.";
+    const DESCRIPTION: &'static str =
+        "Start a session: turns are counted; it ends at max_turns or on two participants' done.";
     const READ_ONLY: bool = false;
     type Request = StartRequest;
     type Response = SessionView;
@@ -112,8 +112,7 @@ pub struct EndSession;
 
 impl Operation for EndSession {
     const NAME: &'static str = "end_session";
-    const DESCRIPTION: &'static str = "End the channel's session now (it also ends by itself at max_turns or on \
-        two dones).";
+    const DESCRIPTION: &'static str = "End the channel's session now.";
     const READ_ONLY: bool = false;
     type Request = ChannelRequest;
     type Response = SessionEnded;
@@ -169,8 +168,8 @@ pub struct Directives;
 
 impl Operation for Directives {
     const NAME: &'static str = "get_directives";
-    const DESCRIPTION: &'static str = "INTERRUPT and DIRECTIVE messages after since_id and open QUESTIONs for \
-        recipient. Check it between steps.";
+    const DESCRIPTION: &'static str =
+        "INTERRUPTs, DIRECTIVEs and open QUESTIONs for recipient after since_id; check between steps.";
     const READ_ONLY: bool = true;
     type Request = DirectivesRequest;
     type Response = DirectivesView;
