@@ -147,7 +147,7 @@ pub struct SearchRequest {
     pub sender: Option<String>,
     #[serde(rename = "type")]
     pub kind: Option<String>,
-    /// At most this many (default 20).
+    /// Default 20.
     #[schemars(range(min = 1, max = 10000))]
     pub limit: Option<usize>,
 }

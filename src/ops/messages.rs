@@ -75,7 +75,7 @@ pub struct ReadRequest {
     /// Messages with id > since_id.
     #[serde(default)]
     pub since_id: u64,
-    /// At most this many (1 to 10000).
+    /// Page size.
     #[schemars(range(min = 1, max = 10000))]
     pub limit: Option<usize>,
     /// Your identity: your read cursor moves on.
@@ -142,7 +142,7 @@ pub struct WaitRequest {
     /// The largest id you have seen.
     #[serde(default)]
     pub since_id: u64,
-    /// At most this many messages.
+    /// Page size.
     #[schemars(range(min = 1, max = 10000))]
     pub limit: Option<usize>,
     /// Default 30.
@@ -230,7 +230,7 @@ pub struct MessageRef {
     pub channel: String,
     #[serde(alias = "id")]
     pub message_id: u64,
-    /// At most this many replies.
+    /// Page size.
     #[schemars(range(min = 1, max = 10000))]
     pub limit: Option<usize>,
 }
@@ -263,7 +263,7 @@ pub struct Replies;
 
 impl Operation for Replies {
     const NAME: &'static str = "get_replies";
-    const DESCRIPTION: &'static str = "Replies to message_id, oldest first.";
+    const DESCRIPTION: &'static str = "The replies to a message (its thread), oldest first.";
     const READ_ONLY: bool = true;
     type Request = MessageRef;
     type Response = MessageList;

@@ -112,7 +112,7 @@ pub struct EndSession;
 
 impl Operation for EndSession {
     const NAME: &'static str = "end_session";
-    const DESCRIPTION: &'static str = "End the channel's session now.";
+    const DESCRIPTION: &'static str = "End the channel's session now, whatever its turns.";
     const READ_ONLY: bool = false;
     type Request = ChannelRequest;
     type Response = SessionEnded;
