@@ -100,9 +100,10 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
             host: config.host.clone(),
         });
     }
-    let relay = open(&config)?;
+    // The port first: a busy port is reported before any actor or store is started.
     let addr = format!("{}:{}", config.host, config.port);
     let listener = std::net::TcpListener::bind(&addr).map_err(|source| ServeError::Bind { addr, source })?;
+    let relay = open(&config)?;
     serve(relay, config, listener, wait_for_signal()).await
 }
 

@@ -229,3 +229,19 @@ async fn participant_tokens_from_a_file_and_no_secret_in_the_logs() {
         assert!(!logs.contains(secret), "{secret} is in the logs:\n{logs}");
     }
 }
+
+#[test]
+fn a_busy_port_is_one_clear_line() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+        .args(["serve", "--host", "127.0.0.1", "--port", &port, "--data-dir"])
+        .arg(tempfile::tempdir().unwrap().path())
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot bind") && err.contains("in use"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
