@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// comma-separated; none by default [env: CROSSTALK_CORS_ORIGINS]
     #[arg(long)]
     pub cors_origins: Option<String>,
+    /// Most waits and streams one token (or, without tokens, everyone) may hold open at once
+    /// [env: CROSSTALK_MAX_WAITS_PER_PRINCIPAL] [default: 10000]
+    #[arg(long)]
+    pub max_waits_per_principal: Option<usize>,
     /// Serve beyond loopback without a token. Anyone who can reach the port can then read,
     /// post and act as anyone: only for a network you fully trust.
     #[arg(long)]
@@ -136,6 +140,8 @@ pub struct Config {
     pub cors_origins: Vec<String>,
     /// Serving beyond loopback without a token was asked for explicitly.
     pub insecure_open: bool,
+    /// Most waits and streams one principal may hold open.
+    pub max_waits_per_principal: usize,
 }
 
 /// Parses `NAME=MAX_COUNT/MAX_AGE_SECS,…`.
@@ -312,6 +318,9 @@ impl Config {
                 .transpose()?
                 .unwrap_or_default(),
             insecure_open: args.insecure_open,
+            max_waits_per_principal: pick(args.max_waits_per_principal, &["CROSSTALK_MAX_WAITS_PER_PRINCIPAL"])?
+                .unwrap_or(crate::ops::DEFAULT_MAX_HELD)
+                .max(1),
             mcp_wait_cap: Duration::from_secs(
                 pick(args.mcp_wait_cap_secs, &["CROSSTALK_MCP_WAIT_CAP_SECS"])?.unwrap_or(DEFAULT_MCP_WAIT_CAP_SECS),
             ),

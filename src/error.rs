@@ -79,13 +79,17 @@ impl From<OpError> for ApiError {
             ErrorKind::Forbidden => StatusCode::FORBIDDEN,
             ErrorKind::NotFound | ErrorKind::NoActiveSession => StatusCode::NOT_FOUND,
             ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::LimitReached => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::Storage => StatusCode::INTERNAL_SERVER_ERROR,
             ErrorKind::Unavailable | ErrorKind::ShuttingDown | ErrorKind::StoreUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         };
         let mut api = ApiError::new(status, e.kind.code(), e.message);
-        if matches!(e.kind, ErrorKind::StoreUnavailable | ErrorKind::Unavailable) {
+        if matches!(
+            e.kind,
+            ErrorKind::StoreUnavailable | ErrorKind::Unavailable | ErrorKind::LimitReached
+        ) {
             api.retry_after = Some(1);
         }
         api

@@ -63,7 +63,14 @@ pub struct Ctx {
     pub streams: Arc<AtomicUsize>,
     /// Pending waits (REST long-poll, MCP waits, asks).
     pub waits: Arc<AtomicUsize>,
+    /// Waits and streams each principal holds open, against [`Ctx::max_held`].
+    held: Arc<parking_lot::Mutex<std::collections::HashMap<String, usize>>>,
+    /// Most waits and streams one principal may hold open at once.
+    pub max_held: usize,
 }
+
+/// Default of `--max-waits-per-principal`: enough for a large fleet behind one token.
+pub const DEFAULT_MAX_HELD: usize = 10_000;
 
 impl Ctx {
     pub fn new(relay: Relay) -> Self {
@@ -71,6 +78,52 @@ impl Ctx {
             relay,
             streams: Default::default(),
             waits: Default::default(),
+            held: Default::default(),
+            max_held: DEFAULT_MAX_HELD,
+        }
+    }
+
+    /// Holds one of the caller's waits or streams open, or refuses (429) when the principal
+    /// already holds its maximum: one client cannot tie up the relay's connections.
+    pub fn hold(&self, principal: &Principal) -> Result<Held, OpError> {
+        let key = match principal {
+            Principal::Anyone => "\0anyone".to_owned(),
+            Principal::Shared => "\0shared".to_owned(),
+            Principal::Participant(id) => id.clone(),
+        };
+        let mut held = self.held.lock();
+        let n = held.entry(key.clone()).or_insert(0);
+        if *n >= self.max_held {
+            return Err(OpError::new(
+                ErrorKind::LimitReached,
+                format!(
+                    "this token already holds {} waits and streams open (--max-waits-per-principal); end one first",
+                    self.max_held
+                ),
+            ));
+        }
+        *n += 1;
+        Ok(Held {
+            held: self.held.clone(),
+            key,
+        })
+    }
+}
+
+/// One wait or stream a principal holds open; released when dropped.
+pub struct Held {
+    held: Arc<parking_lot::Mutex<std::collections::HashMap<String, usize>>>,
+    key: String,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = self.held.lock();
+        if let Some(n) = held.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.key);
+            }
         }
     }
 }
@@ -245,6 +298,8 @@ pub enum ErrorKind {
     StoreUnavailable,
     /// Overloaded or stopping: try again shortly.
     Unavailable,
+    /// A configured limit (waits and streams per principal) is reached.
+    LimitReached,
     ShuttingDown,
 }
 
@@ -259,6 +314,7 @@ impl ErrorKind {
             ErrorKind::Conflict => "conflict",
             ErrorKind::Storage => "storage",
             ErrorKind::StoreUnavailable => "store_unavailable",
+            ErrorKind::LimitReached => "limit_reached",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::ShuttingDown => "shutting_down",
         }

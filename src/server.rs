@@ -115,7 +115,8 @@ pub async fn serve(
     listener: std::net::TcpListener,
     shutdown: impl Future<Output = ()> + 'static,
 ) -> Result<(), ServeError> {
-    let cx = Ctx::new(relay.clone());
+    let mut cx = Ctx::new(relay.clone());
+    cx.max_held = config.max_waits_per_principal;
     if !is_loopback(&config.host) && !config.auth.enabled() {
         tracing::warn!(host = %config.host, "--insecure-open: listening beyond loopback WITHOUT A TOKEN; anyone who \
             can reach this port can read, post and act as anyone");

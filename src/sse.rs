@@ -78,6 +78,8 @@ struct State {
     ready: Option<Bytes>,
     me: Option<Presence>,
     _open: Gauge,
+    /// Counts against the principal's waits and streams.
+    _held: crate::ops::Held,
 }
 
 pub async fn stream(
@@ -97,6 +99,7 @@ pub async fn stream(
             .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be a message id (a non-negative integer)"))?,
     };
     let app = state;
+    let held = app.hold(&crate::http::caller(&req, None).principal)?;
     let relay = app.relay.clone();
     let handle = relay.channel(&channel).await?;
     let commits = handle.view.subscribe();
@@ -140,6 +143,7 @@ pub async fn stream(
         ready: Some(ready),
         me,
         _open: Gauge::enter(&app.streams),
+        _held: held,
     };
     let body = futures_util::stream::unfold(state, |mut s| async move {
         next_chunk(&mut s).await.map(|c| (Ok::<_, Infallible>(c), s))

@@ -245,3 +245,47 @@ fn a_busy_port_is_one_clear_line() {
     assert!(err.contains("cannot bind") && err.contains("in use"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_cannot_hold_every_wait_and_stream() {
+    let s = Server::start_with(&[
+        "--participants",
+        "alice:tok-a,bob:tok-b",
+        "--max-waits-per-principal",
+        "2",
+    ]);
+    let alice = client_with_token("tok-a");
+    // Two streams held open by alice; her third wait is refused, bob's is not.
+    let _one = alice.get(s.url("/api/channels/a/stream")).send().await.unwrap();
+    let _two = alice.get(s.url("/api/channels/b/stream")).send().await.unwrap();
+    let r = alice
+        .get(s.url("/api/channels/a/wait?timeout_s=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().get("retry-after").is_some());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "limit_reached");
+    let r = client_with_token("tok-b")
+        .get(s.url("/api/channels/a/wait?timeout_s=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A stream that ends gives its place back.
+    drop(_one);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = alice
+            .get(s.url("/api/channels/a/wait?timeout_s=0"))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the place was never given back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

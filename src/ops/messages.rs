@@ -190,6 +190,7 @@ impl Operation for Wait {
         let limit = caller.limit(r.limit)?;
         let timeout = caller.timeout(r.timeout_s, DEFAULT_WAIT)?;
         let instance = caller.reader(cx, r.instance_id.as_deref())?;
+        let _held = cx.hold(&caller.principal)?;
         let _waiting = Gauge::enter(&cx.waits);
         let opts = WaitOptions {
             since_id: r.since_id,
@@ -326,6 +327,7 @@ impl Operation for Ask {
             ),
             ..Default::default()
         };
+        let _held = cx.hold(&caller.principal)?;
         let _waiting = Gauge::enter(&cx.waits);
         let (question, answer) = cx.relay.ask(&name, question, timeout).await?;
         Ok(Asked {
