@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// comma-separated; none by default [env: CROSSTALK_CORS_ORIGINS]
     #[arg(long)]
     pub cors_origins: Option<String>,
+    /// Most channels the relay holds; creating one more is refused
+    /// [env: CROSSTALK_MAX_CHANNELS] [default: 100000]
+    #[arg(long)]
+    pub max_channels: Option<usize>,
     /// Most waits and streams one token (or, without tokens, everyone) may hold open at once
     /// [env: CROSSTALK_MAX_WAITS_PER_PRINCIPAL] [default: 10000]
     #[arg(long)]
@@ -142,6 +146,8 @@ pub struct Config {
     pub insecure_open: bool,
     /// Most waits and streams one principal may hold open.
     pub max_waits_per_principal: usize,
+    /// Most channels the relay holds.
+    pub max_channels: usize,
 }
 
 /// Parses `NAME=MAX_COUNT/MAX_AGE_SECS,…`.
@@ -318,6 +324,9 @@ impl Config {
                 .transpose()?
                 .unwrap_or_default(),
             insecure_open: args.insecure_open,
+            max_channels: pick(args.max_channels, &["CROSSTALK_MAX_CHANNELS"])?
+                .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_CHANNELS)
+                .max(1),
             max_waits_per_principal: pick(args.max_waits_per_principal, &["CROSSTALK_MAX_WAITS_PER_PRINCIPAL"])?
                 .unwrap_or(crate::ops::DEFAULT_MAX_HELD)
                 .max(1),

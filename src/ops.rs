@@ -382,6 +382,7 @@ impl From<RelayError> for OpError {
             ),
             RelayError::ShuttingDown => OpError::new(ErrorKind::ShuttingDown, "the relay is shutting down"),
             RelayError::Forbidden(m) => OpError::new(ErrorKind::Forbidden, m),
+            RelayError::LimitReached(m) => OpError::new(ErrorKind::LimitReached, m),
             RelayError::Conflict(m) => OpError::new(ErrorKind::Conflict, m),
             RelayError::NotFound(m) => OpError::new(ErrorKind::NotFound, m),
         }

@@ -64,6 +64,7 @@ pub fn relay_config(config: &Config) -> RelayConfig {
         channel_retention: config.channel_retention.clone(),
         retention_every: config.retention_every,
         max_shared_bytes: config.max_shared_bytes,
+        max_channels: config.max_channels,
     }
 }
 

@@ -289,3 +289,33 @@ async fn one_token_cannot_hold_every_wait_and_stream() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_number_of_channels_is_bounded() {
+    let mut s = Server::start_with(&["--max-channels", "2"]);
+    let c = client();
+    post(&c, &s, "one", msg("a", "x")).await;
+    post(&c, &s, "two", msg("a", "x")).await;
+    let r = c
+        .post(s.url("/api/channels/three/messages"))
+        .json(&msg("a", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "limit_reached");
+    // Existing channels keep working, and the count survives a restart.
+    post(&c, &s, "one", msg("a", "more")).await;
+    s.terminate();
+    let dir = s.take_dir().unwrap();
+    let s = Server::start_in(dir.path(), &["--max-channels", "2"]);
+    let r = c
+        .post(s.url("/api/channels/three/messages"))
+        .json(&msg("a", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    post(&c, &s, "two", msg("a", "still fine")).await;
+}

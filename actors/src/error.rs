@@ -14,6 +14,9 @@ pub enum RelayError {
     /// The store is not answering (a flush that hangs): writes are refused at once.
     #[error("the store is not answering: {0}")]
     StoreUnavailable(String),
+    /// A configured limit is reached (channels per relay).
+    #[error("{0}")]
+    LimitReached(String),
     /// An actor did not answer in time or has stopped.
     #[error("the relay is overloaded or stopping: {0}")]
     Unavailable(&'static str),

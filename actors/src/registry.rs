@@ -24,6 +24,16 @@ pub(crate) type Directory = Arc<RwLock<HashMap<ChannelName, ChannelHandle>>>;
 /// Longest instance description, in bytes.
 pub const MAX_INSTANCE_DESCRIPTION: usize = 1024;
 
+/// How the registry opens channels.
+pub(crate) struct ChannelsConfig {
+    /// What every channel actor starts with.
+    pub channel: ChannelConfig,
+    /// Retention overrides by channel.
+    pub per_channel: HashMap<ChannelName, crate::channel::Retention>,
+    /// Most channels the relay holds.
+    pub max_channels: usize,
+}
+
 /// Open a channel, starting its actor if it is not running yet.
 #[derive(Message)]
 #[rtype(result = "Result<ChannelHandle, RelayError>")]
@@ -72,6 +82,10 @@ pub struct Registry {
     per_channel: HashMap<ChannelName, crate::channel::Retention>,
     identities: Arc<Identities>,
     cursors: HashMap<String, HashMap<ChannelName, u64>>,
+    /// Channels the relay holds (stored, or opened since the start), against `max_channels`.
+    channels: usize,
+    /// Most channels the relay may hold.
+    max_channels: usize,
 }
 
 impl Registry {
@@ -80,10 +94,15 @@ impl Registry {
         store: Arc<dyn EventStore>,
         committer: Committer,
         ids: Arc<IdAllocator>,
-        channel_config: ChannelConfig,
-        per_channel: HashMap<ChannelName, crate::channel::Retention>,
+        channels_config: ChannelsConfig,
         identities: Arc<Identities>,
     ) -> Result<Self, RelayError> {
+        let ChannelsConfig {
+            channel: channel_config,
+            per_channel,
+            max_channels,
+        } = channels_config;
+        let channels = store.channels()?.len();
         for (_, bytes) in store.scan_aux(Space::Instances, b"", false, usize::MAX)? {
             match codec::decode::<Instance>(&bytes) {
                 Ok(instance) => {
@@ -116,6 +135,8 @@ impl Registry {
             per_channel,
             identities,
             cursors,
+            channels,
+            max_channels,
         })
     }
 }
@@ -135,7 +156,18 @@ impl Handler<OpenChannel> for Registry {
         if let Some(handle) = self.directory.read().get(&name) {
             return Ok(handle.clone());
         }
-        let meta = self.store.meta(&name)?.unwrap_or_default();
+        let stored = self.store.meta(&name)?;
+        if stored.is_none() {
+            // A channel that does not exist yet: within the relay's limit, or refused.
+            if self.channels >= self.max_channels {
+                return Err(RelayError::LimitReached(format!(
+                    "this relay holds its maximum of {} channels (--max-channels); use an existing one",
+                    self.max_channels
+                )));
+            }
+            self.channels += 1;
+        }
+        let meta = stored.unwrap_or_default();
         let state = self.store.state(&name)?;
         let overlays: HashMap<_, _> = self.store.overlays(&name)?.into_iter().collect();
         let view = Arc::new(ChannelView::new(

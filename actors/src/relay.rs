@@ -21,7 +21,7 @@ use crate::error::RelayError;
 use crate::identities::Identities;
 use crate::ids::IdAllocator;
 use crate::presence::{Heartbeat, Leave, ListPresence, Participant, PresenceEvent, PresenceSupervisor, WatchPresence};
-use crate::registry::{Directory, OpenChannel, Registry};
+use crate::registry::{ChannelsConfig, Directory, OpenChannel, Registry};
 use crate::search::Indexer;
 use crate::shared::SharedStore;
 use crate::store::{EventStore, RepairReport};
@@ -61,7 +61,12 @@ pub struct RelayConfig {
     pub retention_every: Duration,
     /// Largest shared data content, in bytes.
     pub max_shared_bytes: usize,
+    /// Most channels the relay holds; a new one beyond it is refused.
+    pub max_channels: usize,
 }
+
+/// Default of `--max-channels`.
+pub const DEFAULT_MAX_CHANNELS: usize = 100_000;
 
 impl Default for RelayConfig {
     fn default() -> Self {
@@ -74,6 +79,7 @@ impl Default for RelayConfig {
             channel_retention: HashMap::new(),
             retention_every: Duration::from_secs(60),
             max_shared_bytes: 1024 * 1024,
+            max_channels: DEFAULT_MAX_CHANNELS,
         }
     }
 }
@@ -134,8 +140,11 @@ impl Relay {
             store.clone(),
             committer.clone(),
             ids,
-            channel_config,
-            per_channel,
+            ChannelsConfig {
+                channel: channel_config,
+                per_channel,
+                max_channels: config.max_channels,
+            },
             identities.clone(),
         )?
         .start();
