@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// comma-separated; none by default [env: CROSSTALK_CORS_ORIGINS]
     #[arg(long)]
     pub cors_origins: Option<String>,
+    /// Requests a second each token may make, bursts up to one second's worth; 0 for no limit
+    /// [env: CROSSTALK_RATE_LIMIT] [default: 1000]
+    #[arg(long)]
+    pub rate_limit: Option<u32>,
     /// Most channels the relay holds; creating one more is refused
     /// [env: CROSSTALK_MAX_CHANNELS] [default: 100000]
     #[arg(long)]
@@ -148,6 +152,8 @@ pub struct Config {
     pub max_waits_per_principal: usize,
     /// Most channels the relay holds.
     pub max_channels: usize,
+    /// Requests a second per token (0: unlimited).
+    pub rate_limit: u32,
 }
 
 /// Parses `NAME=MAX_COUNT/MAX_AGE_SECS,…`.
@@ -324,6 +330,7 @@ impl Config {
                 .transpose()?
                 .unwrap_or_default(),
             insecure_open: args.insecure_open,
+            rate_limit: pick(args.rate_limit, &["CROSSTALK_RATE_LIMIT"])?.unwrap_or(crate::guard::DEFAULT_RATE),
             max_channels: pick(args.max_channels, &["CROSSTALK_MAX_CHANNELS"])?
                 .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_CHANNELS)
                 .max(1),

@@ -12,6 +12,7 @@
 //!   within the size limit (413), before any handler runs.
 
 use crate::error::ApiError;
+use crate::ops::Principal;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderValue};
@@ -36,6 +37,42 @@ pub struct Policy {
     pub cors_origins: Vec<String>,
     /// Largest request body read, in bytes.
     pub max_body: usize,
+    /// Requests per second each token may make (0: unlimited).
+    pub rate: f64,
+}
+
+/// Default of `--rate-limit`: far above what agents and people do, low enough that one
+/// leaked or runaway token cannot monopolise the relay.
+pub const DEFAULT_RATE: u32 = 1000;
+
+/// A token bucket per token: `rate` requests a second, bursts up to one second's worth.
+#[derive(Default)]
+pub struct RateLimiter(parking_lot::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>);
+
+/// Buckets kept before idle ones are dropped (full buckets carry no information).
+const MAX_BUCKETS: usize = 10_000;
+
+impl RateLimiter {
+    /// `Ok` if `key` may make a request now, else the seconds until it may.
+    pub fn check(&self, key: &str, rate: f64) -> Result<(), f64> {
+        if rate <= 0.0 {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        let mut buckets = self.0.lock();
+        if buckets.len() > MAX_BUCKETS {
+            buckets.retain(|_, (tokens, at)| *tokens + at.elapsed().as_secs_f64() * rate < rate);
+        }
+        let (tokens, at) = buckets.entry(key.to_owned()).or_insert((rate, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * rate).min(rate);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            Err((1.0 - *tokens) / rate)
+        }
+    }
 }
 
 /// Loopback plus the configured hosts. Never empty: an empty list must never read as "any".
@@ -99,6 +136,7 @@ pub async fn guard(
             hosts: allowed_hosts(&[]),
             cors_origins: Vec::new(),
             max_body: 1 << 20,
+            rate: DEFAULT_RATE as f64,
         })
     });
     let host = req
@@ -144,12 +182,31 @@ pub async fn guard(
             return Ok(req.into_response(res).map_into_right_body());
         }
     }
-    match crate::auth::authenticate(&req) {
-        Ok(principal) => {
-            req.extensions_mut().insert(principal);
-        }
+    let principal = match crate::auth::authenticate(&req) {
+        Ok(principal) => principal,
         Err(unauthorized) => return Ok(req.into_response(*unauthorized).map_into_right_body()),
+    };
+    // Per token; without tokens the relay serves loopback only, and is not limited.
+    let key = match &principal {
+        Principal::Anyone => None,
+        Principal::Shared => Some("\0shared"),
+        Principal::Participant(id) => Some(id.as_str()),
+    };
+    if let (Some(key), Some(limiter)) = (key, req.app_data::<web::Data<RateLimiter>>()) {
+        if let Err(wait) = limiter.check(key, policy.rate) {
+            let mut e = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "more than {} requests a second with this token (--rate-limit)",
+                    policy.rate
+                ),
+            );
+            e.retry_after = Some(wait.ceil().max(1.0) as u32);
+            return Ok(req.into_response(e.error_response()).map_into_right_body());
+        }
     }
+    req.extensions_mut().insert(principal);
     if matches!(
         *req.method(),
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE

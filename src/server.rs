@@ -144,7 +144,9 @@ pub async fn serve(
         hosts: guard::allowed_hosts(&config.allowed_hosts),
         cors_origins: config.cors_origins.clone(),
         max_body,
+        rate: config.rate_limit as f64,
     });
+    let limiter = web::Data::new(guard::RateLimiter::default());
     let owners = web::Data::new(mcp::owner::Owners::default());
     let server = HttpServer::new(move || {
         App::new()
@@ -153,6 +155,7 @@ pub async fn serve(
             .app_data(policy.clone())
             .app_data(body_limit.clone())
             .app_data(guard_policy.clone())
+            .app_data(limiter.clone())
             .app_data(owners.clone())
             .app_data(web::QueryConfig::default().error_handler(crate::error::query_error))
             // Host/Origin, CORS, the token, the body deadline, browser headers: one layer.

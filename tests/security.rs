@@ -319,3 +319,34 @@ async fn the_number_of_channels_is_bounded() {
     assert_eq!(r.status(), 429);
     post(&c, &s, "two", msg("a", "still fine")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_rate_limited_and_others_are_not() {
+    let s = Server::start_with(&["--participants", "alice:tok-a,bob:tok-b", "--rate-limit", "20"]);
+    let alice = client_with_token("tok-a");
+    let mut limited = None;
+    for i in 0..60 {
+        let r = alice.get(s.url("/api/channels")).send().await.unwrap();
+        if r.status() == 429 {
+            limited = Some((
+                i,
+                r.headers().get("retry-after").is_some(),
+                r.json::<Value>().await.unwrap(),
+            ));
+            break;
+        }
+    }
+    let (at, retry_after, v) = limited.expect("never limited");
+    assert!(at >= 15, "limited after only {at} requests");
+    assert!(retry_after);
+    assert_eq!(v["code"], "rate_limited");
+    let r = client_with_token("tok-b")
+        .get(s.url("/api/channels"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "another token has its own allowance");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = alice.get(s.url("/api/channels")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "the allowance refills");
+}
