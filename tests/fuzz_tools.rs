@@ -25,7 +25,7 @@ impl Rng {
     fn value(&mut self, depth: u32) -> Value {
         match self.next() % if depth > 1 { 8 } else { 10 } {
             0 => Value::Null,
-            1 => json!(self.next() % 2 == 0),
+            1 => json!(self.next().is_multiple_of(2)),
             2 => json!(self.next() as i64),
             3 => json!(-((self.next() % 1000) as i64)),
             4 => json!((self.next() % 10_000) as f64 / 7.0),
@@ -63,11 +63,11 @@ async fn no_argument_makes_a_tool_fail_badly() {
         for _ in 0..25 {
             let mut args = Map::new();
             for p in &props {
-                if rng.next() % 3 != 0 {
+                if !rng.next().is_multiple_of(3) {
                     args.insert(p.clone(), rng.value(0));
                 }
             }
-            if rng.next() % 5 == 0 {
+            if rng.next().is_multiple_of(5) {
                 args.insert("not_an_argument".into(), rng.value(0));
             }
             // Waits and asks are capped at 0 s by the flag above: every call returns at once.
