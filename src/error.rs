@@ -123,13 +123,18 @@ pub async fn not_found(req: HttpRequest) -> HttpResponse {
     .error_response()
 }
 
-pub async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
-    ApiError::new(
+/// A 405 that says which methods the path has (`Allow`, as RFC 9110 requires).
+pub fn method_not_allowed(req: &HttpRequest, allow: &str) -> HttpResponse {
+    let mut res = ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        format!("{} is not allowed on {}", req.method(), req.path()),
+        format!("{} is not allowed on {}; use {allow}", req.method(), req.path()),
     )
-    .error_response()
+    .error_response();
+    if let Ok(v) = actix_web::http::header::HeaderValue::from_str(allow) {
+        res.headers_mut().insert(actix_web::http::header::ALLOW, v);
+    }
+    res
 }
 
 /// Longest plain-text error body [`json_errors`] reads before wrapping it.

@@ -157,17 +157,26 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         }
     }
     for path in paths {
+        let methods: Vec<Method> = ENDPOINTS
+            .iter()
+            .filter(|e| e.path == path)
+            .map(|e| e.method.clone())
+            .collect();
         let r = ENDPOINTS
             .iter()
             .filter(|e| e.path == path)
-            .fold(resource(path), |r, e| r.route((e.mount)()));
+            .fold(resource(path, &methods), |r, e| r.route((e.mount)()));
         cfg.service(r);
     }
 }
 
 /// A path whose other methods are a JSON 405.
-pub fn resource(path: &str) -> actix_web::Resource {
-    web::resource(path).default_service(web::route().to(error::method_not_allowed))
+pub fn resource(path: &str, methods: &[Method]) -> actix_web::Resource {
+    let allow: String = methods.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
+    web::resource(path).default_service(web::route().to(move |req: HttpRequest| {
+        let allow = allow.clone();
+        async move { error::method_not_allowed(&req, &allow) }
+    }))
 }
 
 /// A POST's request: a JSON object body (none is `{}`) with the path parameters set.

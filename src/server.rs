@@ -17,6 +17,7 @@ use crate::mcp::{self, McpSettings};
 use crate::ops::Ctx;
 use crate::rest::{self, resource};
 use crate::{error, guard, openapi, sse};
+use actix_web::http::Method;
 use actix_web::{web, App, HttpServer};
 use crosstalk_actors::sled_store::SledStore;
 use crosstalk_actors::{Relay, RelayConfig};
@@ -168,9 +169,9 @@ pub async fn serve(
             )
             // The operation table first: actix tries routes in order, the hot ones lead.
             .configure(rest::routes)
-            .service(resource(http::STREAM_PATH).route(web::get().to(sse::stream)))
-            .service(resource(http::HEALTH_PATH).route(web::get().to(http::healthz)))
-            .service(resource(http::OPENAPI_PATH).route(web::get().to(openapi::serve)))
+            .service(resource(http::STREAM_PATH, &[Method::GET]).route(web::get().to(sse::stream)))
+            .service(resource(http::HEALTH_PATH, &[Method::GET]).route(web::get().to(http::healthz)))
+            .service(resource(http::OPENAPI_PATH, &[Method::GET]).route(web::get().to(openapi::serve)))
             .default_service(web::route().to(error::not_found))
     })
     .workers(config.workers)

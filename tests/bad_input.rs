@@ -170,3 +170,20 @@ async fn bad_requests_get_clear_json_errors_and_change_nothing() {
     let (status, health) = get_json(&c, &s.url("/healthz")).await;
     assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
 }
+
+#[tokio::test]
+async fn a_wrong_method_says_which_are_allowed() {
+    let s = Server::start();
+    let r = client()
+        .delete(s.url("/api/channels/dev/messages"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "GET, POST");
+    let r = client().put(s.url("/healthz")).send().await.unwrap();
+    assert_eq!(
+        (r.status().as_u16(), r.headers()["allow"].to_str().unwrap()),
+        (405, "GET")
+    );
+}

@@ -20,6 +20,9 @@ pub fn compact(v: &mut Value, input: bool) {
             // Bounds are checked when the call is made, with a message naming them.
             o.remove("minimum");
             o.remove("maximum");
+            o.remove("pattern");
+            o.remove("minLength");
+            o.remove("maxLength");
             // A default says nothing the description does not; an optional argument's `null`
             // is what leaving it out means.
             o.remove("default");

@@ -21,6 +21,7 @@ pub struct ListRequest {
     #[schemars(range(min = 1, max = 10000))]
     pub limit: Option<usize>,
     /// Start after this channel.
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub after: Option<String>,
 }
 
@@ -42,7 +43,7 @@ impl Operation for ListChannels {
 
     async fn run(cx: &Ctx, _: Caller, r: ListRequest) -> Result<ChannelList, OpError> {
         let mut channels = cx.relay.list_channels()?;
-        if let Some(after) = r.after.as_deref().map(str::trim).filter(|a| !a.is_empty()) {
+        if let Some(after) = r.after.as_deref() {
             let after = channel(after)?;
             match channels.iter().position(|c| c.channel == after.as_str()) {
                 Some(at) => {
@@ -60,6 +61,7 @@ impl Operation for ListChannels {
 pub struct CreateRequest {
     /// Channel name.
     #[serde(alias = "channel")]
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub name: String,
     /// What the channel is for.
     #[serde(default)]
@@ -111,11 +113,13 @@ impl Operation for FindChannel {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ChannelRequest {
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub channel: String,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Present {
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub channel: String,
     pub participants: Vec<Participant>,
 }
@@ -143,6 +147,7 @@ pub struct SearchRequest {
     /// Words that must all appear (case-insensitive).
     #[serde(alias = "q")]
     pub query: String,
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub channel: Option<String>,
     pub sender: Option<String>,
     #[serde(rename = "type")]

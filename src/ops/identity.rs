@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct RegisterRequest {
     /// The name to act as.
+    #[schemars(length(min = 1, max = 128))]
     pub instance_id: String,
     /// What you do, for the others.
     pub description: Option<String>,

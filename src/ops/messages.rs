@@ -25,6 +25,7 @@ pub type Messages = Vec<Arc<Posted>>;
 #[derive(Debug, JsonSchema)]
 pub struct PostRequest {
     /// Channel name (created on first post).
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub channel: String,
     #[serde(flatten)]
     pub message: NewMessage,
@@ -71,6 +72,7 @@ impl Operation for Post {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ReadRequest {
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub channel: String,
     /// Messages with id > since_id.
     #[serde(default)]
@@ -138,6 +140,7 @@ pub enum RoleArg {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct WaitRequest {
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub channel: String,
     /// The largest id you have seen.
     #[serde(default)]
@@ -146,6 +149,7 @@ pub struct WaitRequest {
     #[schemars(range(min = 1, max = 10000))]
     pub limit: Option<usize>,
     /// Default 30.
+    #[schemars(range(min = 0))]
     pub timeout_s: Option<f64>,
     /// Your identity (default: the one you registered); your own messages do not wake you.
     pub instance_id: Option<String>,
@@ -228,6 +232,7 @@ impl Operation for Wait {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct MessageRef {
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub channel: String,
     #[serde(alias = "id")]
     pub message_id: u64,
@@ -236,16 +241,24 @@ pub struct MessageRef {
     pub limit: Option<usize>,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct MessageId {
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
+    pub channel: String,
+    #[serde(alias = "id")]
+    pub message_id: u64,
+}
+
 pub struct GetMessage;
 
 impl Operation for GetMessage {
     const NAME: &'static str = "get_message";
     const DESCRIPTION: &'static str = "One message by id, with its reply count and status.";
     const READ_ONLY: bool = true;
-    type Request = MessageRef;
+    type Request = MessageId;
     type Response = Arc<Posted>;
 
-    async fn run(cx: &Ctx, _: Caller, r: MessageRef) -> Result<Arc<Posted>, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: MessageId) -> Result<Arc<Posted>, OpError> {
         let name = channel(&r.channel)?;
         cx.relay
             .message(&name, r.message_id)
@@ -282,6 +295,7 @@ impl Operation for Replies {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct AskRequest {
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub channel: String,
     /// The question.
     #[serde(alias = "body")]
@@ -291,6 +305,7 @@ pub struct AskRequest {
     /// A human's id, or any-human (default).
     pub recipient: Option<String>,
     /// Seconds to block for the answer (capped by the relay).
+    #[schemars(range(min = 0))]
     pub timeout_s: Option<f64>,
 }
 

@@ -55,6 +55,7 @@ fn no_active_session(channel: &ChannelName) -> OpError {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct StartRequest {
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub channel: String,
     /// End after this many messages.
     pub max_turns: Option<NonZeroU32>,
@@ -132,6 +133,7 @@ impl Operation for EndSession {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct DirectivesRequest {
+    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
     pub channel: String,
     /// Whose directives: a participant id (none: everyone's).
     pub recipient: Option<String>,
