@@ -102,6 +102,8 @@ pub struct ChannelActor {
     /// Commits so far; a release timer only fires if nobody spoke since it was set.
     spoken: u64,
     release_timer: Option<SpawnHandle>,
+    /// A retention pass is with the store thread.
+    compacting: bool,
 }
 
 impl ChannelActor {
@@ -133,6 +135,7 @@ impl ChannelActor {
             next_generation: 0,
             spoken: 0,
             release_timer: None,
+            compacting: false,
         }
     }
 
@@ -353,10 +356,10 @@ impl Actor for ChannelActor {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
         let r = self.config.retention;
         if r.max_age.is_some() || r.max_count.is_some() {
-            self.compact();
-            ctx.run_interval(self.config.retention_every, |act, _| {
+            self.compact(ctx);
+            ctx.run_interval(self.config.retention_every, |act, ctx| {
                 // Compaction writes only committed history, never what is in flight.
-                act.compact()
+                act.compact(ctx)
             });
         }
     }
