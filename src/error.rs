@@ -2,7 +2,7 @@
 //! right status, including the extractors' own (bad JSON, bad query, unknown route).
 
 use crate::ops::{ErrorKind, OpError};
-use actix_web::error::{JsonPayloadError, QueryPayloadError};
+use actix_web::error::QueryPayloadError;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use serde::Serialize;
@@ -94,20 +94,6 @@ impl From<OpError> for ApiError {
         }
         api
     }
-}
-
-pub fn json_error(err: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
-    let e = match &err {
-        JsonPayloadError::Overflow { limit } | JsonPayloadError::OverflowKnownLength { limit, .. } => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("request body is larger than {limit} bytes"),
-        ),
-        JsonPayloadError::Deserialize(e) if e.is_data() => ApiError::bad_request(format!("invalid fields: {e}")),
-        JsonPayloadError::Deserialize(e) => ApiError::bad_request(format!("malformed JSON: {e}")),
-        other => ApiError::bad_request(format!("unreadable body: {other}")),
-    };
-    e.into()
 }
 
 pub fn query_error(err: QueryPayloadError, _: &HttpRequest) -> actix_web::Error {

@@ -8,7 +8,7 @@
 //! - a job whose writes fail is answered with the error; the others go on;
 //! - when the flush fails, every job of the round is undone (the store's memory goes back to
 //!   what it held, so a later flush cannot persist a refused write) and answered with the error;
-//! - a ticket its owner gave up on ([`Ticket::abandon`], a flush that hangs) is undone when its
+//! - a ticket its owner gave up on ([`Abandon`], a flush that hangs) is undone when its
 //!   flush finally returns, never acknowledged;
 //! - [`Health`] says whether the store is answering and why not, for `/healthz` and for
 //!   writers to fail fast while it hangs.
@@ -77,35 +77,27 @@ impl Ticket {
             .unwrap_or_else(|_| Err(StoreError::Io("the store thread has stopped".into())))
     }
 
-    /// Gives up waiting: unless the store thread has already decided, the write will never be
-    /// acknowledged, and is undone if it lands. Returns false if the verdict is already sent.
-    pub fn abandon(&self) -> bool {
-        abandon(&self.fate)
-    }
-
     /// Splits the ticket: the waiting half, and a handle that can abandon it.
     pub fn split(self) -> (oneshot::Receiver<Result<(), StoreError>>, Abandon) {
         (self.rx, Abandon(self.fate))
     }
 }
 
-/// Abandons a ticket from elsewhere than its waiter.
+/// Gives up on a ticket from elsewhere than its waiter: unless the store thread has already
+/// decided, the write will never be acknowledged, and is undone if it lands.
 pub struct Abandon(Arc<Mutex<Fate>>);
 
 impl Abandon {
+    /// False if the verdict is already sent (then it is coming: wait for it).
     pub fn abandon(&self) -> bool {
-        abandon(&self.0)
-    }
-}
-
-fn abandon(fate: &Mutex<Fate>) -> bool {
-    let mut fate = fate.lock();
-    match *fate {
-        Fate::Pending => {
-            *fate = Fate::Abandoned;
-            true
+        let mut fate = self.0.lock();
+        match *fate {
+            Fate::Pending => {
+                *fate = Fate::Abandoned;
+                true
+            }
+            _ => false,
         }
-        _ => false,
     }
 }
 
