@@ -231,6 +231,8 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
             Err(e) => {
                 tracing::error!(error = %e, "store write failed; not acknowledged");
                 failed = Some(e.to_string());
+                // Health first: a writer told "failed" must find the store unhealthy.
+                *health.last_error.lock() = failed.clone();
                 settle(&job.fate, job.done, Err(e));
             }
         }
@@ -246,6 +248,8 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
     };
     match flushed {
         Ok(()) => {
+            // Health first: a writer told "durable" must find the store healthy.
+            *health.last_error.lock() = failed;
             let mut take_back = Vec::new();
             for (fate, done, undo) in applied {
                 let mut f = fate.lock();
@@ -261,7 +265,6 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
             if !take_back.is_empty() {
                 revert(store, durability, take_back);
             }
-            *health.last_error.lock() = failed;
         }
         Err(e) => {
             tracing::error!(error = %e, jobs = applied.len(), "store flush failed; the round is undone, nothing acknowledged");
