@@ -182,6 +182,15 @@ impl Caller {
     /// session registered as one identity acts only as it, and an identity live in another
     /// session is refused by the relay. Counts as a heartbeat of that identity.
     pub fn act_as(&self, cx: &Ctx, who: &str) -> Result<String, OpError> {
+        let who = self.claim(who)?;
+        cx.relay.authorize(&who, self.session.as_deref())?;
+        Ok(who)
+    }
+
+    /// The identity the caller names, checked against what the caller's token and session
+    /// allow (not against other sessions' bindings: [`Caller::act_as`] adds that, and a
+    /// registration leaves it to the registry, which answers a live name with 409).
+    pub fn claim(&self, who: &str) -> Result<String, OpError> {
         let who = who.trim();
         if who.is_empty() {
             return Err(OpError::invalid(
@@ -200,7 +209,6 @@ impl Caller {
                 "this session is registered as {b:?}; it cannot act as {who:?}"
             )));
         }
-        cx.relay.authorize(who, self.session.as_deref())?;
         Ok(who.to_owned())
     }
 

@@ -31,25 +31,12 @@ impl Operation for Register {
     type Response = Registered;
 
     async fn run(cx: &Ctx, caller: Caller, r: RegisterRequest) -> Result<Registered, OpError> {
-        // The token and the session's own registration bind as everywhere; the relay
+        // The token and the session's own registration bind as everywhere; the registry
         // refuses a name live in another session (409).
-        if let super::Principal::Participant(p) = &caller.principal {
-            if p != r.instance_id.trim() {
-                return Err(OpError::forbidden(format!(
-                    "this token belongs to {p:?}; it cannot register as {:?}",
-                    r.instance_id.trim()
-                )));
-            }
-        }
-        if let Some(b) = caller.bound.as_ref().filter(|b| b.as_str() != r.instance_id.trim()) {
-            return Err(OpError::forbidden(format!(
-                "this session is registered as {b:?}; it cannot register as {:?}",
-                r.instance_id.trim()
-            )));
-        }
+        let who = caller.claim(&r.instance_id)?;
         Ok(cx
             .relay
-            .register(&r.instance_id, r.description, r.kind, caller.session.clone())
+            .register(&who, r.description, r.kind, caller.session.clone())
             .await?)
     }
 }
