@@ -16,20 +16,6 @@ const CHANNELS: [&str; 3] = ["c0", "c1", "c2"];
 const WRITERS_PER_CHANNEL: usize = 3;
 const CRASHES: usize = 10;
 
-/// A small xorshift generator; the seed is printed so a failure can be replayed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo)
-    }
-}
-
 #[derive(Default)]
 struct Acked {
     /// (channel, id, body) for every 200 a writer received.

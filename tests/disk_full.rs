@@ -57,6 +57,14 @@ async fn a_full_disk_never_acknowledges_a_lost_write() {
             "the limit was never reached: the test tests nothing"
         );
         assert!(!acknowledged.is_empty());
+        // While the disk refuses writes, health says so, with the reason.
+        let (status, health) = get_json(&c, &s.url("/healthz")).await;
+        assert_eq!(
+            (status, health["status"].as_str()),
+            (503, Some("unhealthy")),
+            "{health}"
+        );
+        assert!(health["reason"].as_str().is_some_and(|r| !r.is_empty()), "{health}");
         s.kill();
     }
     let s = Server::start_in(tmp.path(), &[]);

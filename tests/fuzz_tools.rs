@@ -8,38 +8,24 @@ use common::mcp::Mcp;
 use common::*;
 use serde_json::{json, Map, Value};
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[(self.next() % items.len() as u64) as usize]
-    }
-
-    fn value(&mut self, depth: u32) -> Value {
-        match self.next() % if depth > 1 { 8 } else { 10 } {
-            0 => Value::Null,
-            1 => json!(self.next().is_multiple_of(2)),
-            2 => json!(self.next() as i64),
-            3 => json!(-((self.next() % 1000) as i64)),
-            4 => json!((self.next() % 10_000) as f64 / 7.0),
-            5 => json!(self
-                .pick(&["", " ", "dev", "DEV", "a/b", "../..", "\u{0}", "💥", "active", "parked", "human"])
-                .to_string()),
-            6 => json!("x".repeat((self.next() % 70_000) as usize)),
-            7 => json!(f64::MAX),
-            8 => Value::Array((0..self.next() % 3).map(|_| self.value(depth + 1)).collect()),
-            _ => {
-                let mut o = Map::new();
-                o.insert("k".into(), self.value(depth + 1));
-                Value::Object(o)
-            }
+/// A random JSON value of any type (nested at most twice).
+fn value(rng: &mut Rng, depth: u32) -> Value {
+    match rng.next() % if depth > 1 { 8 } else { 10 } {
+        0 => Value::Null,
+        1 => json!(rng.next().is_multiple_of(2)),
+        2 => json!(rng.next() as i64),
+        3 => json!(-((rng.next() % 1000) as i64)),
+        4 => json!((rng.next() % 10_000) as f64 / 7.0),
+        5 => json!(rng
+            .pick(&["", " ", "dev", "DEV", "a/b", "../..", "\u{0}", "💥", "active", "parked", "human"])
+            .to_string()),
+        6 => json!("x".repeat((rng.next() % 70_000) as usize)),
+        7 => json!(f64::MAX),
+        8 => Value::Array((0..rng.next() % 3).map(|_| value(rng, depth + 1)).collect()),
+        _ => {
+            let mut o = Map::new();
+            o.insert("k".into(), value(rng, depth + 1));
+            Value::Object(o)
         }
     }
 }
@@ -64,11 +50,11 @@ async fn no_argument_makes_a_tool_fail_badly() {
             let mut args = Map::new();
             for p in &props {
                 if !rng.next().is_multiple_of(3) {
-                    args.insert(p.clone(), rng.value(0));
+                    args.insert(p.clone(), value(&mut rng, 0));
                 }
             }
             if rng.next().is_multiple_of(5) {
-                args.insert("not_an_argument".into(), rng.value(0));
+                args.insert("not_an_argument".into(), value(&mut rng, 0));
             }
             // Waits and asks are capped at 0 s by the flag above: every call returns at once.
             let a = m
