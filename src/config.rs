@@ -112,6 +112,11 @@ pub struct ServeArgs {
     /// [env: CROSSTALK_MAX_CHANNELS] [default: 100000]
     #[arg(long)]
     pub max_channels: Option<usize>,
+    /// Seconds a channel nobody uses (no wait, stream or write in flight) stays in memory
+    /// before its actor stops; it reopens from the store on the next use. 0 keeps every channel
+    /// open [env: CROSSTALK_IDLE_AFTER_SECS] [default: 30]
+    #[arg(long)]
+    pub idle_after_secs: Option<u64>,
     /// Most waits and streams one token (or, without tokens, everyone) may hold open at once
     /// [env: CROSSTALK_MAX_WAITS_PER_PRINCIPAL] [default: 10000]
     #[arg(long)]
@@ -152,6 +157,8 @@ pub struct Config {
     pub max_waits_per_principal: usize,
     /// Most channels the relay holds.
     pub max_channels: usize,
+    /// How long an unused channel actor lives (`None`: forever).
+    pub idle_after: Option<Duration>,
     /// Requests a second per token (0: unlimited).
     pub rate_limit: u32,
 }
@@ -334,6 +341,11 @@ impl Config {
             max_channels: pick(args.max_channels, &["CROSSTALK_MAX_CHANNELS"])?
                 .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_CHANNELS)
                 .max(1),
+            idle_after: match pick(args.idle_after_secs, &["CROSSTALK_IDLE_AFTER_SECS"])? {
+                Some(0) => None,
+                Some(secs) => Some(Duration::from_secs(secs)),
+                None => Some(crosstalk_actors::relay::DEFAULT_IDLE_AFTER),
+            },
             max_waits_per_principal: pick(args.max_waits_per_principal, &["CROSSTALK_MAX_WAITS_PER_PRINCIPAL"])?
                 .unwrap_or(crate::ops::DEFAULT_MAX_HELD)
                 .max(1),

@@ -66,6 +66,7 @@ pub fn relay_config(config: &Config) -> RelayConfig {
         retention_every: config.retention_every,
         max_shared_bytes: config.max_shared_bytes,
         max_channels: config.max_channels,
+        idle_after: config.idle_after,
     }
 }
 

@@ -15,6 +15,7 @@
 use crate::commit::Committer;
 use crate::error::RelayError;
 use crate::ids::IdAllocator;
+use crate::registry::Directory;
 use crate::store::{Append, EventStore, StoreError};
 use crate::view::{ChannelView, Posted, Published};
 use actix::prelude::*;
@@ -26,10 +27,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+mod idle;
 mod retention;
 mod sessions;
 mod waits;
 
+pub use idle::{CloseIfIdle, Closed};
 pub use retention::Retention;
 pub use sessions::{Describe, EndSession, StartSession};
 use waits::Waiter;
@@ -55,6 +58,8 @@ pub struct ChannelConfig {
     pub retention: Retention,
     /// How often retention runs.
     pub retention_every: Duration,
+    /// An actor nobody has used for this long, with nothing in flight, stops (`None`: never).
+    pub idle_after: Option<Duration>,
 }
 
 /// Post a message; answers once it is durable and visible.
@@ -75,6 +80,8 @@ struct Pending {
 
 pub struct ChannelActor {
     view: Arc<ChannelView>,
+    /// The registry's directory, which the actor leaves when it goes idle.
+    directory: Directory,
     store: Arc<dyn EventStore>,
     committer: Committer,
     ids: Arc<IdAllocator>,
@@ -109,6 +116,7 @@ pub struct ChannelActor {
 impl ChannelActor {
     pub(crate) fn new(
         view: Arc<ChannelView>,
+        directory: Directory,
         store: Arc<dyn EventStore>,
         committer: Committer,
         ids: Arc<IdAllocator>,
@@ -119,6 +127,7 @@ impl ChannelActor {
             meta: view.meta(),
             state: view.channel_state(),
             view,
+            directory,
             store,
             committer,
             ids,

@@ -5,11 +5,12 @@
 //! trip once a channel is open. It also owns identities: registration, the binding of an
 //! identity to the session that registered it, heartbeats, and per-identity read cursors.
 
-use crate::channel::{ChannelActor, ChannelConfig, ChannelHandle};
+use crate::channel::{ChannelActor, ChannelConfig, ChannelHandle, CloseIfIdle, Closed};
 use crate::commit::Committer;
 use crate::error::RelayError;
 use crate::identities::{Identities, Identity, InstanceView};
 use crate::ids::IdAllocator;
+use crate::search::Backlog;
 use crate::store::{EventStore, Space};
 use crate::view::ChannelView;
 use actix::prelude::*;
@@ -32,6 +33,8 @@ pub(crate) struct ChannelsConfig {
     pub per_channel: HashMap<ChannelName, crate::channel::Retention>,
     /// Most channels the relay holds.
     pub max_channels: usize,
+    /// Where a channel closed with messages the search index may not have yet goes.
+    pub unindexed: Backlog,
 }
 
 /// Open a channel, starting its actor if it is not running yet.
@@ -86,6 +89,7 @@ pub struct Registry {
     channels: usize,
     /// Most channels the relay may hold.
     max_channels: usize,
+    unindexed: Backlog,
 }
 
 impl Registry {
@@ -101,6 +105,7 @@ impl Registry {
             channel: channel_config,
             per_channel,
             max_channels,
+            unindexed,
         } = channels_config;
         let channels = store.channels()?.len();
         for (_, bytes) in store.scan_aux(Space::Instances, b"", false, usize::MAX)? {
@@ -137,15 +142,49 @@ impl Registry {
             cursors,
             channels,
             max_channels,
+            unindexed,
         })
     }
+
+    /// Asks every channel nobody has touched for the quiet period to close if it is idle.
+    fn sweep(&mut self, ctx: &mut Context<Self>) {
+        let Some(quiet) = self.channel_config.idle_after else {
+            return;
+        };
+        let candidates: Vec<_> = self
+            .directory
+            .read()
+            .values()
+            .filter(|h| h.view.idle_for() >= quiet)
+            .map(|h| (h.view.name().clone(), h.addr.clone()))
+            .collect();
+        for (name, addr) in candidates {
+            ctx.spawn(addr.send(CloseIfIdle).into_actor(self).map(move |closed, act, _| {
+                match closed {
+                    // Opened but never written: it no longer counts against the limit.
+                    Ok(Closed::Stopped { written: false }) => act.channels = act.channels.saturating_sub(1),
+                    Ok(Closed::Stopped { written: true }) => {
+                        act.unindexed.lock().insert(name);
+                    }
+                    Ok(Closed::Busy) | Err(_) => {}
+                }
+            }));
+        }
+    }
 }
+
+/// Floor of the idle sweep's period, so a tiny quiet period does not spin.
+const MIN_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Actor for Registry {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(4096);
+        if let Some(quiet) = self.channel_config.idle_after {
+            // A channel closes between one and one and a quarter quiet periods after its last use.
+            ctx.run_interval((quiet / 4).max(MIN_SWEEP_EVERY), |act, ctx| act.sweep(ctx));
+        }
     }
 }
 
@@ -177,12 +216,15 @@ impl Handler<OpenChannel> for Registry {
             overlays.clone(),
             self.store.clone(),
         ));
+        // What depends on the newest message (a pending `done`) must survive a reopen.
+        view.seed_newest()?;
         let mut config = self.channel_config.clone();
         if let Some(r) = self.per_channel.get(&name) {
             config.retention = *r;
         }
         let addr = ChannelActor::new(
             view.clone(),
+            self.directory.clone(),
             self.store.clone(),
             self.committer.clone(),
             self.ids.clone(),

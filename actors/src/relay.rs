@@ -22,7 +22,7 @@ use crate::identities::Identities;
 use crate::ids::IdAllocator;
 use crate::presence::{Heartbeat, Leave, ListPresence, Participant, PresenceEvent, PresenceSupervisor, WatchPresence};
 use crate::registry::{ChannelsConfig, Directory, OpenChannel, Registry};
-use crate::search::Indexer;
+use crate::search::{Backlog, Indexer};
 use crate::shared::SharedStore;
 use crate::store::{EventStore, RepairReport};
 use crate::view::{ChannelView, Posted};
@@ -63,7 +63,13 @@ pub struct RelayConfig {
     pub max_shared_bytes: usize,
     /// Most channels the relay holds; a new one beyond it is refused.
     pub max_channels: usize,
+    /// A channel actor nobody has used for this long, with no wait, stream or write in
+    /// flight, stops and is reopened on demand (`None`: channels stay open).
+    pub idle_after: Option<Duration>,
 }
+
+/// Default of `--idle-after`.
+pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(30);
 
 /// Default of `--max-channels`.
 pub const DEFAULT_MAX_CHANNELS: usize = 100_000;
@@ -80,6 +86,7 @@ impl Default for RelayConfig {
             retention_every: Duration::from_secs(60),
             max_shared_bytes: 1024 * 1024,
             max_channels: DEFAULT_MAX_CHANNELS,
+            idle_after: Some(DEFAULT_IDLE_AFTER),
         }
     }
 }
@@ -132,9 +139,11 @@ impl Relay {
             release_grace: config.release_grace,
             retention: config.retention,
             retention_every: config.retention_every,
+            idle_after: config.idle_after,
         };
         let per_channel = config.channel_retention.clone();
         let identities = Arc::new(Identities::new(config.presence_ttl));
+        let unindexed = Backlog::default();
         let registry = Registry::new(
             directory.clone(),
             store.clone(),
@@ -144,6 +153,7 @@ impl Relay {
                 channel: channel_config,
                 per_channel,
                 max_channels: config.max_channels,
+                unindexed: unindexed.clone(),
             },
             identities.clone(),
         )?
@@ -158,6 +168,7 @@ impl Relay {
             Indexer::new(
                 index_store,
                 Arc::new(move || views_dir.read().values().map(|h| h.view.clone()).collect()),
+                unindexed,
             )
         });
         tracing::info!(last_id, "relay started");
@@ -181,16 +192,25 @@ impl Relay {
     /// The channel's handle, starting its actor on first use.
     pub async fn channel(&self, name: &ChannelName) -> Result<ChannelHandle, RelayError> {
         if let Some(h) = self.inner.directory.read().get(name) {
+            h.view.touch();
             return Ok(h.clone());
         }
         if self.inner.shutdown.is_cancelled() {
             return Err(RelayError::ShuttingDown);
         }
-        self.inner
+        let handle = self
+            .inner
             .registry
             .send(OpenChannel(name.clone()))
             .timeout(ACTOR_CALL_TIMEOUT)
-            .await?
+            .await??;
+        handle.view.touch();
+        Ok(handle)
+    }
+
+    /// Channel actors in memory now (idle ones stop: see [`RelayConfig::idle_after`]).
+    pub fn open_channels(&self) -> usize {
+        self.inner.directory.read().len()
     }
 
     fn open_view(&self, name: &ChannelName) -> Option<Arc<ChannelView>> {

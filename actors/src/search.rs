@@ -2,13 +2,15 @@
 //! (`term\0{id}` → channel). The indexer pulls committed messages from channel views by
 //! cursor on a thread of its own at the lowest CPU priority, so posting never waits for it
 //! and under load it yields the cores to the relay; every search first asks it to catch up,
-//! so results are always complete. A restart resumes where it stopped.
+//! so results are always complete. A restart resumes where it stopped. Channels whose actor
+//! went idle before they were indexed wait in a backlog and are read from the store.
 
 use crate::error::RelayError;
 use crate::store::{EventStore, Space};
 use crate::view::{ChannelView, Posted};
 use actix::prelude::*;
 use crosstalk_schema::{kind_is, ChannelName};
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +31,11 @@ const TERM_LEN: std::ops::RangeInclusive<usize> = 2..=40;
 const SELECTIVITY_PROBE: usize = 2000;
 /// Postings a query scans at most before answering with what it found.
 const MAX_SCAN: usize = 200_000;
+/// Closed channels one pass indexes from the store at most (each costs a few store reads).
+const BACKLOG_PER_PASS: usize = 1000;
+
+/// Channels that are not open and may have messages the index lacks.
+pub(crate) type Backlog = Arc<Mutex<HashSet<ChannelName>>>;
 
 /// The lowercase terms of a text, deduplicated, in order of first appearance.
 pub fn terms(text: &str) -> Vec<String> {
@@ -68,15 +75,25 @@ pub struct Query {
 pub struct Indexer {
     store: Arc<dyn EventStore>,
     views: Arc<dyn Fn() -> Vec<Arc<ChannelView>> + Send + Sync>,
+    /// Closed channels still to index, read through detached views.
+    backlog: Backlog,
+    /// Whether the stored channels have been checked for a backlog since the start.
+    surveyed: bool,
     /// The sum of channel watermarks at the last look, and when it last changed.
     activity: (u64, std::time::Instant),
 }
 
 impl Indexer {
-    pub fn new(store: Arc<dyn EventStore>, views: Arc<dyn Fn() -> Vec<Arc<ChannelView>> + Send + Sync>) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn EventStore>,
+        views: Arc<dyn Fn() -> Vec<Arc<ChannelView>> + Send + Sync>,
+        backlog: Backlog,
+    ) -> Self {
         Indexer {
             store,
             views,
+            backlog,
+            surveyed: false,
             activity: (0, std::time::Instant::now()),
         }
     }
@@ -101,11 +118,52 @@ impl Indexer {
 
     /// Indexes up to [`INDEX_BATCH`] new messages of every channel; returns whether any
     /// channel moved forward (a failing channel is retried next pass, not spun on).
+    /// The views to index: every open channel, and up to [`BACKLOG_PER_PASS`] closed ones
+    /// read from the store. The first call also finds what a previous run left unindexed.
+    fn sources(&mut self) -> Vec<Arc<ChannelView>> {
+        if !self.surveyed {
+            self.surveyed = true;
+            match self.store.channels() {
+                Ok(stored) => {
+                    let behind: Vec<ChannelName> = stored
+                        .into_iter()
+                        .filter(|(name, meta)| meta.last_id > self.progress(name))
+                        .map(|(name, _)| name)
+                        .collect();
+                    self.backlog.lock().extend(behind);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "listing channels to index failed; will retry");
+                    self.surveyed = false;
+                }
+            }
+        }
+        let mut views = (self.views)();
+        let open: HashSet<ChannelName> = views.iter().map(|v| v.name().clone()).collect();
+        let closed: Vec<ChannelName> = {
+            let mut backlog = self.backlog.lock();
+            // An open channel is indexed through its own view.
+            backlog.retain(|name| !open.contains(name));
+            backlog.iter().take(BACKLOG_PER_PASS).cloned().collect()
+        };
+        for name in closed {
+            match ChannelView::detached_log(&name, self.store.clone()) {
+                Ok(Some(view)) => views.push(Arc::new(view)),
+                Ok(None) => {
+                    self.backlog.lock().remove(&name);
+                }
+                Err(e) => tracing::error!(channel = %name, error = %e, "reading a closed channel to index failed"),
+            }
+        }
+        views
+    }
+
     fn index_pass(&mut self) -> bool {
         let mut advanced = false;
-        for view in (self.views)() {
+        for view in self.sources() {
             let done = self.progress(view.name());
             if view.last_id() <= done {
+                self.backlog.lock().remove(view.name());
                 continue;
             }
             let Ok((batch, scanned)) = view.read_scanned(done, INDEX_BATCH) else {

@@ -9,8 +9,17 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
+
+/// Milliseconds since the first time anything asked: a clock cheap enough to stamp on every
+/// channel lookup.
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
 
 /// Committed messages each channel keeps in memory, so tail reads and fan-out skip the store.
 pub const RECENT_CAPACITY: usize = 1024;
@@ -67,6 +76,8 @@ pub struct ChannelView {
     /// Id of the newest committed event. Subscribers wait on it.
     watermark: watch::Sender<u64>,
     state: RwLock<ViewState>,
+    /// When a face last looked the channel up ([`now_ms`]): what makes an actor idle.
+    touched: AtomicU64,
 }
 
 struct ViewState {
@@ -110,7 +121,67 @@ impl ChannelView {
                 overlays,
                 compacted_upto: 0,
             }),
+            touched: AtomicU64::new(now_ms()),
         }
+    }
+
+    /// A view of a channel that is not open, straight from the store (`None` if the channel
+    /// was never written): what a search shows of a channel whose actor went idle.
+    pub(crate) fn detached(name: &ChannelName, store: Arc<dyn EventStore>) -> Result<Option<Self>, RelayError> {
+        let Some(meta) = store.meta(name)? else {
+            return Ok(None);
+        };
+        let state = store.state(name)?;
+        let overlays = store.overlays(name)?.into_iter().collect();
+        Ok(Some(ChannelView::new(name.clone(), meta, state, overlays, store)))
+    }
+
+    /// A view of a closed channel for reading its log only (no state, no overlays).
+    pub(crate) fn detached_log(name: &ChannelName, store: Arc<dyn EventStore>) -> Result<Option<Self>, RelayError> {
+        let Some(meta) = store.meta(name)? else {
+            return Ok(None);
+        };
+        Ok(Some(ChannelView::new(
+            name.clone(),
+            meta,
+            ChannelState::default(),
+            HashMap::new(),
+            store,
+        )))
+    }
+
+    /// Puts the channel's newest message in the recent window of a view just opened, so what
+    /// depends on the newest message (a pending `done`) survives the actor being reopened.
+    pub(crate) fn seed_newest(&self) -> Result<(), RelayError> {
+        let newest = self.meta().last_message_id;
+        if newest == 0 || !self.state.read().recent.is_empty() {
+            return Ok(());
+        }
+        // As posted: overlays are applied when it is read.
+        let Some(message) = self
+            .store
+            .read_one(&self.name, newest)?
+            .and_then(|bytes| self.decode(newest, &bytes))
+        else {
+            return Ok(());
+        };
+        let mut state = self.state.write();
+        if state.recent.is_empty() && state.meta.last_message_id == newest {
+            // Every message above the floor is in `recent`, and only the newest one is.
+            state.floor = newest - 1;
+            state.recent.push_back(Arc::new(Posted::new(message)));
+        }
+        Ok(())
+    }
+
+    /// Records that a face is using the channel now.
+    pub fn touch(&self) {
+        self.touched.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// How long since a face last used the channel.
+    pub fn idle_for(&self) -> Duration {
+        Duration::from_millis(now_ms().saturating_sub(self.touched.load(Ordering::Relaxed)))
     }
 
     pub fn name(&self) -> &ChannelName {

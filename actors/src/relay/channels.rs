@@ -5,7 +5,7 @@ use super::{Relay, ACTOR_CALL_TIMEOUT, SEARCH_CATCH_UP_TIMEOUT};
 use crate::channel::{Describe, EndSession, StartSession};
 use crate::error::RelayError;
 use crate::search::{self, Query};
-use crate::view::Posted;
+use crate::view::{ChannelView, Posted};
 use crosstalk_schema::{ChannelName, ChannelState, ChannelSummary};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -146,18 +146,29 @@ impl Relay {
     }
 
     /// Case-insensitive search across channels, newest first, served from the index.
+    /// Channels that are not open are read from the store (they are not opened).
     pub async fn search(&self, query: Query) -> Result<Vec<Arc<Posted>>, RelayError> {
-        for (name, _) in self.inner.store.channels()? {
-            if self.open_view(&name).is_none() {
-                self.channel(&name).await?;
-            }
-        }
         // The index lags under load (it runs at the lowest priority): bring it up to date.
         self.inner
             .indexer
             .send(search::CatchUp)
             .timeout(SEARCH_CATCH_UP_TIMEOUT)
             .await?;
-        search::search(self.inner.store.as_ref(), &|c| self.open_view(c), &query)
+        let closed = parking_lot::Mutex::new(HashMap::new());
+        let view_of = |c: &ChannelName| {
+            self.open_view(c).or_else(|| {
+                closed
+                    .lock()
+                    .entry(c.clone())
+                    .or_insert_with(|| {
+                        ChannelView::detached(c, self.inner.store.clone())
+                            .ok()
+                            .flatten()
+                            .map(Arc::new)
+                    })
+                    .clone()
+            })
+        };
+        search::search(self.inner.store.as_ref(), &view_of, &query)
     }
 }

@@ -1,0 +1,185 @@
+//! Idle channels cost nothing: a channel actor nobody uses stops after the quiet period and
+//! reopens from the store on the next use, with nothing lost or changed. In-process, on a
+//! temporary sled store, with a short quiet period.
+
+use crosstalk_actors::search::Query;
+use crosstalk_actors::sled_store::SledStore;
+use crosstalk_actors::{Relay, RelayConfig, WaitOptions, WaitOutcome};
+use crosstalk_schema::{ChannelName, NewMessage};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const QUIET: Duration = Duration::from_millis(200);
+
+fn ch(name: &str) -> ChannelName {
+    ChannelName::parse(name).unwrap()
+}
+
+fn msg(sender: &str, kind: Option<&str>, body: &str) -> NewMessage {
+    NewMessage {
+        sender: sender.into(),
+        kind: kind.map(str::to_owned),
+        body: body.into(),
+        ..Default::default()
+    }
+}
+
+fn start(dir: &std::path::Path, max_channels: usize) -> Relay {
+    let store = Arc::new(SledStore::open(dir).unwrap());
+    let config = RelayConfig {
+        idle_after: Some(QUIET),
+        // A poster counts as a party of the channel for this long, which keeps it open.
+        presence_ttl: Duration::from_millis(300),
+        max_channels,
+        ..RelayConfig::default()
+    };
+    Relay::start(store, config).unwrap().0
+}
+
+/// Waits (bounded) until at most `n` channel actors are open; returns how many are.
+async fn settle(relay: &Relay, n: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while relay.open_channels() > n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    relay.open_channels()
+}
+
+#[actix_rt::test]
+async fn idle_channels_close_and_reopen_with_nothing_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = start(dir.path(), 1000);
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        let p = relay
+            .post(&ch(&format!("c{i}")), msg("a", None, &format!("needle{i} body")))
+            .await
+            .unwrap();
+        ids.push(p.id());
+    }
+    assert_eq!(relay.open_channels(), 50);
+    assert_eq!(settle(&relay, 0).await, 0, "idle channels stayed open");
+
+    // Reading reopens from the store: everything is there, with its reply count.
+    let reply = relay
+        .post(
+            &ch("c7"),
+            NewMessage {
+                reply_to: Some(ids[7]),
+                ..msg("b", None, "a reply")
+            },
+        )
+        .await
+        .unwrap();
+    assert!(reply.id() > *ids.last().unwrap(), "ids went backwards after a reopen");
+    assert_eq!(settle(&relay, 0).await, 0);
+    let got = relay.read(&ch("c7"), 0, 100, None).await.unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].message.body, "needle7 body");
+    assert_eq!(got[0].message.reply_count, 1);
+
+    // Search finds messages of closed channels without opening them.
+    assert_eq!(settle(&relay, 0).await, 0);
+    let found = relay
+        .search(Query {
+            text: "needle42".into(),
+            limit: 10,
+            ..Query::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "a closed channel's message is missing from search");
+    assert_eq!(found[0].message.channel, "c42");
+    assert_eq!(relay.open_channels(), 0, "search opened channels");
+    assert_eq!(relay.list_channels().unwrap().len(), 50);
+}
+
+#[actix_rt::test]
+async fn waits_and_holders_keep_a_channel_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = start(dir.path(), 1000);
+    relay.post(&ch("held"), msg("a", None, "x")).await.unwrap();
+    relay.post(&ch("waited"), msg("a", None, "x")).await.unwrap();
+    relay.post(&ch("free"), msg("a", None, "x")).await.unwrap();
+    // A stream holds the channel's handle (its view); a long-poll holds a wait.
+    let handle = relay.channel(&ch("held")).await.unwrap();
+    let waiter = {
+        let relay = relay.clone();
+        tokio::spawn(async move {
+            relay
+                .wait(
+                    &ch("waited"),
+                    WaitOptions {
+                        since_id: 1_000_000,
+                        limit: 10,
+                        timeout: Duration::from_secs(3),
+                        instance: Some("w".into()),
+                        ..WaitOptions::default()
+                    },
+                )
+                .await
+        })
+    };
+    assert_eq!(settle(&relay, 2).await, 2);
+    tokio::time::sleep(QUIET * 4).await;
+    assert_eq!(relay.open_channels(), 2, "a channel in use was closed");
+    // A post wakes the wait through the same actor it registered with.
+    let posted = relay.post(&ch("waited"), msg("b", None, "wake")).await.unwrap();
+    drop(handle);
+    let woke = waiter.await.unwrap().unwrap();
+    assert_eq!(woke.outcome, WaitOutcome::Timeout, "since_id above every id: nothing to deliver");
+    assert!(posted.id() > 0);
+    assert_eq!(settle(&relay, 0).await, 0, "channels stayed open once nobody used them");
+}
+
+#[actix_rt::test]
+async fn a_wait_answers_the_same_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = start(dir.path(), 1000);
+    relay.post(&ch("pair"), msg("a", None, "working")).await.unwrap();
+    relay.post(&ch("pair"), msg("a", Some("done"), "finished")).await.unwrap();
+    let pair = ch("pair");
+    let wait = || {
+        relay.wait(
+            &pair,
+            WaitOptions {
+                since_id: 0,
+                limit: 10,
+                timeout: Duration::from_secs(2),
+                instance: Some("b".into()),
+                exclude_self: true,
+                ..WaitOptions::default()
+            },
+        )
+    };
+    let open = wait().await.unwrap();
+    assert_eq!(open.outcome, WaitOutcome::Done);
+    assert_eq!(settle(&relay, 0).await, 0);
+    // The newest message decides what a wait answers: a reopened channel must know it.
+    let reopened = wait().await.unwrap();
+    assert_eq!(reopened.outcome, open.outcome);
+    let ids = |r: &crosstalk_actors::WaitResult| r.messages.iter().map(|p| p.id()).collect::<Vec<_>>();
+    assert_eq!(ids(&reopened), ids(&open));
+    assert_eq!(reopened.next_since_id, open.next_since_id);
+}
+
+#[actix_rt::test]
+async fn a_channel_opened_but_never_written_stops_counting_against_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = start(dir.path(), 2);
+    let short = |since| WaitOptions {
+        since_id: since,
+        limit: 10,
+        timeout: Duration::from_millis(50),
+        ..WaitOptions::default()
+    };
+    // Waiting on a channel opens it (to wait on it) without writing anything.
+    for name in ["e1", "e2"] {
+        assert_eq!(relay.wait(&ch(name), short(0)).await.unwrap().outcome, WaitOutcome::Timeout);
+    }
+    assert!(relay.wait(&ch("e3"), short(0)).await.is_err(), "the limit did not hold");
+    assert_eq!(settle(&relay, 0).await, 0);
+    for name in ["e3", "e4"] {
+        assert_eq!(relay.wait(&ch(name), short(0)).await.unwrap().outcome, WaitOutcome::Timeout);
+    }
+}
