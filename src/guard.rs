@@ -121,8 +121,20 @@ pub fn origin_allowed(hosts: &[String], origin: &str) -> bool {
     matches!(scheme, "http" | "https") && host_allowed(hosts, authority)
 }
 
-fn refuse(req: ServiceRequest, status: StatusCode, code: &'static str, message: String) -> ServiceResponse {
+/// Answers a refused request, counting it under `reason` (`crosstalk_rejected_total`).
+fn refuse(
+    req: ServiceRequest,
+    reason: &'static str,
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+) -> ServiceResponse {
+    rejected(reason);
     req.into_response(ApiError::new(status, code, message).error_response())
+}
+
+fn rejected(reason: &'static str) {
+    metrics::counter!("crosstalk_rejected_total", "reason" => reason).increment(1);
 }
 
 /// The middleware.
@@ -149,6 +161,7 @@ pub async fn guard(
     if !host_allowed(&policy.hosts, &host) && req.path() != crate::http::HEALTH_PATH {
         return Ok(refuse(
             req,
+            "host",
             StatusCode::FORBIDDEN,
             "forbidden",
             format!("Host {host:?} is not allowed (DNS rebinding defence); start the relay with --allowed-hosts"),
@@ -168,6 +181,7 @@ pub async fn guard(
         if cors.is_none() && !origin_allowed(&policy.hosts, o) {
             return Ok(refuse(
                 req,
+                "origin",
                 StatusCode::FORBIDDEN,
                 "forbidden",
                 format!("Origin {o:?} is not allowed (cross-site requests are refused)"),
@@ -184,7 +198,10 @@ pub async fn guard(
     }
     let principal = match crate::auth::authenticate(&req) {
         Ok(principal) => principal,
-        Err(unauthorized) => return Ok(req.into_response(*unauthorized).map_into_right_body()),
+        Err(unauthorized) => {
+            rejected("unauthorized");
+            return Ok(req.into_response(*unauthorized).map_into_right_body());
+        }
     };
     // Per token; without tokens the relay serves loopback only, and is not limited.
     let key = match &principal {
@@ -194,6 +211,7 @@ pub async fn guard(
     };
     if let (Some(key), Some(limiter)) = (key, req.app_data::<web::Data<RateLimiter>>()) {
         if let Err(wait) = limiter.check(key, policy.rate) {
+            rejected("rate_limited");
             let mut e = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
@@ -214,7 +232,7 @@ pub async fn guard(
         match read_body(req.take_payload(), policy.max_body).await {
             Ok(body) => req.set_payload(Payload::from(body)),
             Err((status, code, message)) => {
-                return Ok(refuse(req, status, code, message).map_into_right_body());
+                return Ok(refuse(req, code, status, code, message).map_into_right_body());
             }
         }
     }

@@ -12,6 +12,7 @@ pub mod ops;
 pub mod rest;
 pub mod server;
 pub mod sse;
+pub mod telemetry;
 
 pub use config::Config;
 pub use server::{run, serve};

@@ -1,10 +1,11 @@
 //! `/openapi.json`: the OpenAPI 3.1 document, generated from the REST route table and the
 //! operations' request and response types (their JSON Schemas, draft 2020-12, which is
 //! OpenAPI 3.1's dialect). Nothing in it is written by hand except the transport routes
-//! (`/healthz`, the SSE stream, this document, `/mcp`) and the error body.
+//! (`/healthz`, the SSE stream, `/metrics`, this document, `/mcp`) and the error body.
 
 use crate::http::{HEALTH_PATH, OPENAPI_PATH, STREAM_PATH};
 use crate::rest::{Endpoint, ENDPOINTS};
+use crate::telemetry::METRICS_PATH;
 use actix_web::HttpResponse;
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};
@@ -186,6 +187,14 @@ fn transport_routes(paths: &mut Map<String, Value>) {
             "403": { "description": "may not act as that participant", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } }
         }
     } }));
+    paths.insert(METRICS_PATH.into(), json!({ "get": {
+        "operationId": "metrics", "summary": "metrics",
+        "description": "Prometheus text format: operations by face and outcome, refusals by reason, commit round sizes, flush and wake latency, channel actors, waits, streams, store size, search index lag.",
+        "responses": {
+            "200": { "description": "Prometheus text exposition format", "content": { "text/plain": { "schema": { "type": "string" } } } },
+            "401": { "description": "missing or wrong token", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } }
+        }
+    } }));
     paths.insert(OPENAPI_PATH.into(), json!({ "get": {
         "operationId": "openapi", "summary": "this document",
         "responses": {
@@ -252,7 +261,7 @@ mod tests {
                 e.status
             );
         }
-        for path in [HEALTH_PATH, STREAM_PATH, OPENAPI_PATH] {
+        for path in [HEALTH_PATH, STREAM_PATH, OPENAPI_PATH, METRICS_PATH] {
             assert!(paths[path]["get"].is_object(), "{path} is missing");
         }
         // Every $ref points at a schema the document holds.

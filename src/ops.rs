@@ -55,6 +55,28 @@ pub trait Operation: 'static {
     ) -> impl Future<Output = Result<Self::Response, OpError>> + Send + '_;
 }
 
+/// Runs an operation for a face, counting it by face, operation and outcome
+/// (`crosstalk_operations_total`, see `crate::telemetry`). Every face calls operations
+/// through this.
+pub async fn call<O: Operation>(
+    face: &'static str,
+    cx: &Ctx,
+    caller: Caller,
+    request: O::Request,
+) -> Result<O::Response, OpError> {
+    let result = O::run(cx, caller, request).await;
+    counted(face, O::NAME, result.as_ref().map_or_else(|e| e.kind.code(), |_| "ok"));
+    result
+}
+
+/// Counts one request for an operation by its outcome: `ok`, or the error code it was
+/// answered with (a face calls it itself for requests refused before the operation ran,
+/// such as arguments that do not parse).
+pub fn counted(face: &'static str, operation: &'static str, outcome: &'static str) {
+    metrics::counter!("crosstalk_operations_total", "face" => face, "operation" => operation, "outcome" => outcome)
+        .increment(1);
+}
+
 /// What every operation shares: the relay and the gauges `/healthz` shows.
 #[derive(Clone)]
 pub struct Ctx {

@@ -73,13 +73,16 @@ where
             if m == Method::POST {
                 route.to(
                     move |req: HttpRequest, body: web::Payload, cx: web::Data<Ctx>| async move {
-                        let request = posted::<O::Request>(&req, body).await?;
+                        let request = posted::<O::Request>(&req, body)
+                            .await
+                            .inspect_err(|e| crate::ops::counted("rest", O::NAME, e.code))?;
                         answer::<O, P>(&req, &cx, request, project, status).await
                     },
                 )
             } else {
                 route.to(move |req: HttpRequest, cx: web::Data<Ctx>| async move {
-                    let request = from_query::<O::Request>(&req)?;
+                    let request =
+                        from_query::<O::Request>(&req).inspect_err(|e| crate::ops::counted("rest", O::NAME, e.code))?;
                     answer::<O, P>(&req, &cx, request, project, status).await
                 })
             }
@@ -213,7 +216,7 @@ where
     O: Operation,
     P: Serialize,
 {
-    let answer = O::run(cx, caller(req, None), request).await?;
+    let answer = crate::ops::call::<O>("rest", cx, caller(req, None), request).await?;
     let mut json = Vec::with_capacity(RESPONSE_CAPACITY);
     serde_json::to_writer(&mut json, &project(answer))
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;

@@ -16,7 +16,7 @@ use crate::http::{self, BodyLimit, RestPolicy};
 use crate::mcp::{self, McpSettings};
 use crate::ops::Ctx;
 use crate::rest::{self, resource};
-use crate::{error, guard, openapi, sse};
+use crate::{error, guard, openapi, sse, telemetry};
 use actix_web::http::Method;
 use actix_web::{web, App, HttpServer};
 use crosstalk_actors::sled_store::SledStore;
@@ -118,6 +118,9 @@ pub async fn serve(
     listener: std::net::TcpListener,
     shutdown: impl Future<Output = ()> + 'static,
 ) -> Result<(), ServeError> {
+    // Before anything records: the recorder must be installed to count.
+    telemetry::handle();
+    telemetry::start_upkeep();
     let mut cx = Ctx::new(relay.clone());
     cx.max_held = config.max_waits_per_principal;
     if !is_loopback(&config.host) && !config.auth.enabled() {
@@ -173,6 +176,7 @@ pub async fn serve(
             .service(resource(http::STREAM_PATH, &[Method::GET]).route(web::get().to(sse::stream)))
             .service(resource(http::HEALTH_PATH, &[Method::GET]).route(web::get().to(http::healthz)))
             .service(resource(http::OPENAPI_PATH, &[Method::GET]).route(web::get().to(openapi::serve)))
+            .service(resource(telemetry::METRICS_PATH, &[Method::GET]).route(web::get().to(telemetry::serve)))
             .default_service(web::route().to(error::not_found))
     })
     .workers(config.workers)

@@ -160,9 +160,14 @@ async fn next_chunk(s: &mut State) -> Option<Bytes> {
     if let Some(ready) = s.ready.take() {
         return Some(ready);
     }
+    let mut woken = false;
     loop {
         match s.handle.view.read(s.cursor, BATCH) {
             Ok(found) if !found.is_empty() => {
+                if woken {
+                    metrics::histogram!("crosstalk_wake_seconds", "reader" => "sse")
+                        .record(s.handle.view.since_published().as_secs_f64());
+                }
                 let mut out = BytesMut::with_capacity(found.iter().map(|p| p.json().len() + 40).sum());
                 for p in &found {
                     // JSON escapes CR and LF, so a body of any shape stays one `data:` line.
@@ -187,7 +192,7 @@ async fn next_chunk(s: &mut State) -> Option<Bytes> {
         tokio::select! {
             biased;
             _ = s.cancel.cancelled() => return None,
-            changed = s.commits.changed() => if changed.is_err() { return None },
+            changed = s.commits.changed() => if changed.is_err() { return None } else { woken = true },
             event = s.presence_events.recv() => match event {
                 Ok(event) => {
                     let data = serde_json::to_string(&event).unwrap_or_default();

@@ -10,12 +10,6 @@ use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn client_with_token(token: &str) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
-    reqwest::Client::builder().default_headers(headers).build().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_session_belongs_to_the_principal_that_opened_it() {
     let s = Server::start_with(&["--participants", "alice:tok-alice,bob:tok-bob"]);

@@ -241,11 +241,17 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
         *health.last_error.lock() = failed;
         return;
     }
+    metrics::histogram!("crosstalk_commit_round_writes").record(applied.len() as f64);
+    let flush_started = std::time::Instant::now();
     let flushed = match durability {
         Durability::Relaxed => Ok(()),
         Durability::Flush => store.flush(),
         Durability::Fsync => store.sync(),
     };
+    metrics::histogram!("crosstalk_flush_seconds").record(flush_started.elapsed().as_secs_f64());
+    if flushed.is_err() {
+        metrics::counter!("crosstalk_flush_failures_total").increment(1);
+    }
     match flushed {
         Ok(()) => {
             // Health first: a writer told "durable" must find the store healthy.

@@ -22,7 +22,7 @@ use crate::identities::Identities;
 use crate::ids::IdAllocator;
 use crate::presence::{Heartbeat, Leave, ListPresence, Participant, PresenceEvent, PresenceSupervisor, WatchPresence};
 use crate::registry::{ChannelsConfig, Directory, OpenChannel, Registry};
-use crate::search::{Backlog, Indexer};
+use crate::search::{Backlog, CaughtUp, Indexer};
 use crate::shared::SharedStore;
 use crate::store::{EventStore, RepairReport};
 use crate::view::{ChannelView, Posted};
@@ -106,6 +106,8 @@ struct Inner {
     store: Arc<dyn EventStore>,
     committer: Committer,
     shutdown: CancellationToken,
+    /// When the search index last had every committed message.
+    index_caught_up: CaughtUp,
     /// When each (channel, poster) last sent a presence heartbeat.
     heartbeats: parking_lot::Mutex<HashMap<(ChannelName, String), std::time::Instant>>,
 }
@@ -144,6 +146,8 @@ impl Relay {
         let per_channel = config.channel_retention.clone();
         let identities = Arc::new(Identities::new(config.presence_ttl));
         let unindexed = Backlog::default();
+        let caught_up = CaughtUp::default();
+        let index_caught_up = caught_up.clone();
         let registry = Registry::new(
             directory.clone(),
             store.clone(),
@@ -169,6 +173,7 @@ impl Relay {
                 index_store,
                 Arc::new(move || views_dir.read().values().map(|h| h.view.clone()).collect()),
                 unindexed,
+                index_caught_up,
             )
         });
         tracing::info!(last_id, "relay started");
@@ -184,6 +189,7 @@ impl Relay {
                 committer,
                 shutdown: CancellationToken::new(),
                 heartbeats: Default::default(),
+                index_caught_up: caught_up,
             }),
         };
         Ok((relay, repairs))
@@ -211,6 +217,18 @@ impl Relay {
     /// Channel actors in memory now (idle ones stop: see [`RelayConfig::idle_after`]).
     pub fn open_channels(&self) -> usize {
         self.inner.directory.read().len()
+    }
+
+    /// Bytes the store takes on disk, if it can tell.
+    pub fn store_bytes(&self) -> Option<u64> {
+        self.inner.store.size_on_disk()
+    }
+
+    /// How long since the search index last held every committed message (it works when the
+    /// relay is quiet; a search catches it up first).
+    pub fn search_index_lag(&self) -> Duration {
+        let at = self.inner.index_caught_up.load(std::sync::atomic::Ordering::Relaxed);
+        Duration::from_millis(crate::view::now_ms().saturating_sub(at))
     }
 
     fn open_view(&self, name: &ChannelName) -> Option<Arc<ChannelView>> {

@@ -37,6 +37,9 @@ const BACKLOG_PER_PASS: usize = 1000;
 /// Channels that are not open and may have messages the index lacks.
 pub(crate) type Backlog = Arc<Mutex<HashSet<ChannelName>>>;
 
+/// When the index last had every committed message ([`crate::view::now_ms`]).
+pub(crate) type CaughtUp = Arc<std::sync::atomic::AtomicU64>;
+
 /// The lowercase terms of a text, deduplicated, in order of first appearance.
 pub fn terms(text: &str) -> Vec<String> {
     let mut seen = HashSet::new();
@@ -79,6 +82,7 @@ pub struct Indexer {
     backlog: Backlog,
     /// Whether the stored channels have been checked for a backlog since the start.
     surveyed: bool,
+    caught_up: CaughtUp,
     /// The sum of channel watermarks at the last look, and when it last changed.
     activity: (u64, std::time::Instant),
 }
@@ -88,12 +92,14 @@ impl Indexer {
         store: Arc<dyn EventStore>,
         views: Arc<dyn Fn() -> Vec<Arc<ChannelView>> + Send + Sync>,
         backlog: Backlog,
+        caught_up: CaughtUp,
     ) -> Self {
         Indexer {
             store,
             views,
             backlog,
             surveyed: false,
+            caught_up,
             activity: (0, std::time::Instant::now()),
         }
     }
@@ -160,12 +166,14 @@ impl Indexer {
 
     fn index_pass(&mut self) -> bool {
         let mut advanced = false;
+        let mut behind = 0usize;
         for view in self.sources() {
             let done = self.progress(view.name());
             if view.last_id() <= done {
                 self.backlog.lock().remove(view.name());
                 continue;
             }
+            behind += 1;
             let Ok((batch, scanned)) = view.read_scanned(done, INDEX_BATCH) else {
                 continue;
             };
@@ -193,6 +201,11 @@ impl Indexer {
                 advanced = true;
             }
         }
+        if behind == 0 && self.backlog.lock().is_empty() {
+            self.caught_up
+                .store(crate::view::now_ms(), std::sync::atomic::Ordering::Relaxed);
+        }
+        metrics::gauge!("crosstalk_search_channels_behind").set((behind + self.backlog.lock().len()) as f64);
         advanced
     }
 }

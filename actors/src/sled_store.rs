@@ -417,6 +417,10 @@ impl EventStore for SledStore {
         Ok(())
     }
 
+    fn size_on_disk(&self) -> Option<u64> {
+        self.db.size_on_disk().ok()
+    }
+
     fn repair(&self) -> Result<RepairReport, StoreError> {
         let mut report = RepairReport::default();
         for (channel, mut meta) in self.channels()? {

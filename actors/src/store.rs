@@ -154,6 +154,11 @@ pub trait EventStore: Send + Sync + 'static {
     /// so it survives a power loss on hardware that honours cache flushes.
     fn sync(&self) -> Result<(), StoreError>;
 
+    /// Bytes the store takes on disk, if it can tell.
+    fn size_on_disk(&self) -> Option<u64> {
+        None
+    }
+
     /// Checks the newest records of every channel and removes a damaged tail, so the relay
     /// serves everything before it; raises [`EventStore::id_floor`] above the removed ids.
     /// Returns what it removed.

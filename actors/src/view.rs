@@ -16,9 +16,13 @@ use tokio::sync::watch;
 
 /// Milliseconds since the first time anything asked: a clock cheap enough to stamp on every
 /// channel lookup.
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
+    now_us() / 1000
+}
+
+fn now_us() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
 }
 
 /// Committed messages each channel keeps in memory, so tail reads and fan-out skip the store.
@@ -78,6 +82,8 @@ pub struct ChannelView {
     state: RwLock<ViewState>,
     /// When a face last looked the channel up ([`now_ms`]): what makes an actor idle.
     touched: AtomicU64,
+    /// When the newest batch became visible (µs, same clock): wake latency is measured from it.
+    published: AtomicU64,
 }
 
 struct ViewState {
@@ -122,6 +128,7 @@ impl ChannelView {
                 compacted_upto: 0,
             }),
             touched: AtomicU64::new(now_ms()),
+            published: AtomicU64::new(0),
         }
     }
 
@@ -177,6 +184,12 @@ impl ChannelView {
     /// Records that a face is using the channel now.
     pub fn touch(&self) {
         self.touched.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// How long since the newest batch became visible: a reader woken by it measures its
+    /// wake latency with this.
+    pub fn since_published(&self) -> Duration {
+        Duration::from_micros(now_us().saturating_sub(self.published.load(Ordering::Relaxed)))
     }
 
     /// How long since a face last used the channel.
@@ -369,6 +382,7 @@ impl ChannelView {
                 state.overlays.insert(id, o);
             }
         }
+        self.published.store(now_us(), Ordering::Relaxed);
         self.watermark.send_replace(p.meta.last_id);
     }
 

@@ -127,7 +127,11 @@ async fn waits_and_holders_keep_a_channel_open() {
     let posted = relay.post(&ch("waited"), msg("b", None, "wake")).await.unwrap();
     drop(handle);
     let woke = waiter.await.unwrap().unwrap();
-    assert_eq!(woke.outcome, WaitOutcome::Timeout, "since_id above every id: nothing to deliver");
+    assert_eq!(
+        woke.outcome,
+        WaitOutcome::Timeout,
+        "since_id above every id: nothing to deliver"
+    );
     assert!(posted.id() > 0);
     assert_eq!(settle(&relay, 0).await, 0, "channels stayed open once nobody used them");
 }
@@ -137,7 +141,10 @@ async fn a_wait_answers_the_same_after_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let relay = start(dir.path(), 1000);
     relay.post(&ch("pair"), msg("a", None, "working")).await.unwrap();
-    relay.post(&ch("pair"), msg("a", Some("done"), "finished")).await.unwrap();
+    relay
+        .post(&ch("pair"), msg("a", Some("done"), "finished"))
+        .await
+        .unwrap();
     let pair = ch("pair");
     let wait = || {
         relay.wait(
@@ -175,11 +182,17 @@ async fn a_channel_opened_but_never_written_stops_counting_against_the_limit() {
     };
     // Waiting on a channel opens it (to wait on it) without writing anything.
     for name in ["e1", "e2"] {
-        assert_eq!(relay.wait(&ch(name), short(0)).await.unwrap().outcome, WaitOutcome::Timeout);
+        assert_eq!(
+            relay.wait(&ch(name), short(0)).await.unwrap().outcome,
+            WaitOutcome::Timeout
+        );
     }
     assert!(relay.wait(&ch("e3"), short(0)).await.is_err(), "the limit did not hold");
     assert_eq!(settle(&relay, 0).await, 0);
     for name in ["e3", "e4"] {
-        assert_eq!(relay.wait(&ch(name), short(0)).await.unwrap().outcome, WaitOutcome::Timeout);
+        assert_eq!(
+            relay.wait(&ch(name), short(0)).await.unwrap().outcome,
+            WaitOutcome::Timeout
+        );
     }
 }

@@ -153,6 +153,38 @@ fn tool_error(e: &OpError) -> String {
 /// Checks the arguments, runs the operation, reports progress while it blocks, and gives up
 /// when the client cancels.
 async fn run<O: Operation>(cx: &Cx, accepted: &BTreeSet<String>, args: JsonObject) -> Result<O::Response, OpError> {
+    let request = arguments::<O>(cx, accepted, args)
+        .await
+        .inspect_err(|e| crate::ops::counted("mcp", O::NAME, e.kind.code()))?;
+    let running = crate::ops::call::<O>("mcp", &cx.ctx, cx.caller(), request);
+    tokio::pin!(running);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + WAIT_PROGRESS_EVERY, WAIT_PROGRESS_EVERY);
+    let started = std::time::Instant::now();
+    loop {
+        tokio::select! {
+            answer = &mut running => return answer,
+            _ = cx.cancel.cancelled() => {
+                tracing::debug!(tool = O::NAME, "tool call cancelled by its client");
+                return Err(OpError::invalid("cancelled"));
+            }
+            _ = ticks.tick() => {
+                if let Some(token) = &cx.progress {
+                    let mut p = ProgressNotificationParam::new(token.clone(), started.elapsed().as_secs_f64());
+                    p.total = Some(cx.wait_cap.as_secs_f64());
+                    p.message = Some(format!("{} is waiting", O::NAME));
+                    let _ = cx.peer.notify_progress(p).await;
+                }
+            }
+        }
+    }
+}
+
+/// The tool's arguments as the operation's request; unknown ones are refused.
+async fn arguments<O: Operation>(
+    cx: &Cx,
+    accepted: &BTreeSet<String>,
+    args: JsonObject,
+) -> Result<O::Request, OpError> {
     if let Some(unknown) = args.keys().find(|k| !accepted.contains(*k)) {
         let known: Vec<&str> = accepted.iter().map(String::as_str).collect();
         return Err(OpError::invalid(format!(
@@ -174,7 +206,7 @@ async fn run<O: Operation>(cx: &Cx, accepted: &BTreeSet<String>, args: JsonObjec
             .await;
         }
     }
-    let request: O::Request = serde_path_to_error::deserialize(Value::Object(args)).map_err(|e| {
+    serde_path_to_error::deserialize(Value::Object(args)).map_err(|e| {
         let path = e.path().to_string();
         let e = e.into_inner();
         if path == "." {
@@ -182,28 +214,7 @@ async fn run<O: Operation>(cx: &Cx, accepted: &BTreeSet<String>, args: JsonObjec
         } else {
             OpError::invalid(format!("invalid arguments for {}: {path}: {e}", O::NAME))
         }
-    })?;
-    let running = O::run(&cx.ctx, cx.caller(), request);
-    tokio::pin!(running);
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + WAIT_PROGRESS_EVERY, WAIT_PROGRESS_EVERY);
-    let started = std::time::Instant::now();
-    loop {
-        tokio::select! {
-            answer = &mut running => return answer,
-            _ = cx.cancel.cancelled() => {
-                tracing::debug!(tool = O::NAME, "tool call cancelled by its client");
-                return Err(OpError::invalid("cancelled"));
-            }
-            _ = ticks.tick() => {
-                if let Some(token) = &cx.progress {
-                    let mut p = ProgressNotificationParam::new(token.clone(), started.elapsed().as_secs_f64());
-                    p.total = Some(cx.wait_cap.as_secs_f64());
-                    p.message = Some(format!("{} is waiting", O::NAME));
-                    let _ = cx.peer.notify_progress(p).await;
-                }
-            }
-        }
-    }
+    })
 }
 
 /// Sends a `notifications/message` at warning level if the client asked for warnings.

@@ -124,6 +124,7 @@ impl Relay {
         let deadline = tokio::time::sleep(opts.timeout);
         tokio::pin!(deadline);
         let mut cursor = opts.since_id;
+        let mut woken = false;
         loop {
             let (found, scanned) = view.read_scanned(cursor, opts.limit)?;
             cursor = scanned;
@@ -132,6 +133,10 @@ impl Relay {
                 .filter(|p| me != Some(p.message.sender.as_str()))
                 .collect();
             if !found.is_empty() {
+                if woken {
+                    metrics::histogram!("crosstalk_wake_seconds", "reader" => "wait")
+                        .record(view.since_published().as_secs_f64());
+                }
                 let outcome = if me.is_some() && found.iter().any(|p| kind_is(&p.message.kind, "done")) {
                     WaitOutcome::Done
                 } else {
@@ -147,7 +152,7 @@ impl Relay {
             };
             let outcome = tokio::select! {
                 changed = commits.changed() => match changed {
-                    Ok(()) => continue,
+                    Ok(()) => { woken = true; continue }
                     Err(_) => WaitOutcome::ShuttingDown,
                 },
                 c = control_fired => match c {

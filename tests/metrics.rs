@@ -1,0 +1,157 @@
+//! `GET /metrics`: Prometheus text behind the token, counting what the relay did by face,
+//! and idle channel actors leaving memory (`--idle-after`) as its gauge shows.
+
+mod common;
+
+use common::mcp::Mcp;
+use common::{client, Server};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "m3trics";
+
+/// The value of the sample whose name and labels start with `series`, e.g.
+/// `crosstalk_operations_total{face="rest",operation="post_message",outcome="ok"}`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+async fn scrape(s: &Server) -> String {
+    let r = client().get(s.url("/metrics")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    r.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn metrics_count_what_the_relay_did_and_need_the_token() {
+    let s = Server::start_with(&["--token", TOKEN]);
+    let http = client();
+    let anonymous = http.get(s.url("/metrics")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401, "metrics must need the token");
+
+    for i in 0..3 {
+        let r = http
+            .post(s.url("/api/channels/m/messages"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"sender": "a", "body": format!("hello {i}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let refused = http
+        .post(s.url("/api/channels/m/messages"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"sender": "a"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    // A long-poll woken by a post: a wake latency sample.
+    let waiter = {
+        let http = http.clone();
+        let url = s.url("/api/channels/w/wait?since_id=0&timeout=10");
+        tokio::spawn(async move { http.get(url).bearer_auth(TOKEN).send().await.unwrap().status() })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    http.post(s.url("/api/channels/w/messages"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"sender": "b", "body": "wake"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(waiter.await.unwrap(), 200);
+
+    let mcp = Mcp::connect_with(&s, common::client_with_token(TOKEN)).await;
+    mcp.call_ok(
+        "post_message",
+        json!({"channel": "m", "sender": "c", "body": "over mcp"}),
+    )
+    .await;
+
+    let text = scrape(&s).await;
+    let ok = |face: &str, op: &str| {
+        sample(
+            &text,
+            &format!("crosstalk_operations_total{{face=\"{face}\",operation=\"{op}\",outcome=\"ok\"}}"),
+        )
+    };
+    assert_eq!(ok("rest", "post_message"), Some(4.0), "{text}");
+    assert_eq!(ok("mcp", "post_message"), Some(1.0), "{text}");
+    assert_eq!(ok("rest", "wait_for_message"), Some(1.0), "{text}");
+    assert_eq!(
+        sample(
+            &text,
+            "crosstalk_operations_total{face=\"rest\",operation=\"post_message\",outcome=\"invalid_input\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "crosstalk_rejected_total{reason=\"unauthorized\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "crosstalk_commit_round_writes_count").unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        sample(&text, "crosstalk_flush_seconds_count").unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "crosstalk_wake_seconds_count{reader=\"wait\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "crosstalk_channel_actors").unwrap_or(0.0) >= 2.0,
+        "{text}"
+    );
+    assert!(sample(&text, "crosstalk_store_bytes").unwrap_or(0.0) > 0.0, "{text}");
+    assert_eq!(sample(&text, "crosstalk_store_healthy"), Some(1.0), "{text}");
+    assert!(sample(&text, "crosstalk_search_index_lag_seconds").is_some(), "{text}");
+    assert!(text.contains("# HELP crosstalk_wake_seconds"), "{text}");
+}
+
+#[tokio::test]
+async fn idle_channel_actors_leave_memory_and_come_back_with_their_messages() {
+    let s = Server::start_with(&["--token", TOKEN, "--idle-after-secs", "1", "--presence-ttl-secs", "1"]);
+    let http = client();
+    for i in 0..20 {
+        let r = http
+            .post(s.url(&format!("/api/channels/c{i}/messages")))
+            .bearer_auth(TOKEN)
+            .json(&json!({"sender": "a", "body": format!("body {i}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    assert!(sample(&scrape(&s).await, "crosstalk_channel_actors").unwrap() >= 20.0);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let open = sample(&scrape(&s).await, "crosstalk_channel_actors").unwrap();
+        if open == 0.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{open} channel actors still open");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let got: serde_json::Value = http
+        .get(s.url("/api/channels/c7/messages"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got[0]["body"], "body 7", "{got}");
+}
