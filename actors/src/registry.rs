@@ -90,6 +90,8 @@ pub struct Registry {
     /// Most channels the relay may hold.
     max_channels: usize,
     unindexed: Backlog,
+    /// Channels the sweep found quiet, waiting to be asked to close.
+    closing: std::collections::VecDeque<(ChannelName, Addr<ChannelActor>)>,
 }
 
 impl Registry {
@@ -143,22 +145,34 @@ impl Registry {
             channels,
             max_channels,
             unindexed,
+            closing: Default::default(),
         })
     }
 
-    /// Asks every channel nobody has touched for the quiet period to close if it is idle.
-    fn sweep(&mut self, ctx: &mut Context<Self>) {
+    /// Queues every channel nobody has touched for the quiet period (unless a sweep is still
+    /// working through the last queue).
+    fn sweep(&mut self) {
         let Some(quiet) = self.channel_config.idle_after else {
             return;
         };
-        let candidates: Vec<_> = self
-            .directory
-            .read()
-            .values()
-            .filter(|h| h.view.idle_for() >= quiet)
-            .map(|h| (h.view.name().clone(), h.addr.clone()))
-            .collect();
-        for (name, addr) in candidates {
+        if !self.closing.is_empty() {
+            return;
+        }
+        let directory = self.directory.read();
+        self.closing.extend(
+            directory
+                .values()
+                .filter(|h| h.view.idle_for() >= quiet)
+                .map(|h| (h.view.name().clone(), h.addr.clone())),
+        );
+    }
+
+    /// Asks the next few queued channels to close if they are idle: paced, so closing tens of
+    /// thousands of channels never holds up the live ones sharing their thread.
+    fn close_some(&mut self, ctx: &mut Context<Self>) {
+        let n = self.closing.len().min(CLOSE_BATCH);
+        let batch: Vec<_> = self.closing.drain(..n).collect();
+        for (name, addr) in batch {
             ctx.spawn(addr.send(CloseIfIdle).into_actor(self).map(move |closed, act, _| {
                 match closed {
                     // Opened but never written: it no longer counts against the limit.
@@ -170,11 +184,23 @@ impl Registry {
                 }
             }));
         }
+        if n > 0 && self.closing.is_empty() {
+            let mut directory = self.directory.write();
+            // The directory shrinks back after a burst of channels.
+            if directory.capacity() > 4 * directory.len().max(1024) {
+                directory.shrink_to_fit();
+            }
+            self.closing.shrink_to_fit();
+        }
     }
 }
 
 /// Floor of the idle sweep's period, so a tiny quiet period does not spin.
 const MIN_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+/// Channels asked to close per [`CLOSE_EVERY`]: bursts stay a few milliseconds of the
+/// actors' thread, and closing keeps up with a flood of new channels.
+const CLOSE_BATCH: usize = 256;
+const CLOSE_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl Actor for Registry {
     type Context = Context<Self>;
@@ -182,8 +208,10 @@ impl Actor for Registry {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(4096);
         if let Some(quiet) = self.channel_config.idle_after {
-            // A channel closes between one and one and a quarter quiet periods after its last use.
-            ctx.run_interval((quiet / 4).max(MIN_SWEEP_EVERY), |act, ctx| act.sweep(ctx));
+            // A channel closes between one and one and a quarter quiet periods after its last
+            // use (later when thousands close at once: they are paced).
+            ctx.run_interval((quiet / 4).max(MIN_SWEEP_EVERY), |act, _| act.sweep());
+            ctx.run_interval(CLOSE_EVERY, |act, ctx| act.close_some(ctx));
         }
     }
 }
