@@ -44,7 +44,7 @@ struct Args {
     /// Write the markdown report here (BENCHMARKS.md).
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Comma-separated subset: post,tail,wake,fanout,idle,mcp,startup [default: all].
+    /// Comma-separated subset: post,tail,wake,fanout,idle,mcp,startup,fsync,channels,waiters [default: all].
     #[arg(long)]
     only: Option<String>,
     /// Measured seconds of each throughput workload.
@@ -76,7 +76,11 @@ struct Args {
 
 /// In run order. MCP runs before the SSE fleets so a peer still draining thousands of closed
 /// streams does not slow it down.
-const ALL: &[&str] = &["post", "tail", "wake", "mcp", "fanout", "idle", "startup"];
+const ALL: &[&str] = &[
+    "post", "tail", "wake", "mcp", "fanout", "idle", "startup", "fsync", "channels", "waiters",
+];
+/// Workloads of crosstalk alone: each starts a server of its own with the flags it measures.
+const OURS_ONLY: &[&str] = &["fsync", "channels", "waiters"];
 
 /// Raises the soft open-file limit to the hard one; returns the new soft limit.
 fn raise_nofile() -> usize {
@@ -224,6 +228,8 @@ async fn bench_one(
                 o
             };
             record_outcome(rec, kind, "mcp", outcome, &mut failed);
+            let outcome = workload::mcp::mcp_wake(plan, &server, rec).await;
+            record_outcome(rec, kind, "mcp wake", outcome, &mut failed);
         }
         if want("fanout") {
             let outcome = {
@@ -247,6 +253,22 @@ async fn bench_one(
             record_outcome(rec, kind, "clean stop", Err(e), &mut failed);
         }
         std::fs::remove_dir_all(&dir)?;
+    }
+    for name in OURS_ONLY.iter().filter(|w| want(w)) {
+        if kind != Kind::Crosstalk {
+            continue;
+        }
+        let dir = data_root.join(format!("{}-{name}", kind.name()));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        let outcome = match *name {
+            "fsync" => workload::scale::fsync_post(plan, launcher, &dir, rec).await,
+            "channels" => workload::scale::channels(plan, launcher, &dir, rec).await,
+            _ => workload::scale::waiters(plan, launcher, &dir, rec).await,
+        };
+        record_outcome(rec, kind, name, outcome, &mut failed);
+        let _ = std::fs::remove_dir_all(&dir);
     }
     if want("startup") {
         let startup_dir = data_root.join(format!("{}-startup", kind.name()));

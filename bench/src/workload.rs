@@ -6,6 +6,7 @@
 pub mod fanout;
 pub mod mcp;
 pub mod post;
+pub mod scale;
 pub mod startup;
 pub mod wake;
 
@@ -44,6 +45,15 @@ pub struct Plan {
     pub startup_messages: u64,
     /// Timed restarts on the populated store; the median is reported.
     pub startup_restarts: usize,
+    /// Channels the `channels` workload posts to once each.
+    pub touch_channels: usize,
+    /// The relay's `--idle-after-secs` (and presence TTL) in the `channels` workload.
+    pub idle_after_secs: u64,
+    /// Wall-clock bound on touching the channels.
+    pub scale_budget: Duration,
+    /// Channels of the `waiters` workload, and waiters parked on each.
+    pub waiter_channels: usize,
+    pub waiters_per_channel: usize,
 }
 
 impl Plan {
@@ -62,6 +72,11 @@ impl Plan {
             delivery_budget: Duration::from_secs(10),
             startup_messages: 1_000_000,
             startup_restarts: 3,
+            touch_channels: 100_000,
+            idle_after_secs: 5,
+            scale_budget: Duration::from_secs(300),
+            waiter_channels: 1000,
+            waiters_per_channel: 10,
         }
     }
 
@@ -81,6 +96,11 @@ impl Plan {
             delivery_budget: Duration::from_secs(5),
             startup_messages: 2_000,
             startup_restarts: 1,
+            touch_channels: 2_000,
+            idle_after_secs: 1,
+            scale_budget: Duration::from_secs(60),
+            waiter_channels: 20,
+            waiters_per_channel: 10,
         }
     }
 }

@@ -20,7 +20,7 @@ const PROTOCOL_VERSION: &str = "2025-03-26";
 const ACCEPT: &str = "application/json, text/event-stream";
 
 /// One initialized MCP session on its own connection.
-struct Session {
+pub struct Session {
     conn: Conn,
     /// `Mcp-Session-Id` from the server; a stateless server may send none.
     id: Option<String>,
@@ -66,7 +66,7 @@ fn response_of(reply: &Reply, want_id: u64) -> anyhow::Result<Value> {
 
 impl Session {
     /// `None` when the server has no `/mcp` (404).
-    async fn open(addr: SocketAddr) -> anyhow::Result<Option<Session>> {
+    pub async fn open(addr: SocketAddr) -> anyhow::Result<Option<Session>> {
         let mut conn = Conn::connect(addr).await?;
         let init = json!({
             "jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -109,16 +109,26 @@ impl Session {
     }
 
     async fn post_message(&mut self, sender: usize) -> anyhow::Result<()> {
-        let rid = self.next_request;
-        self.next_request += 1;
-        let call = json!({
-            "jsonrpc": "2.0", "id": rid, "method": "tools/call",
-            "params": {"name": "post_message", "arguments": {
+        self.call(
+            "post_message",
+            json!({
                 "channel": CHANNEL,
                 "sender": format!("bench-{sender:02}"),
                 "type": "note",
                 "body": body_text(sender),
-            }}
+            }),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `tools/call`: the tool's `structuredContent` (or `null`), or an error if it failed.
+    pub async fn call(&mut self, tool: &str, arguments: Value) -> anyhow::Result<Value> {
+        let rid = self.next_request;
+        self.next_request += 1;
+        let call = json!({
+            "jsonrpc": "2.0", "id": rid, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}
         });
         let reply = send(&mut self.conn, self.id.as_deref(), &call).await?;
         if !reply.status.is_success() {
@@ -126,9 +136,9 @@ impl Session {
         }
         let res = response_of(&reply, rid)?;
         if res.get("error").is_some() || res["result"]["isError"].as_bool() == Some(true) {
-            bail!("tools/call post_message failed: {res}");
+            bail!("tools/call {tool} failed: {res}");
         }
-        Ok(())
+        Ok(res["result"]["structuredContent"].clone())
     }
 }
 
@@ -168,5 +178,46 @@ pub async fn mcp_post(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow:
     let s = summarize(&lat);
     rec.set("mcp_post_per_s", s.count as f64 / plan.duration.as_secs_f64());
     rec.set("mcp_post_p99_ms", s.p99_ms);
+    Ok(Done::Ran)
+}
+
+/// MCP wake: a session blocks in `tools/call wait_for_message`; 20 ms later a REST client
+/// posts; the time from just before the POST is sent until the tool's answer is read.
+pub async fn mcp_wake(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Result<Done> {
+    let Some(mut session) = Session::open(server.addr).await? else {
+        return Ok(Done::Skipped("not available: /mcp answered 404".into()));
+    };
+    let path = "/api/channels/bench-mcp-wake/messages";
+    let mut poster = Conn::connect(server.addr).await?;
+    let first = poster.post_json(path, super::message_json(0)).await?;
+    let mut last = crate::client::first_id(&first.body).context("post names no id")?;
+    let deadline = Instant::now() + plan.wake_budget;
+    let mut samples = Vec::new();
+    while samples.len() < plan.wake_rounds && Instant::now() < deadline {
+        let args = json!({"channel": "bench-mcp-wake", "since_id": last, "timeout_s": 10});
+        let parked = tokio::spawn(async move {
+            let got = session.call("wait_for_message", args).await;
+            (got, Instant::now(), session)
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let sent = Instant::now();
+        let posted = poster.post_json(path, super::message_json(1)).await?;
+        let id = crate::client::first_id(&posted.body).context("post names no id")?;
+        let (got, woke, s) = parked.await?;
+        session = s;
+        let got = got?;
+        if got["messages"][0]["id"].as_u64() != Some(id) {
+            bail!("wait_for_message answered {got}; expected message {id}");
+        }
+        samples.push(woke - sent);
+        last = id;
+    }
+    if samples.is_empty() {
+        bail!("no MCP wake round finished within {:?}", plan.wake_budget);
+    }
+    let s = summarize(&samples);
+    rec.set("mcp_wake_p50_ms", s.p50_ms);
+    rec.set("mcp_wake_p99_ms", s.p99_ms);
+    rec.note(format!("MCP wake: {} rounds, max {:.2} ms", s.count, s.max_ms));
     Ok(Done::Ran)
 }

@@ -1,6 +1,6 @@
 //! Workloads 1 and 2: durable POST throughput, then tail reads of the channel it filled.
 
-use super::{closed_loop, message_json, Done, Plan, Record, RequestSpec};
+use super::{closed_loop, message_json, Done, LoadResult, Plan, Record, RequestSpec};
 use crate::client::{first_id, Conn, Reply};
 use crate::stats::summarize;
 use crate::target::{Kind, Server};
@@ -20,9 +20,24 @@ fn created_status(_: Kind) -> StatusCode {
 /// acknowledged only once durable (crosstalk's default `--durability flush`; SQLite's commit).
 /// Returns the largest id acknowledged.
 pub async fn post(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Result<u64> {
-    let path = format!("/api/channels/{CHANNEL}/messages");
+    let res = post_load(plan, server, CHANNEL).await?;
+    res.check("durable POST")?;
+    let lat = summarize(&res.latencies);
+    rec.set("post_per_s", res.rate());
+    rec.set("post_p50_ms", lat.p50_ms);
+    rec.set("post_p99_ms", lat.p99_ms);
+    rec.note(format!(
+        "POST: {} acknowledged in {:.1} s on {} connections",
+        res.ok, res.seconds, plan.connections
+    ));
+    Ok(res.max_id)
+}
+
+/// The closed POST loop of [`post`] on `channel`.
+pub async fn post_load(plan: &Plan, server: &Server, channel: &str) -> anyhow::Result<LoadResult> {
+    let path = format!("/api/channels/{channel}/messages");
     let want = created_status(server.kind);
-    let res = closed_loop(
+    closed_loop(
         server.addr,
         plan.connections,
         plan.warmup,
@@ -45,17 +60,7 @@ pub async fn post(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Res
                 .ok_or_else(|| "POST answer names no id".to_owned())
         }),
     )
-    .await?;
-    res.check("durable POST")?;
-    let lat = summarize(&res.latencies);
-    rec.set("post_per_s", res.rate());
-    rec.set("post_p50_ms", lat.p50_ms);
-    rec.set("post_p99_ms", lat.p99_ms);
-    rec.note(format!(
-        "POST: {} acknowledged in {:.1} s on {} connections",
-        res.ok, res.seconds, plan.connections
-    ));
-    Ok(res.max_id)
+    .await
 }
 
 /// `GET …/messages?since_id=<newest − 10>` from `plan.connections` connections: every read
