@@ -130,6 +130,41 @@ async fn streaming_participant_shows_in_presence_and_leaves_when_the_stream_clos
     );
 }
 
+/// A participant known from posting (as an agent) who opens a stream as a human is shown as
+/// a human, and the others' streams are told (`joined` with the participant as it now is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poster_who_streams_as_a_human_is_announced_as_one() {
+    let s = Server::start();
+    let c = client();
+    let r = c
+        .post(s.url("/api/channels/dev/messages"))
+        .json(&serde_json::json!({"sender": "humanZ", "body": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut watcher = SseReader::open(&c, &s.url("/api/channels/dev/stream"), None).await;
+    assert_eq!(watcher.next(T).await.unwrap().event, "ready");
+    let _human = SseReader::open(
+        &c,
+        &s.url("/api/channels/dev/stream?participant_id=humanZ&kind=human"),
+        None,
+    )
+    .await;
+    let mut seen = None;
+    while let Some(e) = watcher.next(T).await {
+        if e.event == "presence" {
+            seen = Some(serde_json::from_str::<serde_json::Value>(&e.data).unwrap());
+            break;
+        }
+    }
+    let joined = seen.expect("a presence event");
+    assert_eq!(joined["event"], "joined", "{joined}");
+    assert_eq!(joined["participant"]["kind"], "human", "{joined}");
+    let (_, p) = get_json(&c, &s.url("/api/channels/dev/presence")).await;
+    assert_eq!(p[0]["kind"], "human", "{p}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_stream_gets_a_keep_alive_comment_every_15_seconds() {
     use futures_util::StreamExt;

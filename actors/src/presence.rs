@@ -153,6 +153,11 @@ impl Handler<Heartbeat> for PresenceSupervisor {
                 if e.participant.activity != hb.activity {
                     e.participant.activity = hb.activity.to_owned();
                 }
+                let before = (
+                    e.participant.display_name.clone(),
+                    e.participant.kind.clone(),
+                    e.participant.side.clone(),
+                );
                 if let Some(name) = hb.display_name {
                     e.participant.display_name = name;
                 }
@@ -160,8 +165,21 @@ impl Handler<Heartbeat> for PresenceSupervisor {
                     e.participant.side = hb.side;
                 }
                 // A stream that says it is a human is one, even if the id posted first.
-                if let Some(kind) = hb.kind.filter(|k| *k != e.participant.kind) {
+                if let Some(kind) = hb.kind {
                     e.participant.kind = kind;
+                }
+                let changed = before
+                    != (
+                        e.participant.display_name.clone(),
+                        e.participant.kind.clone(),
+                        e.participant.side.clone(),
+                    );
+                if changed {
+                    // Who others see changed (a poster opened a stream as a human, say):
+                    // announce it as it now is.
+                    let participant = e.participant.clone();
+                    let channel = hb.channel.to_string();
+                    self.emit(&hb.channel, PresenceEvent::Joined { channel, participant });
                 }
             }
             None => {
