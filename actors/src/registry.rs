@@ -415,6 +415,38 @@ impl Handler<MoveCursors> for Registry {
     }
 }
 
+/// Removes an identity's cursor on a channel (it leaves the channel); answers once durable.
+#[derive(Message)]
+#[rtype(result = "Result<(), RelayError>")]
+pub struct ForgetCursor {
+    pub instance_id: String,
+    pub channel: ChannelName,
+}
+
+impl Handler<ForgetCursor> for Registry {
+    type Result = ResponseActFuture<Self, Result<(), RelayError>>;
+
+    fn handle(&mut self, msg: ForgetCursor, _: &mut Context<Self>) -> Self::Result {
+        let before = self
+            .cursors
+            .get_mut(&msg.instance_id)
+            .and_then(|mine| mine.remove(&msg.channel));
+        let writes = vec![(cursor_key(&msg.instance_id, &msg.channel), None)];
+        let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
+            store.write_aux(Space::Cursors, &writes)
+        }));
+        Box::pin(ticket.durable().into_actor(self).map(move |result, act, _| {
+            if let Err(e) = result {
+                if let Some(at) = before {
+                    act.cursors.entry(msg.instance_id).or_default().insert(msg.channel, at);
+                }
+                return Err(e.into());
+            }
+            Ok(())
+        }))
+    }
+}
+
 impl Handler<Cursors> for Registry {
     type Result = MessageResult<Cursors>;
 

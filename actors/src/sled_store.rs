@@ -366,6 +366,20 @@ impl EventStore for SledStore {
         Ok(out)
     }
 
+    fn read_back(&self, channel: &ChannelName, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut out = Vec::with_capacity(limit.min(256));
+        for item in self
+            .log
+            .range(event_key(channel, 0)..=event_key(channel, upto))
+            .rev()
+            .take(limit)
+        {
+            let (key, value) = item.map_err(io)?;
+            out.push((id_of(&key)?, value.to_vec()));
+        }
+        Ok(out)
+    }
+
     fn meta(&self, channel: &ChannelName) -> Result<Option<ChannelMeta>, StoreError> {
         match self.log.get(meta_key(channel)).map_err(io)? {
             None => Ok(None),

@@ -108,6 +108,9 @@ pub trait EventStore: Send + Sync + 'static {
     /// Events with `after < id <= upto`, oldest first, at most `limit`.
     fn read(&self, channel: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError>;
 
+    /// Events with `id <= upto`, newest first, at most `limit`.
+    fn read_back(&self, channel: &ChannelName, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError>;
+
     /// One event by id.
     fn read_one(&self, channel: &ChannelName, id: u64) -> Result<Option<Vec<u8>>, StoreError>;
 

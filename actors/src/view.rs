@@ -316,6 +316,37 @@ impl ChannelView {
         Ok((out, cursor))
     }
 
+    /// The newest `limit` committed messages, oldest first: from the recent window when it
+    /// holds enough, else from the store, newest backwards.
+    pub fn newest(&self, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
+        let (mut out, floor, compacted) = {
+            let state = self.state.read();
+            let skip = state.recent.len().saturating_sub(limit);
+            let recent: Vec<Arc<Posted>> = state
+                .recent
+                .iter()
+                .skip(skip)
+                .map(|p| Self::dressed(p, &state.overlays))
+                .collect();
+            (recent, state.floor, state.compacted_upto)
+        };
+        // Older messages are in the store, below the recent window (events that are not
+        // messages are skipped, so read in pages until enough or none are left).
+        let mut upto = floor;
+        let mut older = Vec::new();
+        while out.len() + older.len() < limit && upto > compacted {
+            let page = self.store.read_back(&self.name, upto, limit.max(16))?;
+            let Some(last) = page.last().map(|e| e.0) else { break };
+            let mut messages = self.decode_all(page);
+            messages.truncate(limit - out.len() - older.len());
+            older.extend(messages);
+            upto = last.saturating_sub(1);
+        }
+        older.reverse();
+        older.append(&mut out);
+        Ok(older)
+    }
+
     /// One committed message by id.
     pub fn get(&self, id: u64) -> Result<Option<Arc<Posted>>, RelayError> {
         {

@@ -68,6 +68,9 @@ impl EventStore for Faulty {
     fn read(&self, c: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
         self.inner.read(c, after, upto, limit)
     }
+    fn read_back(&self, c: &ChannelName, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        self.inner.read_back(c, upto, limit)
+    }
     fn read_one(&self, c: &ChannelName, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
         self.inner.read_one(c, id)
     }

@@ -39,6 +39,24 @@ impl Relay {
         Ok(found)
     }
 
+    /// The newest `limit` committed messages, oldest first (an unknown channel is empty). With
+    /// `reader`, its read cursor moves past them.
+    pub async fn newest(
+        &self,
+        channel: &ChannelName,
+        limit: usize,
+        reader: Option<&str>,
+    ) -> Result<Vec<Arc<Posted>>, RelayError> {
+        let Some(view) = self.existing_view(channel).await? else {
+            return Ok(Vec::new());
+        };
+        let found = view.newest(limit)?;
+        if let (Some(who), Some(last)) = (reader, found.last()) {
+            self.advance_cursor(who, channel, last.id());
+        }
+        Ok(found)
+    }
+
     /// Every channel with at least one event, most recently active first.
     pub fn list_channels(&self) -> Result<Vec<ChannelSummary>, RelayError> {
         let mut metas: HashMap<ChannelName, _> = self.inner.store.channels()?.into_iter().collect();
@@ -89,6 +107,14 @@ impl Relay {
             }
         }
         Ok(out)
+    }
+
+    /// The id of the channel's newest committed event (0 for a channel never written).
+    pub fn channel_last_id(&self, channel: &ChannelName) -> Result<u64, RelayError> {
+        match self.open_view(channel) {
+            Some(v) => Ok(v.last_id()),
+            None => Ok(self.inner.store.meta(channel)?.map_or(0, |m| m.last_id)),
+        }
     }
 
     /// The committed state of a channel (default for a channel never written); starts nothing.

@@ -3,7 +3,7 @@
 use super::{Relay, ACTOR_CALL_TIMEOUT};
 use crate::error::RelayError;
 use crate::identities::InstanceView;
-use crate::registry::{AdvanceCursor, Cursors, MoveCursors, Register, Registered};
+use crate::registry::{AdvanceCursor, Cursors, ForgetCursor, MoveCursors, Register, Registered};
 use crate::view::Posted;
 use crosstalk_schema::message::ANY_HUMAN;
 use crosstalk_schema::{ChannelName, InstanceKind};
@@ -33,12 +33,7 @@ impl Relay {
             .identities
             .get(who)
             .map_or(InstanceKind::Agent, |i| i.instance.kind);
-        let cursors = self
-            .inner
-            .registry
-            .send(Cursors(who.to_owned()))
-            .timeout(ACTOR_CALL_TIMEOUT)
-            .await?;
+        let cursors = self.cursors(who).await?;
         let mut out = Vec::new();
         let mut moves = Vec::new();
         for (channel, cursor) in cursors {
@@ -69,6 +64,51 @@ impl Relay {
             .timeout(ACTOR_CALL_TIMEOUT)
             .await??;
         Ok(out)
+    }
+
+    /// `who`'s read cursors: the channels it joined, and where it has read each up to.
+    async fn cursors(&self, who: &str) -> Result<Vec<(ChannelName, u64)>, RelayError> {
+        Ok(self
+            .inner
+            .registry
+            .send(Cursors(who.to_owned()))
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?)
+    }
+
+    /// Where `who` has read `channel` up to (0 if it never has).
+    pub async fn cursor(&self, who: &str, channel: &ChannelName) -> Result<u64, RelayError> {
+        let cursors = self.cursors(who).await?;
+        Ok(cursors.into_iter().find(|(c, _)| c == channel).map_or(0, |(_, id)| id))
+    }
+
+    /// `who` joins `channel` from its newest message on: its inbox covers the channel from now.
+    /// Answers once the cursor is durable.
+    pub async fn join(&self, who: &str, channel: &ChannelName) -> Result<(), RelayError> {
+        let newest = self.channel_last_id(channel)?;
+        if self.cursor(who, channel).await? >= newest && newest > 0 {
+            return Ok(());
+        }
+        self.inner
+            .registry
+            .send(MoveCursors {
+                instance_id: who.to_owned(),
+                moves: vec![(channel.clone(), newest)],
+            })
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
+    }
+
+    /// `who` leaves `channel`: its inbox no longer covers it. Answers once that is durable.
+    pub async fn leave_channel(&self, who: &str, channel: &ChannelName) -> Result<(), RelayError> {
+        self.inner
+            .registry
+            .send(ForgetCursor {
+                instance_id: who.to_owned(),
+                channel: channel.clone(),
+            })
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?
     }
 
     pub async fn register(
