@@ -11,7 +11,7 @@ use actix_web::{web, ResponseError};
 use std::collections::HashMap;
 
 /// Paths anyone may call: health checks from load balancers and orchestrators.
-const OPEN_PATHS: &[&str] = &["/healthz"];
+const OPEN_PATHS: &[&str] = &["/healthz", crate::cc::HEALTH_PATH];
 
 #[derive(Debug, Clone, Default)]
 pub struct Auth {
@@ -76,6 +76,11 @@ fn token_of(req: &ServiceRequest) -> Option<String> {
             return Some(h[7..].trim().to_owned());
         }
     }
+    // cross-claude-mcp's Claude.ai connector URL carries the key: `?api_key=`, on `/cc/*` only.
+    if req.path().starts_with("/cc/") {
+        let q = web::Query::<HashMap<String, String>>::from_query(req.query_string()).ok()?;
+        return q.get("api_key").cloned();
+    }
     // EventSource cannot send headers: `?token=` (crosstalk-mcp's page sends `?relay_token=`)
     // is accepted on the SSE stream route only.
     if is_sse_stream(req.path()) {
@@ -92,13 +97,23 @@ fn is_sse_stream(path: &str) -> bool {
         .is_some_and(|channel| !channel.is_empty() && !channel.contains('/'))
 }
 
+/// Where an MCP client looks for OAuth (RFC 9728 / RFC 8414 metadata, dynamic client
+/// registration). The relay has no OAuth: these answer 404 with or without a token, which the
+/// MCP authorization spec reads as "no authorization server", rather than a 401 that sends a
+/// client such as mcp-remote into a registration it cannot complete.
+fn oauth_discovery(path: &str) -> bool {
+    path.starts_with("/.well-known/oauth-")
+        || path.starts_with("/.well-known/openid-configuration")
+        || path == "/register"
+}
+
 /// Who the request is (from its token), or the 401 to answer. Called by the one middleware
 /// in front of every route ([`crate::guard::guard`]).
 pub fn authenticate(req: &ServiceRequest) -> Result<Principal, Box<actix_web::HttpResponse>> {
     let Some(auth) = req.app_data::<web::Data<Auth>>() else {
         return Ok(Principal::Anyone);
     };
-    if !auth.enabled() || OPEN_PATHS.contains(&req.path()) {
+    if !auth.enabled() || OPEN_PATHS.contains(&req.path()) || oauth_discovery(req.path()) {
         return Ok(Principal::Anyone);
     }
     match token_of(req).and_then(|t| auth.resolve(&t)) {

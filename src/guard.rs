@@ -158,7 +158,8 @@ pub async fn guard(
         .unwrap_or("")
         .to_owned();
     // /healthz answers any Host: load balancers probe it by address, and it tells nothing.
-    if !host_allowed(&policy.hosts, &host) && req.path() != crate::http::HEALTH_PATH {
+    let health = req.path() == crate::http::HEALTH_PATH || req.path() == crate::cc::HEALTH_PATH;
+    if !host_allowed(&policy.hosts, &host) && !health {
         return Ok(refuse(
             req,
             "host",

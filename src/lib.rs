@@ -2,6 +2,7 @@
 //! translate HTTP into messages to the relay's actors and back. No business rules live here.
 
 pub mod auth;
+pub mod cc;
 pub mod config;
 pub mod error;
 pub mod guard;

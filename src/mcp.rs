@@ -48,19 +48,27 @@ pub struct McpSettings {
     pub max_body_bytes: usize,
 }
 
+/// Which tool set, prompt and instructions a service offers: crosstalk's (`/mcp`) or
+/// cross-claude-mcp's (`/cc/mcp`). Both run the same operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Face {
+    Crosstalk,
+    CrossClaude,
+}
+
 /// The transport, built once and cloned into every worker: sessions live in its session
 /// manager, which all clones share.
 pub type McpService = StreamableHttpService<CrosstalkMcp, sessions::DisconnectAware>;
 
 /// Builds the `/mcp` service. The relay's shutdown token is the transport's, so SIGTERM ends
 /// every MCP session and stream along with the REST ones.
-pub fn service(ctx: Ctx, settings: &McpSettings) -> McpService {
+pub fn service(ctx: Ctx, settings: &McpSettings, face: Face) -> McpService {
     let hosts = allowed_hosts(&settings.allowed_hosts);
     let origins = allowed_origins(&hosts);
     let shutdown = ctx.relay.shutdown_token();
     let wait_cap = settings.wait_cap;
     StreamableHttpService::builder()
-        .service_factory(Arc::new(move || Ok(CrosstalkMcp::new(ctx.clone(), wait_cap))))
+        .service_factory(Arc::new(move || Ok(CrosstalkMcp::new(ctx.clone(), wait_cap, face))))
         .session_manager(Arc::new(sessions::DisconnectAware::default()))
         .stateful_mode(true)
         .sse_keep_alive(SSE_KEEP_ALIVE)
@@ -106,6 +114,7 @@ pub fn allowed_origins(hosts: &[String]) -> Vec<String> {
 #[derive(Clone)]
 pub struct CrosstalkMcp {
     ctx: Ctx,
+    face: Face,
     /// Longest `wait_for_message`.
     wait_cap: Duration,
     /// Channels this session subscribed to with `resources/subscribe`; dropping the last
@@ -118,8 +127,9 @@ pub struct CrosstalkMcp {
 }
 
 impl CrosstalkMcp {
-    pub fn new(ctx: Ctx, wait_cap: Duration) -> Self {
+    pub fn new(ctx: Ctx, wait_cap: Duration, face: Face) -> Self {
         CrosstalkMcp {
+            face,
             subscriptions: Arc::new(resources::Subscriptions::new(ctx.relay.shutdown_token())),
             ctx,
             wait_cap,
@@ -142,6 +152,12 @@ Post with post_message, then block on wait_for_message(channel, since_id=<last i
 reply; keep the largest id you have seen and pass it as since_id every time. Post type \"done\" when \
 you are finished. The prompt crosstalk-protocol explains the conversation protocol in full.";
 
+/// What `/cc/mcp` tells every client: cross-claude-mcp's protocol in brief.
+const CC_INSTRUCTIONS: &str = "A message bus between AI instances (cross-claude-mcp's tools, served by \
+crosstalk). register first, list_channels and pick the most specific channel, send_message, then \
+wait_for_reply(channel, after_id=<the id you sent>) or check_messages. Send message_type \"done\" when you \
+are finished. The prompt cross-claude-protocol explains it in full.";
+
 impl ServerHandler for CrosstalkMcp {
     fn get_info(&self) -> ServerInfo {
         ServerInfo::new(
@@ -154,7 +170,10 @@ impl ServerHandler for CrosstalkMcp {
                 .build(),
         )
         .with_server_info(Implementation::new("crosstalk", env!("CARGO_PKG_VERSION")).with_title("crosstalk relay"))
-        .with_instructions(INSTRUCTIONS)
+        .with_instructions(match self.face {
+            Face::Crosstalk => INSTRUCTIONS,
+            Face::CrossClaude => CC_INSTRUCTIONS,
+        })
     }
 
     async fn list_tools(
@@ -162,11 +181,11 @@ impl ServerHandler for CrosstalkMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools::list()))
+        Ok(ListToolsResult::with_all_items(tools::list(self.face)))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        tools::get(name)
+        tools::get(self.face, name)
     }
 
     async fn call_tool(
@@ -190,7 +209,7 @@ impl ServerHandler for CrosstalkMcp {
             progress: context.meta.get_progress_token(),
             log_level: self.log_level.clone(),
         };
-        tools::call(cx, &request.name, request.arguments.unwrap_or_default())
+        tools::call(self.face, cx, &request.name, request.arguments.unwrap_or_default())
             .await
             .map(CallToolResponse::from)
     }
@@ -253,7 +272,7 @@ impl ServerHandler for CrosstalkMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        Ok(ListPromptsResult::with_all_items(vec![prompt::prompt()]))
+        Ok(ListPromptsResult::with_all_items(vec![prompt::prompt(self.face)]))
     }
 
     async fn get_prompt(
@@ -261,7 +280,7 @@ impl ServerHandler for CrosstalkMcp {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        prompt::get(&request.name, request.arguments.as_ref()).map(Into::into)
+        prompt::get(self.face, &request.name, request.arguments.as_ref()).map(Into::into)
     }
 
     async fn set_level(

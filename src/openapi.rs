@@ -101,7 +101,10 @@ fn operation(e: &Endpoint, req: &mut SchemaGenerator, resp: &mut SchemaGenerator
         .collect();
     parameters.push(session_header());
     let mut op = json!({
-        "operationId": format!("{}_{}", e.name, e.method.as_str().to_ascii_lowercase()),
+        "operationId": e.operation_id.map_or_else(
+            || format!("{}_{}", e.name, e.method.as_str().to_ascii_lowercase()),
+            str::to_owned,
+        ),
         "summary": e.name,
         "description": e.description,
     });
@@ -206,15 +209,28 @@ fn transport_routes(paths: &mut Map<String, Value>) {
 
 /// The document, built once.
 pub static DOCUMENT: LazyLock<Value> = LazyLock::new(|| {
+    document(
+        &ENDPOINTS,
+        json!({
+            "title": "crosstalk",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A durable, ordered relay for AI coding agents and the humans overseeing them. MCP is at /mcp; this document covers the REST face.",
+        }),
+        transport_routes,
+    )
+});
+
+/// An OpenAPI document for a route table, with the routes `transport` adds by hand.
+pub fn document(table: &[Endpoint], info: Value, transport: fn(&mut Map<String, Value>)) -> Value {
     let mut req = generator(false);
     let mut resp = generator(true);
     let mut paths = Map::new();
-    for e in ENDPOINTS.iter() {
+    for e in table.iter() {
         let op = operation(e, &mut req, &mut resp);
         let item = paths.entry(e.path).or_insert_with(|| json!({}));
         item[e.method.as_str().to_ascii_lowercase()] = op;
     }
-    transport_routes(&mut paths);
+    transport(&mut paths);
     let _ = resp.subschema_for::<ErrorBody>();
     let mut schemas = req.take_definitions(true);
     for (k, v) in resp.take_definitions(true) {
@@ -223,11 +239,7 @@ pub static DOCUMENT: LazyLock<Value> = LazyLock::new(|| {
     json!({
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
-        "info": {
-            "title": "crosstalk",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": "A durable, ordered relay for AI coding agents and the humans overseeing them. MCP is at /mcp; this document covers the REST face.",
-        },
+        "info": info,
         "servers": [{ "url": "/" }],
         "security": [{ "bearer": [] }],
         "paths": paths,
@@ -236,7 +248,7 @@ pub static DOCUMENT: LazyLock<Value> = LazyLock::new(|| {
             "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
         },
     })
-});
+}
 
 pub async fn serve() -> HttpResponse {
     HttpResponse::Ok().json(&*DOCUMENT)

@@ -14,7 +14,7 @@ use crate::ops::identity::{self, Instances};
 use crate::ops::messages::{self, MessageList, Messages, Page, Waited};
 use crate::ops::sessions::{self, DirectivesView};
 use crate::ops::shared::{self, SharedList};
-use crate::ops::{Ctx, Operation};
+use crate::ops::{Caller, Ctx, Operation};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
@@ -28,14 +28,30 @@ const RESPONSE_CAPACITY: usize = 4096;
 
 type Mount = Arc<dyn Fn() -> actix_web::Route + Send + Sync>;
 
+/// Who a REST face's caller is: how it reads the caller from a request, and its name in the
+/// metrics.
+#[derive(Clone, Copy)]
+pub struct Face {
+    pub name: &'static str,
+    pub caller: fn(&HttpRequest) -> Caller,
+}
+
+/// crosstalk's own REST face (`/api`).
+pub const REST: Face = Face {
+    name: "rest",
+    caller: |req| caller(req, None),
+};
+
 /// One REST route of the table.
 pub struct Endpoint {
     pub method: Method,
     pub path: &'static str,
     /// The status of a successful answer.
     pub status: StatusCode,
-    /// The operation's name (its OpenAPI `operationId`) and description.
+    /// The operation's name and description.
     pub name: &'static str,
+    /// The OpenAPI `operationId` when it is not derived from the name and method.
+    pub operation_id: Option<&'static str>,
     pub description: &'static str,
     /// Schemas of the operation's request and of this route's answer.
     pub request: fn(&mut SchemaGenerator) -> Schema,
@@ -48,13 +64,31 @@ fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
 }
 
 /// A route answering with the operation's response as it is.
-fn op<O: Operation>(method: Method, path: &'static str, status: StatusCode) -> Endpoint {
+pub fn op<O: Operation>(method: Method, path: &'static str, status: StatusCode) -> Endpoint {
     shaped::<O, O::Response>(method, path, status, |r| r)
 }
 
 /// A route answering with a projection of the operation's response (crosstalk-mcp's bare
 /// lists).
-fn shaped<O, P>(method: Method, path: &'static str, status: StatusCode, project: fn(O::Response) -> P) -> Endpoint
+pub fn shaped<O, P>(method: Method, path: &'static str, status: StatusCode, project: fn(O::Response) -> P) -> Endpoint
+where
+    O: Operation,
+    O::Response: 'static,
+    P: Serialize + JsonSchema + 'static,
+{
+    route::<O, P>(REST, None, method, path, status, project)
+}
+
+/// A route of any face: its caller, an explicit `operationId` if it has one, and the
+/// projection of the operation's answer.
+pub fn route<O, P>(
+    face: Face,
+    operation_id: Option<&'static str>,
+    method: Method,
+    path: &'static str,
+    status: StatusCode,
+    project: fn(O::Response) -> P,
+) -> Endpoint
 where
     O: Operation,
     P: Serialize + JsonSchema + 'static,
@@ -65,6 +99,7 @@ where
         path,
         status,
         name: O::NAME,
+        operation_id,
         description: O::DESCRIPTION,
         request: schema::<O::Request>,
         response: schema::<P>,
@@ -75,15 +110,15 @@ where
                     move |req: HttpRequest, body: web::Payload, cx: web::Data<Ctx>| async move {
                         let request = posted::<O::Request>(&req, body)
                             .await
-                            .inspect_err(|e| crate::ops::counted("rest", O::NAME, e.code))?;
-                        answer::<O, P>(&req, &cx, request, project, status).await
+                            .inspect_err(|e| crate::ops::counted(face.name, O::NAME, e.code))?;
+                        answer::<O, P>(face, &req, &cx, request, project, status).await
                     },
                 )
             } else {
                 route.to(move |req: HttpRequest, cx: web::Data<Ctx>| async move {
-                    let request =
-                        from_query::<O::Request>(&req).inspect_err(|e| crate::ops::counted("rest", O::NAME, e.code))?;
-                    answer::<O, P>(&req, &cx, request, project, status).await
+                    let request = from_query::<O::Request>(&req)
+                        .inspect_err(|e| crate::ops::counted(face.name, O::NAME, e.code))?;
+                    answer::<O, P>(face, &req, &cx, request, project, status).await
                 })
             }
         }),
@@ -153,19 +188,24 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
 
 /// Mounts the operation table: one resource per path, a JSON 405 for other methods.
 pub fn routes(cfg: &mut web::ServiceConfig) {
+    mount(cfg, &ENDPOINTS);
+}
+
+/// Mounts a route table.
+pub fn mount(cfg: &mut web::ServiceConfig, table: &'static [Endpoint]) {
     let mut paths: Vec<&'static str> = Vec::new();
-    for e in ENDPOINTS.iter() {
+    for e in table.iter() {
         if !paths.contains(&e.path) {
             paths.push(e.path);
         }
     }
     for path in paths {
-        let methods: Vec<Method> = ENDPOINTS
+        let methods: Vec<Method> = table
             .iter()
             .filter(|e| e.path == path)
             .map(|e| e.method.clone())
             .collect();
-        let r = ENDPOINTS
+        let r = table
             .iter()
             .filter(|e| e.path == path)
             .fold(resource(path, &methods), |r, e| r.route((e.mount)()));
@@ -206,6 +246,7 @@ async fn posted<T: DeserializeOwned>(req: &HttpRequest, body: web::Payload) -> R
 
 /// Runs the operation and writes its (projected) answer.
 async fn answer<O, P>(
+    face: Face,
     req: &HttpRequest,
     cx: &Ctx,
     request: O::Request,
@@ -216,7 +257,7 @@ where
     O: Operation,
     P: Serialize,
 {
-    let answer = crate::ops::call::<O>("rest", cx, caller(req, None), request).await?;
+    let answer = crate::ops::call::<O>(face.name, cx, (face.caller)(req), request).await?;
     let mut json = Vec::with_capacity(RESPONSE_CAPACITY);
     serde_json::to_writer(&mut json, &project(answer))
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;

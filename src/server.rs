@@ -132,14 +132,13 @@ pub async fn serve(
             "the relay answers only to Host localhost, 127.0.0.1 and ::1; set --allowed-hosts to the names clients use");
     }
     // Built once: every worker's scope shares its sessions.
-    let mcp = mcp::service(
-        cx.clone(),
-        &McpSettings {
-            wait_cap: config.mcp_wait_cap,
-            allowed_hosts: config.allowed_hosts.clone(),
-            max_body_bytes: config.max_body_bytes,
-        },
-    );
+    let mcp_settings = McpSettings {
+        wait_cap: config.mcp_wait_cap,
+        allowed_hosts: config.allowed_hosts.clone(),
+        max_body_bytes: config.max_body_bytes,
+    };
+    let mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::Crosstalk);
+    let cc_mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::CrossClaude);
     let data = web::Data::new(cx);
     let auth = web::Data::new(config.auth.clone());
     let policy = web::Data::new(RestPolicy::new(config.wait_cap));
@@ -171,8 +170,15 @@ pub async fn serve(
                     .wrap(actix_web::middleware::from_fn(error::json_errors))
                     .service(mcp.clone().scope()),
             )
+            .service(
+                web::scope(crate::cc::MCP_PATH)
+                    .wrap(actix_web::middleware::from_fn(mcp::owner::bind))
+                    .wrap(actix_web::middleware::from_fn(error::json_errors))
+                    .service(cc_mcp.clone().scope()),
+            )
             // The operation table first: actix tries routes in order, the hot ones lead.
             .configure(rest::routes)
+            .configure(crate::cc::routes)
             .service(resource(http::STREAM_PATH, &[Method::GET]).route(web::get().to(sse::stream)))
             .service(resource(http::HEALTH_PATH, &[Method::GET]).route(web::get().to(http::healthz)))
             .service(resource(http::OPENAPI_PATH, &[Method::GET]).route(web::get().to(openapi::serve)))

@@ -22,10 +22,23 @@ async fn a_session_lives_from_initialize_to_delete() {
         .send()
         .await
         .unwrap();
-    assert!(r.status().is_success(), "{}", r.status());
+    // 204: the Python SDK accepts 200 and 204 and warns on anything else.
+    assert_eq!(r.status(), 204);
     // The session is gone: the spec's 404 tells the client to initialize again.
     let a = m.request("tools/list", Value::Null).await;
     assert_eq!(a.status, 404, "{:?}", a.message);
+    // Deleting it again, or a session that never was, is 404.
+    for sid in [m.session.as_deref().unwrap(), "no-such-session"] {
+        let r = m
+            .http
+            .delete(&m.url)
+            .header("Mcp-Session-Id", sid)
+            .header("MCP-Protocol-Version", LEGACY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "DELETE of {sid}");
+    }
     // A request without a session that is not initialize is refused.
     let bare = Mcp::unconnected(&s, LEGACY);
     assert!(bare.request("tools/list", Value::Null).await.status >= 400);
@@ -229,4 +242,32 @@ async fn session_calls_on_a_reused_connection_do_not_stall() {
     took.sort();
     let median = took[took.len() / 2];
     assert!(median < Duration::from_millis(20), "median {median:?} of {took:?}");
+}
+
+/// A relay without OAuth answers the OAuth discovery paths 404 with or without a token, as
+/// the MCP authorization spec expects, so a client such as mcp-remote does not try to
+/// register itself after a 401.
+#[tokio::test]
+async fn oauth_discovery_paths_say_there_is_no_oauth() {
+    let s = Server::start_with(&["--token", "t0ken"]);
+    let http = common::client();
+    for (method, path) in [
+        ("GET", "/.well-known/oauth-protected-resource"),
+        ("GET", "/.well-known/oauth-protected-resource/mcp"),
+        ("GET", "/.well-known/oauth-authorization-server"),
+        ("GET", "/.well-known/openid-configuration"),
+        ("POST", "/register"),
+    ] {
+        let r = http
+            .request(method.parse().unwrap(), s.url(path))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{method} {path}");
+        let body: Value = r.json().await.unwrap();
+        assert!(body["error"].is_string(), "{path}: {body}");
+    }
+    // Everything else still needs the token.
+    assert_eq!(http.get(s.url("/api/channels")).send().await.unwrap().status(), 401);
 }

@@ -2,6 +2,7 @@
 //! by its id, so this middleware remembers who created each session (from the answer that
 //! carries a new `Mcp-Session-Id`) and answers any request, stream, resumption or DELETE
 //! naming that session on behalf of another principal as if the session did not exist (404).
+//! A DELETE of a session nobody opened is 404 too, and a DELETE that ended one is 204.
 //! With a shared token (or none) every caller is the same principal, as the token means.
 
 use crate::error::ApiError;
@@ -50,7 +51,17 @@ pub async fn bind(
         }
     }
     let deleting = req.method() == Method::DELETE;
-    let res = next.call(req).await?;
+    if deleting && session.as_deref().is_some_and(|s| owners.owner(s).is_none()) {
+        // rmcp answers 202 to any DELETE; a session nobody opened (or already ended) is 404.
+        let e = ApiError::new(StatusCode::NOT_FOUND, "not_found", "Session not found");
+        return Ok(req.into_response(e.error_response()).map_into_right_body());
+    }
+    let mut res = next.call(req).await?;
+    if deleting && res.status() == StatusCode::ACCEPTED {
+        // The session is gone when the DELETE returns: 204, which every SDK accepts (the
+        // Python SDK warns on 202).
+        *res.response_mut().status_mut() = StatusCode::NO_CONTENT;
+    }
     match &session {
         None => {
             if let Some(new) = res.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {

@@ -1,13 +1,32 @@
-//! The `crosstalk-protocol` prompt: how an agent holds a conversation over the relay.
+//! The protocol prompts: `crosstalk-protocol` (on `/mcp`) and `cross-claude-protocol` (on
+//! `/cc/mcp`, cross-claude-mcp's protocol in our words): how an agent holds a conversation.
 
 use rmcp::model::{ContentBlock, GetPromptResult, JsonObject, Prompt, PromptArgument, PromptMessage, Role};
 use rmcp::ErrorData as McpError;
 
+use super::Face;
+
 pub const PROMPT_NAME: &str = "crosstalk-protocol";
+pub const CC_PROMPT_NAME: &str = "cross-claude-protocol";
 /// Longest `channel` or `name` argument quoted back into the prompt.
 const MAX_ARG: usize = 64;
 
-pub fn prompt() -> Prompt {
+pub fn prompt(face: Face) -> Prompt {
+    if face == Face::CrossClaude {
+        return Prompt::new(
+            CC_PROMPT_NAME,
+            Some("How to work with other AI instances on the cross-claude message bus"),
+            Some(vec![
+                PromptArgument::new("channel")
+                    .with_description("The channel to work in")
+                    .with_required(false),
+                PromptArgument::new("name")
+                    .with_description("Your instance_id")
+                    .with_required(false),
+            ]),
+        )
+        .with_title("cross-claude protocol");
+    }
     Prompt::new(
         PROMPT_NAME,
         Some("How to hold a conversation with other agents over crosstalk"),
@@ -23,10 +42,14 @@ pub fn prompt() -> Prompt {
     .with_title("crosstalk conversation protocol")
 }
 
-pub fn get(name: &str, args: Option<&JsonObject>) -> Result<GetPromptResult, McpError> {
-    if name != PROMPT_NAME {
+pub fn get(face: Face, name: &str, args: Option<&JsonObject>) -> Result<GetPromptResult, McpError> {
+    let expected = match face {
+        Face::Crosstalk => PROMPT_NAME,
+        Face::CrossClaude => CC_PROMPT_NAME,
+    };
+    if name != expected {
         return Err(McpError::invalid_params(
-            format!("unknown prompt {name:?}; the prompt is {PROMPT_NAME}"),
+            format!("unknown prompt {name:?}; the prompt is {expected}"),
             None,
         ));
     }
@@ -40,6 +63,13 @@ pub fn get(name: &str, args: Option<&JsonObject>) -> Result<GetPromptResult, Mcp
     };
     let channel = arg("channel", "<channel>");
     let me = arg("name", "<your name>");
+    if face == Face::CrossClaude {
+        return Ok(GetPromptResult::new(vec![PromptMessage::new(
+            Role::User,
+            ContentBlock::text(cross_claude(&channel, &me)),
+        )])
+        .with_description("The cross-claude protocol"));
+    }
     let text = format!(
         "You are talking with other agents (and humans) over crosstalk, a relay of durable, ordered \
 channels. Your sender name is {me}; the channel is {channel}.\n\
@@ -61,5 +91,34 @@ Keep bodies short and self-contained: the others read them cold."
     Ok(
         GetPromptResult::new(vec![PromptMessage::new(Role::User, ContentBlock::text(text))])
             .with_description("The crosstalk conversation protocol"),
+    )
+}
+
+/// cross-claude-mcp's protocol, in our words.
+fn cross_claude(channel: &str, me: &str) -> String {
+    format!(
+        "You are one of several AI instances sharing a message bus of named channels. Your instance_id \
+is {me}.\n\
+\n\
+Start: register(instance_id=\"{me}\"), then list_channels and pick the most specific channel for your \
+work ({channel} if that is it; general only when nothing fits). find_channel searches names and \
+descriptions; create_channel only when none fits. If you move to another channel, say so in the old \
+one first.\n\
+\n\
+Messages: send_message(channel, content, message_type). Types: message (default), request (you want \
+something), response (set in_reply_to to the request's id), status (progress), handoff (passing the \
+work on), done (you are finished: nobody should wait for you). Content over ~500 characters goes in \
+share_data(key, content); send a short message naming the key.\n\
+\n\
+Listening, honestly: wait_for_reply(channel, after_id=<the largest id you have seen>) blocks until \
+someone else posts, then returns it with last_id; call it again with that. It lasts as long as your \
+host lets a tool call run (progress notifications keep it alive); when it returns with no reply you \
+are NOT listening until you call it again. check_messages returns what you have not read, never \
+twice. A coordinator waits with role=active; background workers wait with role=parked, so they hear \
+everything without holding the conversation up. One wait per channel: a new one replaces the old. \
+When every active party waits and nobody speaks, one is told to speak first.\n\
+\n\
+Finish: when your part is done, send message_type done with a one-line summary; when the other side \
+sends done, reply done if you are finished too, and stop waiting."
     )
 }

@@ -10,6 +10,7 @@
 
 use super::render::Render;
 use super::schema::{argument_names, compact, inline_defs, shallow};
+use super::Face;
 use crate::ops::channels;
 use crate::ops::identity::{self, Register};
 use crate::ops::messages::{self};
@@ -268,20 +269,53 @@ static ROUTES: LazyLock<Vec<Route>> = LazyLock::new(|| {
     ]
 });
 
-/// Every tool's definition, for `tools/list`.
-pub fn list() -> Vec<Tool> {
-    ROUTES.iter().map(|r| r.tool.clone()).collect()
+/// cross-claude-mcp's 15 tools, under its names and arguments (`/cc/mcp`).
+static CC_ROUTES: LazyLock<Vec<Route>> = LazyLock::new(|| {
+    use crate::cc::ops as cc;
+    vec![
+        tool_then::<cc::Register>(|cx, r| *cx.bound.lock() = Some(r.instance_id.clone())),
+        tool::<cc::SendMessage>(),
+        tool::<cc::CheckMessages>(),
+        tool::<cc::WaitForReply>(),
+        tool::<cc::GetReplies>(),
+        tool::<cc::CreateChannel>(),
+        tool::<channels::ListChannels>(),
+        tool::<channels::FindChannel>(),
+        tool::<identity::ListInstances>(),
+        tool::<cc::SearchMessages>(),
+        tool::<shared::Share>(),
+        tool::<shared::GetData>(),
+        tool::<shared::ListData>(),
+        tool::<cc::Subscribe>(),
+        tool::<cc::Unsubscribe>(),
+    ]
+});
+
+fn routes(face: Face) -> &'static [Route] {
+    match face {
+        Face::Crosstalk => &ROUTES,
+        Face::CrossClaude => &CC_ROUTES,
+    }
 }
 
-pub fn get(name: &str) -> Option<Tool> {
-    ROUTES.iter().find(|r| r.tool.name == name).map(|r| r.tool.clone())
+/// Every tool's definition, for `tools/list`.
+pub fn list(face: Face) -> Vec<Tool> {
+    routes(face).iter().map(|r| r.tool.clone()).collect()
+}
+
+pub fn get(face: Face, name: &str) -> Option<Tool> {
+    routes(face)
+        .iter()
+        .find(|r| r.tool.name == name)
+        .map(|r| r.tool.clone())
 }
 
 /// Runs a tool. An unknown name is a protocol error (the spec's `-32602`); anything a tool
 /// refuses is an `isError` result.
-pub async fn call(cx: Cx, name: &str, args: JsonObject) -> Result<CallToolResult, McpError> {
-    let Some(route) = ROUTES.iter().find(|r| r.tool.name == name) else {
-        let names: Vec<_> = ROUTES.iter().map(|r| r.tool.name.as_ref()).collect();
+pub async fn call(face: Face, cx: Cx, name: &str, args: JsonObject) -> Result<CallToolResult, McpError> {
+    let table = routes(face);
+    let Some(route) = table.iter().find(|r| r.tool.name == name) else {
+        let names: Vec<_> = table.iter().map(|r| r.tool.name.as_ref()).collect();
         return Err(McpError::invalid_params(
             format!("unknown tool {name:?}; the tools are: {}", names.join(", ")),
             None,
@@ -298,8 +332,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_cross_claude_table_has_its_fifteen_tools_and_is_small() {
+        let tools = list(Face::CrossClaude);
+        let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "register",
+                "send_message",
+                "check_messages",
+                "wait_for_reply",
+                "get_replies",
+                "create_channel",
+                "list_channels",
+                "find_channel",
+                "list_instances",
+                "search_messages",
+                "share_data",
+                "get_shared_data",
+                "list_shared_data",
+                "subscribe",
+                "unsubscribe"
+            ]
+        );
+        let size = serde_json::to_vec(&tools).unwrap().len();
+        assert!(size < 12 * 1024, "tools/list is {size} bytes");
+        let send = tools.iter().find(|t| t.name == "send_message").unwrap();
+        for arg in ["channel", "sender", "content", "message_type", "in_reply_to"] {
+            assert!(
+                send.input_schema["properties"].get(arg).is_some(),
+                "send_message lacks {arg}"
+            );
+        }
+    }
+
+    #[test]
     fn the_table_builds_and_is_small() {
-        let tools = list();
+        let tools = list(Face::Crosstalk);
         let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
         assert_eq!(
             names[..4],

@@ -45,7 +45,13 @@ impl Mcp {
 
     /// Like [`connect`](Self::connect), with a client of the caller's (default headers, …).
     pub async fn connect_with(s: &Server, http: reqwest::Client) -> Mcp {
+        Self::connect_at(s, "/mcp", http).await
+    }
+
+    /// A 2025-11-25 session on the MCP endpoint at `path` (`/mcp`, `/cc/mcp`).
+    pub async fn connect_at(s: &Server, path: &str, http: reqwest::Client) -> Mcp {
         let mut m = Mcp::unconnected(s, LEGACY);
+        m.url = s.url(path);
         m.http = http;
         let r = m
             .post_raw(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {

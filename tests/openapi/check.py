@@ -390,11 +390,49 @@ def auth_checks(c):
     c.call("GET", "/openapi.json", auth=False, expect=401)
     c.call("GET", "/openapi.json", auth="wrong", expect=401)
     c.call("GET", "/openapi.json")
+    c.call("GET", "/metrics", auth=False, expect=401)
+    c.call("GET", "/metrics")
     c.call("GET", "/api/channels", auth=False, expect=401)
     c.call("POST", "/api/channels/{channel}/messages", {"sender": "x", "body": "x"}, auth="wrong", expect=401)
     c.call("GET", "/api/data/{key}", path={"key": "k"}, auth=False, expect=401)
     c.call("GET", STREAM, auth=False, expect=401)
     c.call("GET", STREAM, auth=False, query={"token": TOKEN})
+
+
+def cc_scenario(c, doc):
+    """A ChatGPT-style client of the cross-claude face that knows only /cc/openapi.json: it
+    finds each action by its operationId, as a Custom GPT does, and calls it."""
+    ops = {op["operationId"]: (m.upper(), p) for p, item in doc.doc["paths"].items() for m, op in item.items()}
+
+    def act(op_id, body=None, **kw):
+        method, template = ops[op_id]
+        return c.call(method, template, body, **kw)
+
+    BAD = {"expect": 400, "doc_valid": False}
+    c.call("GET", "/cc/health", auth=False)
+    act("register", {"instance_id": "gpt-1", "description": "a custom GPT"})
+    act("register", {}, **BAD)
+    act("listInstances")
+    act("createChannel", {"name": "cc-oa", "description": "cross-claude check"})
+    act("listChannels")
+    act("findChannel", query={"q": "cross-claude"})
+    act("findChannel", **BAD)
+    _, sent = act("sendMessage", {"channel": "cc-oa", "sender": "gpt-1", "content": "hello", "message_type": "request"})
+    first = (sent or {}).get("id", 1)
+    act("sendMessage", {"channel": "cc-oa", "sender": "gpt-1", "content": "re", "message_type": "response",
+                        "in_reply_to": first})
+    act("sendMessage", {"sender": "gpt-1"}, **BAD)
+    act("sendMessage", {"sender": "gpt-1", "content": "x", "in_reply_to": "one"}, **BAD)
+    act("getMessages", path={"channel": "cc-oa"}, query={"limit": 1})
+    act("getMessages", path={"channel": "cc-oa"}, query={"after_id": 0, "instance_id": "gpt-1"})
+    act("getMessages", path={"channel": "cc-oa"}, query={"after_id": "x"}, **BAD)
+    act("getReplies", path={"channel": "cc-oa", "message_id": first})
+    act("getReplies", path={"channel": "cc-oa", "message_id": 999999}, expect=404)
+    act("searchMessages", query={"q": "hello", "limit": 5})
+    act("shareData", {"key": "plan", "content": "the plan", "owner": "gpt-1"})
+    act("listSharedData")
+    act("getSharedData", path={"key": "plan"})
+    act("getSharedData", path={"key": "nothing"}, expect=404)
 
 
 def main():
@@ -431,10 +469,19 @@ def main():
         auth_checks(guarded)
         scenario(guarded)
 
-        missing = [f"{m.upper()} {p}" for p, item in raw["paths"].items() for m in item
-                   if (m.upper(), p) not in COVERED]
-        report("every operation answered 2xx at least once", "-",
-               [f"not covered: {', '.join(missing)}"] if missing else [])
+        cc_raw = guarded.get_json("/cc/openapi.json")
+        try:
+            openapi_spec_validator.validate(cc_raw, cls=openapi_spec_validator.OpenAPIV31SpecValidator)
+            report("/cc/openapi.json is valid OpenAPI 3.1", "-", [])
+        except Exception as e:  # noqa: BLE001 - whatever the validator raises is the finding
+            report("/cc/openapi.json is valid OpenAPI 3.1", "-", [str(e).splitlines()[0]])
+        cc_scenario(Client(Doc(cc_raw), netloc, token=TOKEN, label="[cc] "), Doc(cc_raw))
+
+        for name, document in (("/openapi.json", raw), ("/cc/openapi.json", cc_raw)):
+            missing = [f"{m.upper()} {p}" for p, item in document["paths"].items() for m in item
+                       if (m.upper(), p) not in COVERED]
+            report(f"{name}: every operation answered 2xx at least once", "-",
+                   [f"not covered: {', '.join(missing)}"] if missing else [])
     except Exception as e:  # noqa: BLE001 - the watchdog, a dead relay, ...: a failure, reported
         report("the check stopped", "-", [f"{type(e).__name__}: {e}"])
     finally:

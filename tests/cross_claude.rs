@@ -1,0 +1,367 @@
+//! The cross-claude face at `/cc`: cross-claude-mcp's REST routes and shapes field by field,
+//! its auth forms, its 15 MCP tools and prompt, its bugs not copied, and one conversation
+//! between a crosstalk-mcp agent (`/mcp`), a cross-claude agent (`/cc/mcp`) and a ChatGPT-style
+//! REST client (`/cc/api`) on the same channel.
+
+mod common;
+
+use common::mcp::Mcp;
+use common::{client, client_with_token, Server};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "cc-s3cret";
+
+async fn get(http: &reqwest::Client, s: &Server, path: &str) -> (u16, Value) {
+    let r = http.get(s.url(path)).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn post(http: &reqwest::Client, s: &Server, path: &str, body: Value) -> (u16, Value) {
+    let r = http.post(s.url(path)).json(&body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
+    k.sort();
+    k
+}
+
+#[tokio::test]
+async fn rest_routes_answer_cross_claudes_shapes() {
+    let s = Server::start_with(&["--token", TOKEN]);
+    let http = client_with_token(TOKEN);
+
+    let (st, reg) = post(
+        &http,
+        &s,
+        "/cc/api/register",
+        json!({"instance_id": "gpt-1", "description": "a GPT"}),
+    )
+    .await;
+    assert_eq!(st, 200, "{reg}");
+    assert_eq!(reg["ok"], true);
+    assert_eq!(reg["instance_id"], "gpt-1");
+
+    // `channel` defaults to general, `message_type` to message.
+    let (st, sent) = post(
+        &http,
+        &s,
+        "/cc/api/messages",
+        json!({"sender": "gpt-1", "content": "hello"}),
+    )
+    .await;
+    assert_eq!(st, 200, "{sent}");
+    assert_eq!(keys(&sent), ["channel", "id", "message_type", "ok"]);
+    assert_eq!(
+        (sent["ok"].clone(), sent["channel"].clone()),
+        (json!(true), json!("general"))
+    );
+    assert_eq!(sent["message_type"], "message");
+    let first = sent["id"].as_u64().unwrap();
+
+    let mut ids = vec![first];
+    for (i, ty) in ["request", "status", "response", "done"].iter().enumerate() {
+        let body = json!({"channel": "general", "sender": "gpt-1", "content": format!("m{i}"), "message_type": ty,
+            "in_reply_to": first});
+        let (st, sent) = post(&http, &s, "/cc/api/messages", body).await;
+        assert_eq!(st, 200, "{sent}");
+        assert_eq!(sent["message_type"], *ty);
+        ids.push(sent["id"].as_u64().unwrap());
+    }
+
+    // Without after_id: the newest `limit`, in id order (cross-claude returns the oldest).
+    let (st, page) = get(&http, &s, "/cc/api/messages/general?limit=2").await;
+    assert_eq!(st, 200, "{page}");
+    assert_eq!(keys(&page), ["last_id", "messages"]);
+    let got: Vec<u64> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, ids[3..], "{page}");
+    assert_eq!(page["last_id"], ids[4]);
+    let m = &page["messages"][1];
+    for field in [
+        "id",
+        "channel",
+        "sender",
+        "content",
+        "message_type",
+        "in_reply_to",
+        "created_at",
+    ] {
+        assert!(m.get(field).is_some(), "message lacks {field}: {m}");
+    }
+    assert_eq!(
+        (m["content"].clone(), m["in_reply_to"].clone()),
+        (json!("m3"), json!(first))
+    );
+    // Timestamps carry their zone.
+    let at = m["created_at"].as_str().unwrap();
+    assert!(at.ends_with('Z') || at.ends_with("+00:00"), "{at}");
+
+    // With after_id: what follows it, oldest first (cross-claude ignored it).
+    let (_, page) = get(&http, &s, &format!("/cc/api/messages/general?after_id={}", ids[2])).await;
+    let got: Vec<u64> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, ids[3..]);
+    let (_, page) = get(&http, &s, &format!("/cc/api/messages/general?after_id={}", ids[4])).await;
+    assert_eq!(page, json!({"messages": [], "last_id": ids[4]}));
+
+    let (st, thread) = get(&http, &s, &format!("/cc/api/messages/general/{first}/replies")).await;
+    assert_eq!(st, 200, "{thread}");
+    assert_eq!(keys(&thread), ["parent", "replies"]);
+    assert_eq!(thread["parent"]["id"], first);
+    assert_eq!(thread["parent"]["reply_count"], 4);
+    assert_eq!(thread["replies"].as_array().unwrap().len(), 4);
+
+    let (st, created) = post(
+        &http,
+        &s,
+        "/cc/api/channels",
+        json!({"name": "auth-review", "description": "login tests"}),
+    )
+    .await;
+    assert_eq!(st, 200, "{created}");
+    assert_eq!(created["ok"], true);
+    assert_eq!(created["channel"]["channel"], "auth-review");
+    let (_, list) = get(&http, &s, "/cc/api/channels").await;
+    assert!(
+        list["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["channel"] == "general"),
+        "{list}"
+    );
+    let (_, found) = get(&http, &s, "/cc/api/channels/search?q=login").await;
+    assert_eq!(found["channels"][0]["channel"], "auth-review", "{found}");
+    let (_, inst) = get(&http, &s, "/cc/api/instances").await;
+    assert_eq!(inst["instances"][0]["instance_id"], "gpt-1", "{inst}");
+    let (_, hits) = get(&http, &s, "/cc/api/search?q=m3&limit=5").await;
+    assert_eq!(hits["messages"][0]["content"], "m3", "{hits}");
+
+    let (st, shared) = post(
+        &http,
+        &s,
+        "/cc/api/data",
+        json!({"key": "q1-report", "content": "big table", "owner": "gpt-1"}),
+    )
+    .await;
+    assert_eq!(st, 200, "{shared}");
+    let (st, entry) = get(&http, &s, "/cc/api/data/q1-report").await;
+    assert_eq!(st, 200);
+    assert_eq!(entry["content"], "big table");
+    let (_, all) = get(&http, &s, "/cc/api/data").await;
+    assert_eq!(all["entries"][0]["key"], "q1-report", "{all}");
+    let (st, missing) = get(&http, &s, "/cc/api/data/nope").await;
+    assert_eq!(st, 404);
+    assert!(missing["error"].is_string(), "{missing}");
+
+    // JSON errors, never HTML, on a body that is not JSON.
+    let r = http
+        .post(s.url("/cc/api/messages"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert!(e["error"].is_string(), "{e}");
+
+    // The document a ChatGPT action imports.
+    let (st, doc) = get(&http, &s, "/cc/openapi.json").await;
+    assert_eq!(st, 200);
+    assert_eq!(doc["paths"]["/cc/api/messages"]["post"]["operationId"], "sendMessage");
+}
+
+#[tokio::test]
+async fn their_auth_forms_work_on_cc_only() {
+    let s = Server::start_with(&["--token", TOKEN]);
+    let anon = client();
+    let (st, _) = get(&anon, &s, "/cc/health").await;
+    assert_eq!(st, 200, "/cc/health needs no token");
+    assert_eq!(get(&anon, &s, "/cc/api/channels").await.0, 401);
+    assert_eq!(
+        get(&anon, &s, &format!("/cc/api/channels?api_key={TOKEN}")).await.0,
+        200
+    );
+    assert_eq!(get(&anon, &s, "/cc/api/channels?api_key=wrong").await.0, 401);
+    // Not on crosstalk's own routes.
+    assert_eq!(get(&anon, &s, &format!("/api/channels?api_key={TOKEN}")).await.0, 401);
+    // The Claude.ai connector URL form on /cc/mcp.
+    let url = format!("/cc/mcp?api_key={TOKEN}");
+    let m = Mcp::connect_at(&s, &url, client()).await;
+    let tools = m.ok("tools/list", json!({})).await;
+    assert_eq!(tools["tools"].as_array().unwrap().len(), 15);
+}
+
+#[tokio::test]
+async fn the_sender_is_checked_against_the_registered_identity() {
+    let s = Server::start_with(&["--token", TOKEN]);
+    let http = client_with_token(TOKEN);
+    let claude = Mcp::connect_at(&s, "/cc/mcp", client_with_token(TOKEN)).await;
+    claude.call_ok("register", json!({"instance_id": "claude-dev"})).await;
+    let (st, _) = post(&http, &s, "/cc/api/register", json!({"instance_id": "gpt-1"})).await;
+    assert_eq!(st, 200);
+    // The REST client cannot post as the MCP session's identity, nor the session as the REST one.
+    let (st, e) = post(
+        &http,
+        &s,
+        "/cc/api/messages",
+        json!({"sender": "claude-dev", "content": "spoofed"}),
+    )
+    .await;
+    assert_eq!(st, 403, "{e}");
+    let err = claude
+        .call_err("send_message", json!({"sender": "gpt-1", "content": "spoofed"}))
+        .await;
+    assert!(err.contains("gpt-1"), "{err}");
+    // Each as itself is fine; the session's sender defaults to its registration.
+    let sent = claude.call_ok("send_message", json!({"content": "mine"})).await;
+    assert_eq!(sent["channel"], "general");
+    let (_, page) = get(&http, &s, "/cc/api/messages/general").await;
+    assert_eq!(page["messages"][0]["sender"], "claude-dev");
+    assert_eq!(
+        page["messages"].as_array().unwrap().len(),
+        1,
+        "a spoofed message was stored: {page}"
+    );
+}
+
+#[tokio::test]
+async fn one_relay_both_worlds_on_one_channel() {
+    let s = Server::start_with(&["--token", TOKEN]);
+    let http = client_with_token(TOKEN);
+    // A crosstalk-mcp agent on /mcp, a cross-claude agent on /cc/mcp, a GPT on /cc/api.
+    let ct = Mcp::connect_at(&s, "/mcp", client_with_token(TOKEN)).await;
+    let cc = Mcp::connect_at(&s, "/cc/mcp", client_with_token(TOKEN)).await;
+    ct.call_ok("register", json!({"instance_id": "builder"})).await;
+    cc.call_ok("register", json!({"instance_id": "reviewer"})).await;
+    post(&http, &s, "/cc/api/register", json!({"instance_id": "gpt"})).await;
+
+    let asked = ct
+        .call_ok(
+            "post_message",
+            json!({"channel": "auth", "body": "please review auth.py", "type": "request"}),
+        )
+        .await;
+    let asked_id = asked["id"].as_u64().unwrap();
+    // check_messages hands each message out once.
+    let first = cc.call_ok("check_messages", json!({"channel": "auth"})).await;
+    assert_eq!(first["messages"][0]["content"], "please review auth.py", "{first}");
+    assert_eq!(first["last_id"], asked_id);
+    let again = cc.call_ok("check_messages", json!({"channel": "auth"})).await;
+    assert_eq!(again["messages"], json!([]), "re-delivered: {again}");
+
+    // The cross-claude agent waits (woken by the REST post, not by its own).
+    let waiter = cc.clone_session();
+    let wait = tokio::spawn(async move {
+        waiter
+            .call_ok(
+                "wait_for_reply",
+                json!({"channel": "auth", "after_id": asked_id, "max_wait_minutes": 0.5}),
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let (st, gpt) = post(&http, &s, "/cc/api/messages",
+        json!({"channel": "auth", "sender": "gpt", "content": "tests attached", "message_type": "response", "in_reply_to": asked_id})).await;
+    assert_eq!(st, 200, "{gpt}");
+    let woke = wait.await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(woke["outcome"], "messages", "{woke}");
+    assert_eq!(woke["messages"][0]["content"], "tests attached");
+    assert_eq!(woke["messages"][0]["sender"], "gpt");
+    assert_eq!(woke["last_id"], gpt["id"]);
+
+    // done ends a wait exactly as crosstalk's does.
+    cc.call_ok(
+        "send_message",
+        json!({"channel": "auth", "content": "lgtm", "message_type": "done"}),
+    )
+    .await;
+    let ended = ct
+        .call_ok(
+            "wait_for_message",
+            json!({"channel": "auth", "since_id": gpt["id"], "timeout_s": 5}),
+        )
+        .await;
+    assert_eq!(ended["outcome"], "done", "{ended}");
+
+    // Everyone sees the same ordered channel, in their own shapes.
+    let (_, ours) = get(&http, &s, "/api/channels/auth/messages").await;
+    let (_, theirs) = get(&http, &s, "/cc/api/messages/auth").await;
+    let a: Vec<&Value> = ours.as_array().unwrap().iter().map(|m| &m["id"]).collect();
+    let b: Vec<&Value> = theirs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["id"])
+        .collect();
+    assert_eq!(a, b);
+    assert_eq!(a.len(), 3);
+    assert_eq!(theirs["messages"][2]["message_type"], "done");
+
+    // The prompt, in cross-claude's name.
+    let p = cc
+        .ok(
+            "prompts/get",
+            json!({"name": "cross-claude-protocol", "arguments": {"name": "reviewer"}}),
+        )
+        .await;
+    let text = p["messages"][0]["content"]["text"].as_str().unwrap();
+    assert!(
+        text.contains("wait_for_reply") && text.contains("parked") && text.contains("done"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn subscribe_joins_the_inbox_and_unsubscribe_leaves_it() {
+    let s = Server::start();
+    let cc = Mcp::connect_at(&s, "/cc/mcp", client()).await;
+    cc.call_ok("register", json!({"instance_id": "worker"})).await;
+    let other = Mcp::connect_at(&s, "/cc/mcp", client()).await;
+    other
+        .call_ok(
+            "send_message",
+            json!({"channel": "jobs", "sender": "boss", "content": "old"}),
+        )
+        .await;
+    cc.call_ok("subscribe", json!({"channel": "jobs"})).await;
+    other
+        .call_ok(
+            "send_message",
+            json!({"channel": "jobs", "sender": "boss", "content": "new"}),
+        )
+        .await;
+    let inbox = cc.call_ok("check_messages", json!({})).await;
+    let bodies: Vec<&Value> = inbox["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["content"])
+        .collect();
+    assert_eq!(bodies, [&json!("new")], "{inbox}");
+    cc.call_ok("unsubscribe", json!({"channel": "jobs"})).await;
+    other
+        .call_ok(
+            "send_message",
+            json!({"channel": "jobs", "sender": "boss", "content": "later"}),
+        )
+        .await;
+    let inbox = cc.call_ok("check_messages", json!({})).await;
+    assert_eq!(inbox["messages"], json!([]), "{inbox}");
+}
