@@ -6,6 +6,7 @@
 
 mod client;
 mod report;
+mod scrape;
 mod stats;
 mod target;
 mod workload;

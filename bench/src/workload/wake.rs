@@ -21,6 +21,8 @@ pub async fn wake(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Res
     let mut last = first_id(&first.body).context("first wake post names no id")?;
     let deadline = Instant::now() + plan.wake_budget;
     let mut samples = Vec::new();
+    // Where the tail comes from: the relay's own histograms over the same rounds.
+    let before = crate::scrape::scrape(server.addr).await;
     while samples.len() < plan.wake_rounds && Instant::now() < deadline {
         let mut w = waiter.take().context("waiter connection")?;
         let path = format!("/api/channels/{CHANNEL}/wait?since_id={last}&timeout_s=10");
@@ -58,5 +60,23 @@ pub async fn wake(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Res
     rec.set("wake_p50_ms", s.p50_ms);
     rec.set("wake_p99_ms", s.p99_ms);
     rec.note(format!("wake: {} rounds, max {:.2} ms", s.count, s.max_ms));
+    if let (Some(before), Some(after)) = (before, crate::scrape::scrape(server.addr).await) {
+        use crate::scrape::{buckets, quantile_bound};
+        let bound = |name: &str, labels: &str| {
+            quantile_bound(&buckets(&before, name, labels), &buckets(&after, name, labels), 0.99)
+                .map_or("-".to_owned(), |b| format!("≤ {:.2} ms", b * 1e3))
+        };
+        // Over the same rounds: the slowest flush among the posts, and the time from a batch
+        // becoming visible to the waiter having it, as the relay itself measured them.
+        rec.note(format!(
+            "wake, where the time goes (the relay's /metrics over the same rounds, p99 by histogram bucket): \
+             store flush {}, visible → woken waiter {}; client-observed p99 {:.2} ms. What the two do not \
+             cover is the HTTP round trips and thread scheduling on a 2-core machine shared with the load \
+             generator",
+            bound("crosstalk_flush_seconds", ""),
+            bound("crosstalk_wake_seconds", "reader=\"wait\""),
+            s.p99_ms
+        ));
+    }
     Ok(Done::Ran)
 }

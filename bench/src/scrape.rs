@@ -1,0 +1,65 @@
+//! Reading crosstalk's `/metrics` (Prometheus text): histogram buckets, and the bucket that
+//! holds a quantile of what was recorded between two scrapes. The peer has no `/metrics`.
+
+use crate::client::Conn;
+use std::net::SocketAddr;
+
+/// The whole scrape, or `None` when the server has no `/metrics`.
+pub async fn scrape(addr: SocketAddr) -> Option<String> {
+    let reply = Conn::connect(addr).await.ok()?.get("/metrics").await.ok()?;
+    reply
+        .status
+        .is_success()
+        .then(|| String::from_utf8_lossy(&reply.body).into_owned())
+}
+
+/// `(le, cumulative count)` of histogram `name` whose labels contain `labels` (e.g.
+/// `reader="wait"`; empty for none), in the order scraped (ascending `le`).
+pub fn buckets(text: &str, name: &str, labels: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{");
+    text.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter(|l| l.contains(labels))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            let count = l.rsplit(' ').next()?.parse().ok()?;
+            Some((le, count))
+        })
+        .collect()
+}
+
+/// The upper bound (seconds) of the bucket holding quantile `q` of what was recorded between
+/// the `before` and `after` scrapes; `None` when nothing was.
+pub fn quantile_bound(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Option<f64> {
+    let delta: Vec<(f64, f64)> = after
+        .iter()
+        .map(|(le, n)| {
+            let was = before.iter().find(|(b, _)| b == le).map_or(0.0, |(_, c)| *c);
+            (*le, n - was)
+        })
+        .collect();
+    let total = delta.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    delta.iter().find(|(_, n)| *n >= q * total).map(|(le, _)| *le)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_buckets_and_quantiles() {
+        let text = "x_bucket{reader=\"wait\",le=\"0.001\"} 90\nx_bucket{reader=\"wait\",le=\"0.01\"} 99\n\
+                    x_bucket{reader=\"wait\",le=\"+Inf\"} 100\nx_bucket{reader=\"sse\",le=\"0.001\"} 5\n";
+        let b = buckets(text, "x", "reader=\"wait\"");
+        assert_eq!(b.len(), 3);
+        assert_eq!(quantile_bound(&[], &b, 0.5), Some(0.001));
+        assert_eq!(quantile_bound(&[], &b, 0.99), Some(0.01));
+        let before = [(0.001, 90.0), (0.01, 90.0), (f64::INFINITY, 90.0)];
+        assert_eq!(quantile_bound(&before, &b, 0.9), Some(0.01));
+        assert_eq!(quantile_bound(&b, &b, 0.5), None);
+    }
+}
