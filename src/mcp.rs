@@ -8,6 +8,7 @@
 //! client went away).
 #![allow(deprecated)] // `LoggingLevel`, `resources/subscribe`: still what 2025-11-25 clients use
 
+pub mod compat;
 pub mod owner;
 pub mod prompt;
 pub mod render;

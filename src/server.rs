@@ -166,12 +166,14 @@ pub async fn serve(
             .wrap(actix_web::middleware::from_fn(guard::guard))
             .service(
                 web::scope(mcp::MCP_PATH)
+                    .wrap(actix_web::middleware::from_fn(mcp::compat::notifications))
                     .wrap(actix_web::middleware::from_fn(mcp::owner::bind))
                     .wrap(actix_web::middleware::from_fn(error::json_errors))
                     .service(mcp.clone().scope()),
             )
             .service(
                 web::scope(crate::cc::MCP_PATH)
+                    .wrap(actix_web::middleware::from_fn(mcp::compat::notifications))
                     .wrap(actix_web::middleware::from_fn(mcp::owner::bind))
                     .wrap(actix_web::middleware::from_fn(error::json_errors))
                     .service(cc_mcp.clone().scope()),

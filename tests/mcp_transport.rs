@@ -271,3 +271,32 @@ async fn oauth_discovery_paths_say_there_is_no_oauth() {
     // Everything else still needs the token.
     assert_eq!(http.get(s.url("/api/channels")).send().await.unwrap().status(), 401);
 }
+
+/// SEP-2243 requires `Mcp-Method` on requests; a notification without it (the TypeScript SDK
+/// 2.x sends none on notifications) is accepted, while a request without it is still refused.
+#[tokio::test]
+async fn modern_notifications_need_no_mcp_method_header() {
+    let s = Server::start();
+    let http = common::client();
+    let send = |body: Value| {
+        http.post(s.url("/mcp"))
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", MODERN)
+            .json(&body)
+            .send()
+    };
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 7, "reason": "closed"}});
+    let r = send(note).await.unwrap();
+    assert!(
+        r.status().is_success(),
+        "a notification without Mcp-Method: {}",
+        r.status()
+    );
+    let m = Mcp::stateless(&s);
+    let request = m.request_body(1, "tools/list", Value::Null);
+    let r = send(request).await.unwrap();
+    assert_eq!(r.status(), 400, "a request without Mcp-Method must still be refused");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32020, "{body}");
+}
