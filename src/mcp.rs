@@ -9,6 +9,7 @@
 #![allow(deprecated)] // `LoggingLevel`, `resources/subscribe`: still what 2025-11-25 clients use
 
 pub mod compat;
+pub mod events;
 pub mod owner;
 pub mod prompt;
 pub mod render;

@@ -300,3 +300,126 @@ async fn modern_notifications_need_no_mcp_method_header() {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], -32020, "{body}");
 }
+
+/// The next event that carries a JSON-RPC message (priming events carry none).
+async fn next_json(sse: &mut SseReader) -> Option<(String, Value)> {
+    while let Some(e) = sse.next(Duration::from_secs(10)).await {
+        if let Ok(v) = serde_json::from_str::<Value>(&e.data) {
+            return Some((e.id.unwrap_or_default(), v));
+        }
+    }
+    None
+}
+
+/// A GET stream opened with `Last-Event-ID`.
+async fn resume(m: &Mcp, last_event_id: &str) -> reqwest::Response {
+    m.http
+        .get(&m.url)
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", m.session.as_deref().unwrap())
+        .header("MCP-Protocol-Version", LEGACY)
+        .header("Last-Event-ID", last_event_id)
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// A tool call whose POST stream is cut before its answer: the client resumes with the last
+/// event id it saw and gets the answer (it was lost before), exactly once.
+#[tokio::test]
+async fn a_cut_tool_stream_resumes_with_its_answer() {
+    let s = Server::start();
+    let m = Mcp::connect(&s).await;
+    let body = m.request_body(
+        41,
+        "tools/call",
+        json!({"name": "wait_for_message",
+        "arguments": {"channel": "cut", "since_id": 0, "timeout_s": 10}}),
+    );
+    let r = m.post_raw(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let mut first = SseReader::from_response(r);
+    let primed = first.next(Duration::from_secs(5)).await.expect("a priming event");
+    let last_seen = primed.id.expect("the priming event has an id");
+    drop(first); // the connection is cut mid-call
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A post wakes the wait while the client is away: its answer has nowhere to go yet.
+    let posted: Value = common::client()
+        .post(s.url("/api/channels/cut/messages"))
+        .json(&json!({"sender": "a", "body": "after the cut"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let h: Value = common::client()
+            .get(s.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if h["waits"] == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the wait did not end: {h}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The client comes back within the grace, with the last event id it saw.
+    let mut resumed = SseReader::from_response(resume(&m, &last_seen).await);
+    let (id, answer) = next_json(&mut resumed).await.expect("the answer on the resumed stream");
+    assert_eq!(answer["id"], 41, "{answer}");
+    let got = &answer["result"]["structuredContent"]["messages"][0];
+    assert_eq!(got["id"], posted["id"], "{answer}");
+    assert!(!id.is_empty() && id != last_seen);
+    // Resuming after the answer replays nothing.
+    let mut again = SseReader::from_response(resume(&m, &id).await);
+    assert!(
+        again.next(Duration::from_millis(500)).await.is_none(),
+        "the answer was replayed twice"
+    );
+}
+
+/// Event ids on the standalone stream are unique (the priming event and the first
+/// notification were both `0`), and a resume replays only what followed.
+#[tokio::test]
+async fn standalone_stream_event_ids_are_unique_and_resume_replays_only_what_followed() {
+    let s = Server::start();
+    let m = Mcp::connect(&s).await;
+    let mut sse = m.listen().await;
+    m.ok("resources/subscribe", json!({"uri": "crosstalk://channels/ids"}))
+        .await;
+    let post = |body: &'static str| {
+        let url = s.url("/api/channels/ids/messages");
+        async move {
+            common::client()
+                .post(url)
+                .json(&json!({"sender": "a", "body": body}))
+                .send()
+                .await
+                .unwrap();
+        }
+    };
+    post("one").await;
+    let (first_id, note) = next_json(&mut sse).await.expect("a notification");
+    assert_eq!(note["method"], "notifications/resources/updated", "{note}");
+    // The priming event carries no id, or one of its own: never the notification's.
+    assert_ne!(first_id, "0", "the notification shares the priming event's id 0");
+    drop(sse);
+    post("two").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Resume after the first notification: the second comes, the first does not.
+    let mut resumed = SseReader::from_response(resume(&m, &first_id).await);
+    let (second_id, _) = next_json(&mut resumed).await.expect("what followed");
+    assert_ne!(second_id, first_id);
+    assert!(second_id.parse::<u64>().unwrap() > first_id.parse::<u64>().unwrap());
+    // And the stream goes on live after the replay.
+    post("three").await;
+    let (third_id, _) = next_json(&mut resumed).await.expect("live after the replay");
+    assert!(third_id.parse::<u64>().unwrap() > second_id.parse::<u64>().unwrap());
+}

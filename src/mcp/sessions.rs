@@ -1,10 +1,13 @@
-//! [`DisconnectAware`]: rmcp's in-memory session manager, plus one rule. In a 2025-11-25
-//! session a tool call's answer travels on the POST's own event stream, and rmcp keeps the
-//! call running when that stream drops, in case the client resumes it with `Last-Event-ID`.
-//! A client that does not come back within [`RESUME_GRACE`] is gone: its call is cancelled
-//! as if it had sent `notifications/cancelled`, so a `wait_for_message` never outlives its
-//! client by more than the grace.
+//! [`DisconnectAware`]: rmcp's in-memory session manager over our event store
+//! ([`super::events::ResumeLog`]: relay-wide event ids, resumes that replay what followed and
+//! keep following), plus one rule. In a 2025-11-25 session a tool call's answer travels on the
+//! POST's own event stream, and rmcp keeps the call running when that stream drops, in case
+//! the client resumes it with `Last-Event-ID`. A client that does not come back within
+//! [`RESUME_GRACE`] is gone: its call is cancelled as if it had sent
+//! `notifications/cancelled`, so a `wait_for_message` never outlives its client by more than
+//! the grace.
 
+use super::events::ResumeLog;
 use futures_util::Stream;
 use parking_lot::Mutex;
 use rmcp::model::{
@@ -25,11 +28,21 @@ use std::time::{Duration, Instant};
 /// rmcp's reconnect hint (3 s) plus slack.
 pub const RESUME_GRACE: Duration = Duration::from_secs(5);
 
-#[derive(Default)]
 pub struct DisconnectAware {
     inner: Arc<LocalSessionManager>,
     /// When each session last resumed a stream: a resume after a drop keeps the call alive.
     resumed: Arc<Mutex<HashMap<SessionId, Instant>>>,
+}
+
+impl Default for DisconnectAware {
+    /// rmcp's session manager over [`ResumeLog`]: relay-wide event ids, and resumes that
+    /// replay what followed and keep following.
+    fn default() -> Self {
+        DisconnectAware {
+            inner: Arc::new(LocalSessionManager::default().with_event_store(Arc::new(ResumeLog::default()))),
+            resumed: Default::default(),
+        }
+    }
 }
 
 impl SessionManager for DisconnectAware {
