@@ -5,10 +5,11 @@
 //
 //   node conversation.mjs v1|v2|mcp-remote http://127.0.0.1:PORT /mcp|/cc/mcp [TOKEN]
 //
-// v1 is @modelcontextprotocol/sdk 1.x, v2 is @modelcontextprotocol/client 2.x; mcp-remote is
-// alice talking over stdio to mcp-remote (spawned here with the token as a header), which
-// relays to the relay, while bob talks HTTP (SDK 1.x). Prints one line per check; exits 1 on
-// the first failure, and by itself after 60 s.
+// v1 is @modelcontextprotocol/sdk 1.x, v2 is @modelcontextprotocol/client 2.x; with
+// mcp-remote, alice and carol talk over stdio to mcp-remote (spawned here, with the token as a
+// header), which relays to the relay, and carol's mcp-remote is the one whose connection is
+// cut; bob talks HTTP (SDK 1.x). Prints one line per check; exits 1 on the first failure, and
+// by itself after 60 s.
 
 import net from "node:net";
 
@@ -72,11 +73,11 @@ async function call(client, [name, args], options) {
 }
 
 /// alice over stdio through mcp-remote, which relays to the relay's streamable HTTP.
-async function viaMcpRemote() {
+async function viaMcpRemote(url = base + path) {
   const { StdioClientTransport } = await import("@modelcontextprotocol/sdk/client/stdio.js");
   const { createRequire } = await import("node:module");
   const bin = createRequire(import.meta.url).resolve("mcp-remote/dist/proxy.js");
-  const args = [bin, base + path, "--transport", "http-only", "--allow-http"];
+  const args = [bin, url, "--transport", "http-only", "--allow-http"];
   if (token) args.push("--header", `Authorization:Bearer ${token}`);
   const client = new Client({ name: "alice-stdio", version: "0" }, { capabilities: {} });
   await client.connect(new StdioClientTransport({ command: process.execPath, args, stderr: "ignore" }));
@@ -121,12 +122,6 @@ await new Promise((r) => setTimeout(r, 300));
 const back = await call(bob, tools.post(channel, `bob-${sdk}-${face}`, "still here"));
 const aliceWoke = await aliceWaits;
 check(aliceWoke.messages?.[0]?.id === back.id, "alice's wait woken by bob's post", aliceWoke);
-if (sdk === "mcp-remote") {
-  await Promise.all([alice.close(), bob.close()]);
-  ok("conversation done");
-  process.exit(0);
-}
-
 // A wait whose connection is cut mid-call: the SDK resumes with Last-Event-ID.
 const target = new URL(base);
 const sockets = new Set();
@@ -144,7 +139,8 @@ const proxy = net.createServer((inbound) => {
 });
 await new Promise((r) => proxy.listen(0, "127.0.0.1", r));
 const viaProxy = `http://127.0.0.1:${proxy.address().port}${path}`;
-const carol = await connect("carol", viaProxy);
+// With mcp-remote, carol talks stdio to mcp-remote, and mcp-remote's connection is cut.
+const carol = sdk === "mcp-remote" ? await viaMcpRemote(viaProxy) : await connect("carol", viaProxy);
 await call(carol, tools.register(`carol-${sdk}-${face}`));
 const last = await call(alice, tools.post(channel, `alice-${sdk}-${face}`, "before the cut"));
 let lastEventId;
