@@ -22,7 +22,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the relay (the default when no command is given).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    #[command(flatten)]
+    Client(crate::cli::ClientCommand),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

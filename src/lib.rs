@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod cc;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod guard;

@@ -26,8 +26,20 @@ fn main() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     let args = match cli.command {
-        Some(Command::Serve(args)) => args,
+        Some(Command::Serve(args)) => *args,
         None => Default::default(),
+        Some(Command::Client(cmd)) => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let code = match rt.block_on(crosstalk::cli::run(cmd)) {
+                Ok(crosstalk::cli::Outcome::Done) => 0,
+                Ok(crosstalk::cli::Outcome::TimedOut) => 1,
+                Err(crosstalk::cli::Failure(why, code)) => {
+                    eprintln!("crosstalk: {why}");
+                    code
+                }
+            };
+            std::process::exit(code);
+        }
     };
     let config = Config::resolve(args).map_err(anyhow::Error::msg)?;
     actix_web::rt::System::new().block_on(crosstalk::run(config))?;

@@ -1,0 +1,166 @@
+//! The command line for people and scripts, run as a user runs it: `send`, `tail --json`,
+//! `wait` and its exit status, `ask` answered by `answer` from another process, and one clear
+//! line with exit status 2 for a bad URL or token.
+
+mod common;
+
+use common::{client, Server};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn crosstalk(s: &Server, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
+    c.args(args)
+        .args(["--relay", &s.url("")])
+        .env_remove("CROSSTALK_URL")
+        .env_remove("CROSSTALK_TOKEN");
+    c
+}
+
+fn run(mut c: Command) -> Output {
+    c.stdin(Stdio::null()).output().expect("run crosstalk")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_tail_and_wait_work_for_scripts() {
+    let s = Server::start();
+    // tail --json from the start of the channel, in the background.
+    let mut tail = crosstalk(&s, &["tail", "dev", "--since", "0", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = run(crosstalk(
+        &s,
+        &[
+            "send",
+            "dev",
+            "hello from the shell",
+            "--as",
+            "alice",
+            "--type",
+            "status",
+        ],
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id: u64 = text(&out.stdout).parse().expect("send prints the id");
+    // The body from stdin with `-`.
+    let mut piped = crosstalk(&s, &["send", "dev", "-", "--as", "bob"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    piped.stdin.take().unwrap().write_all(b"from stdin\n").unwrap();
+    let out = piped.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let second: u64 = text(&out.stdout).parse().unwrap();
+
+    let mut lines = BufReader::new(tail.stdout.take().unwrap()).lines();
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["id"], id);
+    assert_eq!(first["body"], "hello from the shell");
+    assert_eq!(first["type"], "status");
+    let next: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(
+        (next["id"].as_u64(), next["body"].as_str()),
+        (Some(second), Some("from stdin"))
+    );
+    tail.kill().unwrap();
+    let _ = tail.wait();
+
+    // wait: 1 on timeout, 0 (and the message) when someone posts.
+    let started = Instant::now();
+    let out = run(crosstalk(&s, &["wait", "dev", "--timeout", "0.5"]));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let waiter = crosstalk(&s, &["wait", "dev", "--timeout", "20", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let out = run(crosstalk(&s, &["send", "dev", "wake up", "--as", "carol"]));
+    assert!(out.status.success());
+    let woke = waiter.wait_with_output().unwrap();
+    assert_eq!(woke.status.code(), Some(0));
+    let m: Value = serde_json::from_str(&text(&woke.stdout)).unwrap();
+    assert_eq!(m["body"], "wake up");
+
+    let out = run(crosstalk(&s, &["channels", "--json"]));
+    let ch: Value = serde_json::from_str(text(&out.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(ch["channel"], "dev");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_returns_when_answer_is_run_from_another_process() {
+    let s = Server::start();
+    let asking = crosstalk(&s, &["ask", "ops", "ship it?", "--timeout", "20", "--as", "bot"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Find the question as a person would: read the channel.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let question = loop {
+        let list: Value = client()
+            .get(s.url("/api/channels/ops/messages"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(q) = list.as_array().and_then(|l| l.iter().find(|m| m["body"] == "ship it?")) {
+            break q["id"].as_u64().unwrap();
+        }
+        assert!(Instant::now() < deadline, "the question never appeared");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let out = run(crosstalk(
+        &s,
+        &["answer", "ops", &question.to_string(), "yes, ship it", "--as", "dana"],
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let asked = asking.wait_with_output().unwrap();
+    assert_eq!(asked.status.code(), Some(0), "{}", text(&asked.stderr));
+    assert_eq!(text(&asked.stdout), "yes, ship it");
+}
+
+#[test]
+fn a_bad_url_or_token_is_one_line_and_exit_2() {
+    let s = Server::start_with(&["--token", "right"]);
+    for (args, needle) in [
+        (vec!["send", "dev", "x", "--token", "wrong"], "401"),
+        (vec!["channels"], "401"),
+        (vec!["tail", "dev", "--since", "0", "--token", "wrong"], "401"),
+    ] {
+        let out = run(crosstalk(&s, &args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let mut c = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
+    let out = c
+        .args(["send", "dev", "x", "--relay", "http://127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot reach the relay"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+        .args(["channels", "--relay", "not a url"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("bad relay URL"));
+    // With the right token, it works.
+    let out = run(crosstalk(&s, &["send", "dev", "x", "--token", "right"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
