@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{client, Server};
+use common::{client, get_json, Server};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
@@ -107,14 +107,7 @@ async fn ask_returns_when_answer_is_run_from_another_process() {
     // Find the question as a person would: read the channel.
     let deadline = Instant::now() + Duration::from_secs(10);
     let question = loop {
-        let list: Value = client()
-            .get(s.url("/api/channels/ops/messages"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, list) = get_json(&client(), &s.url("/api/channels/ops/messages")).await;
         if let Some(q) = list.as_array().and_then(|l| l.iter().find(|m| m["body"] == "ship it?")) {
             break q["id"].as_u64().unwrap();
         }
