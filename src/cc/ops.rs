@@ -3,7 +3,6 @@
 //! the operation that owns the rule, and answers in cross-claude's shape. Nothing here
 //! decides who may post, what a wait returns or how ids are ordered.
 
-use crate::mcp::render::Render;
 use crate::ops::channels::{self, CreateRequest, FindRequest, FoundChannels, SearchRequest};
 use crate::ops::identity::{self, InboxRequest, RegisterRequest};
 use crate::ops::messages::{self, MessageRef, PostRequest, RoleArg, WaitRequest};
@@ -12,7 +11,6 @@ use crosstalk_actors::{ChannelInfo, Posted, WaitOutcome};
 use crosstalk_schema::{InstanceKind, NewMessage};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 /// The channel cross-claude uses when none is named.
@@ -61,17 +59,6 @@ fn cc(messages: &[Arc<Posted>]) -> Vec<CcMessage> {
     messages.iter().map(CcMessage::from).collect()
 }
 
-/// `#id sender [type] re #parent: content`, one per line.
-fn lines(text: &mut String, messages: &[CcMessage]) {
-    for m in messages {
-        let _ = write!(text, "\n#{} {} [{}]", m.id, m.sender, m.message_type);
-        if let Some(r) = m.in_reply_to {
-            let _ = write!(text, " re #{r}");
-        }
-        let _ = write!(text, ": {}", m.content);
-    }
-}
-
 // ---- register
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -117,15 +104,6 @@ impl Operation for Register {
             instance_id: done.instance.instance_id.clone(),
             session: done.session,
         })
-    }
-}
-
-impl Render for CcRegistered {
-    fn text(&self) -> String {
-        format!(
-            "Registered as {}. Next: list_channels, then check_messages on the channel you work in.",
-            self.instance_id
-        )
     }
 }
 
@@ -190,17 +168,6 @@ impl Operation for SendMessage {
     }
 }
 
-impl Render for Sent {
-    fn text(&self) -> String {
-        format!(
-            "Sent #{id} to {ch} ({ty}). For the answer: wait_for_reply(channel=\"{ch}\", after_id={id}).",
-            id = self.id,
-            ch = self.channel,
-            ty = self.message_type
-        )
-    }
-}
-
 // ---- getMessages / check_messages
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -243,17 +210,6 @@ impl Operation for GetMessages {
             last_id: found.last().map_or(r.after_id.unwrap_or(0), |p| p.id()),
             messages: cc(&found),
         })
-    }
-}
-
-impl Render for CcPage {
-    fn text(&self) -> String {
-        if self.messages.is_empty() {
-            return "No new messages.".into();
-        }
-        let mut t = format!("{} message(s); last_id {}:", self.messages.len(), self.last_id);
-        lines(&mut t, &self.messages);
-        t
     }
 }
 
@@ -386,19 +342,6 @@ impl Operation for WaitForReply {
     }
 }
 
-impl Render for Reply {
-    fn text(&self) -> String {
-        let mut t = match self.outcome {
-            WaitOutcome::Messages => format!("{} new message(s):", self.messages.len()),
-            WaitOutcome::Done => "The other side said done:".to_owned(),
-            _ => format!("No reply ({:?}).", self.outcome).to_lowercase(),
-        };
-        lines(&mut t, &self.messages);
-        let _ = write!(t, "\n{} Next after_id: {}.", self.hint, self.last_id);
-        t
-    }
-}
-
 // ---- get_replies
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -431,16 +374,6 @@ impl Operation for GetReplies {
     }
 }
 
-impl Render for Thread {
-    fn text(&self) -> String {
-        let mut t = String::from("Message:");
-        lines(&mut t, std::slice::from_ref(&self.parent));
-        let _ = write!(t, "\n{} repl(ies):", self.replies.len());
-        lines(&mut t, &self.replies);
-        t
-    }
-}
-
 // ---- channels
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -463,12 +396,6 @@ impl Operation for CreateChannel {
             ok: true,
             channel: channels::CreateChannel::run(cx, caller, r).await?,
         })
-    }
-}
-
-impl Render for Created {
-    fn text(&self) -> String {
-        format!("Channel {} is ready.", self.channel.summary.channel)
     }
 }
 
@@ -549,14 +476,6 @@ impl Operation for SearchMessages {
     }
 }
 
-impl Render for Found {
-    fn text(&self) -> String {
-        let mut t = format!("{} match(es):", self.messages.len());
-        lines(&mut t, &self.messages);
-        t
-    }
-}
-
 // ---- subscribe / unsubscribe
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -617,15 +536,5 @@ impl Operation for Unsubscribe {
 
     async fn run(cx: &Ctx, caller: Caller, r: SubscribeRequest) -> Result<Subscription, OpError> {
         membership(cx, caller, r, false).await
-    }
-}
-
-impl Render for Subscription {
-    fn text(&self) -> String {
-        if self.subscribed {
-            format!("{} joined {}.", self.instance_id, self.channel)
-        } else {
-            format!("{} left {}.", self.instance_id, self.channel)
-        }
     }
 }

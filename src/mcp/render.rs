@@ -2,6 +2,8 @@
 //! content: short, with the next call spelled out. The structured content is the answer
 //! itself; these never carry anything the structured content lacks.
 
+mod cc;
+
 use crate::ops::channels::{ChannelList, FoundChannels, Present};
 use crate::ops::identity::Instances;
 use crate::ops::messages::{Asked, MessageList, Page, Waited};
