@@ -157,3 +157,68 @@ fn a_bad_url_or_token_is_one_line_and_exit_2() {
     let out = run(crosstalk(&s, &["send", "dev", "x", "--token", "right"]));
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+/// `tail` follows a relay that restarts: the message posted after the restart arrives, and
+/// nothing before it is shown twice. The relay comes back on another port, so `tail` talks to
+/// it through a fixed local address that forwards to wherever the relay is now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_follows_a_relay_restart_with_nothing_lost_or_repeated() {
+    use std::sync::{Arc, Mutex};
+    use tokio::net::{TcpListener, TcpStream};
+    let dir = tempfile::tempdir().unwrap();
+    let mut relay = Server::start_in(dir.path(), &[]);
+    let target = Arc::new(Mutex::new(relay.url("").trim_start_matches("http://").to_owned()));
+    let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front_url = format!("http://{}", front.local_addr().unwrap());
+    let to = target.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = front.accept().await {
+            let addr = to.lock().unwrap().clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = TcpStream::connect(addr).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    let mut tail = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+        .args(["tail", "dev", "--since", "0", "--json", "--relay", &front_url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let stdout = tail.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let send = |relay: &Server, body: &str| run(crosstalk(relay, &["send", "dev", body, "--as", "a"]));
+    assert!(send(&relay, "before").status.success());
+    let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first["body"], "before");
+
+    relay.terminate();
+    relay = Server::start_in(dir.path(), &[]);
+    *target.lock().unwrap() = relay.url("").trim_start_matches("http://").to_owned();
+    assert!(send(&relay, "after").status.success());
+    let next = tokio::time::timeout(Duration::from_secs(15), rx.recv())
+        .await
+        .expect("the message after the restart arrives")
+        .unwrap();
+    assert_eq!(next["body"], "after", "{next}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(700), rx.recv())
+            .await
+            .is_err(),
+        "something was shown twice"
+    );
+    tail.kill().unwrap();
+    let _ = tail.wait();
+}
