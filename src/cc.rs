@@ -11,9 +11,7 @@
 pub mod ops;
 
 use crate::http::caller;
-use crate::ops::identity::Instances;
-use crate::ops::shared::{self, SharedList};
-use crate::ops::{channels, Caller, Principal};
+use crate::ops::{channels, identity, shared, Caller, Principal};
 use crate::rest::{route, Endpoint, Face};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -56,27 +54,13 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
         cc::<ops::SendMessage>(M::POST, "/cc/api/messages", "sendMessage"),
         cc::<ops::GetReplies>(M::GET, "/cc/api/messages/{channel}/{message_id}/replies", "getReplies"),
         cc::<ops::Register>(M::POST, "/cc/api/register", "register"),
-        route::<crate::ops::identity::ListInstances, Instances>(
-            CC_REST,
-            Some("listInstances"),
-            M::GET,
-            "/cc/api/instances",
-            StatusCode::OK,
-            |r| r,
-        ),
+        cc::<identity::ListInstances>(M::GET, "/cc/api/instances", "listInstances"),
         cc::<ops::CreateChannel>(M::POST, "/cc/api/channels", "createChannel"),
         cc::<channels::ListChannels>(M::GET, "/cc/api/channels", "listChannels"),
         cc::<ops::FindChannelByQ>(M::GET, "/cc/api/channels/search", "findChannel"),
         cc::<ops::SearchByQ>(M::GET, "/cc/api/search", "searchMessages"),
         cc::<shared::Share>(M::POST, "/cc/api/data", "shareData"),
-        route::<shared::ListData, SharedList>(
-            CC_REST,
-            Some("listSharedData"),
-            M::GET,
-            "/cc/api/data",
-            StatusCode::OK,
-            |r| r,
-        ),
+        cc::<shared::ListData>(M::GET, "/cc/api/data", "listSharedData"),
         cc::<shared::GetData>(M::GET, "/cc/api/data/{key}", "getSharedData"),
     ]
 });

@@ -168,18 +168,15 @@ impl Client {
 
     /// Sends a request and reads its JSON answer; an error answer is a one-line failure.
     async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, Failure> {
-        let r = self
-            .auth(req)
-            .send()
-            .await
-            .map_err(|e| Failure(format!("cannot reach the relay at {}: {}", self.base, root(&e)), 2))?;
-        let status = r.status();
-        let body: Value = r.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            let why = body["error"].as_str().unwrap_or("no details");
-            return Err(Failure(format!("the relay answered {status}: {why}"), 2));
+        let r = self.auth(req).send().await.map_err(|e| self.unreachable(&e))?;
+        if !r.status().is_success() {
+            return Err(refused(r).await);
         }
-        Ok(body)
+        Ok(r.json().await.unwrap_or(Value::Null))
+    }
+
+    fn unreachable(&self, e: &reqwest::Error) -> Failure {
+        Failure(format!("cannot reach the relay at {}: {}", self.base, root(e)), 2)
     }
 
     async fn post(&self, channel: &str, body: Value) -> Result<Value, Failure> {
@@ -196,6 +193,14 @@ impl Client {
             .and_then(|c| c["last_id"].as_u64())
             .unwrap_or(0))
     }
+}
+
+/// An error answer from the relay, as one line.
+async fn refused(r: reqwest::Response) -> Failure {
+    let status = r.status();
+    let body: Value = r.json().await.unwrap_or(Value::Null);
+    let why = body["error"].as_str().unwrap_or("no details");
+    Failure(format!("the relay answered {status}: {why}"), 2)
 }
 
 /// The innermost cause of an error: "Connection refused", not three layers of wrapping.
@@ -424,23 +429,8 @@ async fn tail(c: &Client, channel: &str, since: Option<u64>, json: bool) -> Resu
                     show(&m, json);
                 }
             }
-            Ok(r) if r.status().is_client_error() => {
-                let status = r.status();
-                let body: Value = r.json().await.unwrap_or(Value::Null);
-                return Err(Failure(
-                    format!(
-                        "the relay answered {status}: {}",
-                        body["error"].as_str().unwrap_or("no details")
-                    ),
-                    2,
-                ));
-            }
-            Err(e) if !connected => {
-                return Err(Failure(
-                    format!("cannot reach the relay at {}: {}", c.base, root(&e)),
-                    2,
-                ));
-            }
+            Ok(r) if r.status().is_client_error() => return Err(refused(r).await),
+            Err(e) if !connected => return Err(c.unreachable(&e)),
             Ok(_) | Err(_) => {}
         }
         // Dropped (or the relay restarts): back off, then resume after the last id shown.

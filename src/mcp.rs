@@ -58,6 +58,16 @@ pub enum Face {
     CrossClaude,
 }
 
+impl Face {
+    /// The face's name in the metrics (`crosstalk_operations_total{face}`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Face::Crosstalk => "mcp",
+            Face::CrossClaude => "cc-mcp",
+        }
+    }
+}
+
 /// The transport, built once and cloned into every worker: sessions live in its session
 /// manager, which all clones share.
 pub type McpService = StreamableHttpService<CrosstalkMcp, sessions::DisconnectAware>;
@@ -210,6 +220,7 @@ impl ServerHandler for CrosstalkMcp {
             peer: context.peer.clone(),
             progress: context.meta.get_progress_token(),
             log_level: self.log_level.clone(),
+            face: self.face,
         };
         tools::call(self.face, cx, &request.name, request.arguments.unwrap_or_default())
             .await

@@ -66,7 +66,7 @@ fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(
         "crosstalk_operations_total",
-        "Operations run, by face (rest, cc-rest, mcp), operation and outcome (ok or the error code)"
+        "Operations run, by face (rest, cc-rest, mcp, cc-mcp), operation and outcome (ok or the error code)"
     );
     describe_counter!(
         "crosstalk_rejected_total",

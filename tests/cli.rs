@@ -74,6 +74,22 @@ async fn send_tail_and_wait_work_for_scripts() {
     tail.kill().unwrap();
     let _ = tail.wait();
 
+    // For a person: one line per message, and no colour codes when stdout is not a terminal.
+    let mut human = crosstalk(&s, &["tail", "dev", "--since", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = BufReader::new(human.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    human.kill().unwrap();
+    let _ = human.wait();
+    assert!(line.starts_with(&format!("#{id} ")), "{line}");
+    assert!(line.ends_with("alice [status] hello from the shell"), "{line}");
+    assert!(!line.contains('\u{1b}'), "colour codes on a pipe: {line:?}");
+
     // wait: 1 on timeout, 0 (and the message) when someone posts.
     let started = Instant::now();
     let out = run(crosstalk(&s, &["wait", "dev", "--timeout", "0.5"]));

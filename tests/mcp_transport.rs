@@ -14,30 +14,22 @@ async fn a_session_lives_from_initialize_to_delete() {
     let s = Server::start();
     let m = Mcp::connect(&s).await;
     assert_eq!(m.ok("ping", Value::Null).await, json!({}));
-    let r = m
-        .http
-        .delete(&m.url)
-        .header("Mcp-Session-Id", m.session.as_deref().unwrap())
-        .header("MCP-Protocol-Version", LEGACY)
-        .send()
-        .await
-        .unwrap();
-    // 204: the Python SDK accepts 200 and 204 and warns on anything else.
-    assert_eq!(r.status(), 204);
-    // The session is gone: the spec's 404 tells the client to initialize again.
-    let a = m.request("tools/list", Value::Null).await;
-    assert_eq!(a.status, 404, "{:?}", a.message);
-    // Deleting it again, or a session that never was, is 404.
-    for sid in [m.session.as_deref().unwrap(), "no-such-session"] {
-        let r = m
-            .http
+    let delete = |sid: String| {
+        m.http
             .delete(&m.url)
             .header("Mcp-Session-Id", sid)
             .header("MCP-Protocol-Version", LEGACY)
             .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 404, "DELETE of {sid}");
+    };
+    let sid = m.session.clone().unwrap();
+    // 204: the Python SDK accepts 200 and 204 and warns on anything else.
+    assert_eq!(delete(sid.clone()).await.unwrap().status(), 204);
+    // The session is gone: the spec's 404 tells the client to initialize again.
+    let a = m.request("tools/list", Value::Null).await;
+    assert_eq!(a.status, 404, "{:?}", a.message);
+    // Deleting it again, or a session that never was, is 404.
+    for sid in [sid, "no-such-session".to_owned()] {
+        assert_eq!(delete(sid.clone()).await.unwrap().status(), 404, "DELETE of {sid}");
     }
     // A request without a session that is not initialize is refused.
     let bare = Mcp::unconnected(&s, LEGACY);

@@ -73,6 +73,21 @@ async fn metrics_count_what_the_relay_did_and_need_the_token() {
         json!({"channel": "m", "sender": "c", "body": "over mcp"}),
     )
     .await;
+    // The cross-claude faces count under their own names.
+    let cc = Mcp::connect_at(&s, "/cc/mcp", common::client_with_token(TOKEN)).await;
+    cc.call_ok(
+        "send_message",
+        json!({"channel": "m", "sender": "d", "content": "over cc mcp"}),
+    )
+    .await;
+    let r = http
+        .post(s.url("/cc/api/messages"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"channel": "m", "sender": "e", "content": "over cc rest"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
 
     let text = scrape(&s).await;
     let ok = |face: &str, op: &str| {
@@ -83,6 +98,8 @@ async fn metrics_count_what_the_relay_did_and_need_the_token() {
     };
     assert_eq!(ok("rest", "post_message"), Some(4.0), "{text}");
     assert_eq!(ok("mcp", "post_message"), Some(1.0), "{text}");
+    assert_eq!(ok("cc-mcp", "send_message"), Some(1.0), "{text}");
+    assert_eq!(ok("cc-rest", "send_message"), Some(1.0), "{text}");
     assert_eq!(ok("rest", "wait_for_message"), Some(1.0), "{text}");
     assert_eq!(
         sample(

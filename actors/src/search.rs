@@ -122,8 +122,6 @@ impl Indexer {
             .map_or(0, u64::from_be_bytes)
     }
 
-    /// Indexes up to [`INDEX_BATCH`] new messages of every channel; returns whether any
-    /// channel moved forward (a failing channel is retried next pass, not spun on).
     /// The views to index: every open channel, and up to [`BACKLOG_PER_PASS`] closed ones
     /// read from the store. The first call also finds what a previous run left unindexed.
     fn sources(&mut self) -> Vec<Arc<ChannelView>> {
@@ -164,6 +162,8 @@ impl Indexer {
         views
     }
 
+    /// Indexes up to [`INDEX_BATCH`] new messages of every channel; returns whether any
+    /// channel moved forward (a failing channel is retried next pass, not spun on).
     fn index_pass(&mut self) -> bool {
         let mut advanced = false;
         let mut behind = 0usize;

@@ -28,7 +28,7 @@ const LOG_TREE: &str = "log";
 const REPAIR_WINDOW: usize = 64;
 /// sled's page cache. The relay keeps its own cache of recent messages, so this stays small: sled
 /// counts serialised bytes, and what it holds in memory is several times that (measured: 100,000
-/// channels with their search postings: a fresh relay on that store holds ~160 MiB at 16 MiB).
+/// channels with their search postings: a fresh relay on that store holds 140-160 MiB at 16 MiB).
 const CACHE_BYTES: u64 = 16 * 1024 * 1024;
 /// sled's background flush interval; acknowledged writes never wait for it (see `commit`).
 const BACKGROUND_FLUSH_MS: u64 = 500;

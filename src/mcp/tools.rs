@@ -57,6 +57,8 @@ pub struct Cx {
     pub progress: Option<ProgressToken>,
     /// The session's `logging/setLevel`.
     pub log_level: Arc<Mutex<LoggingLevel>>,
+    /// Which MCP face the call came in on.
+    pub face: Face,
 }
 
 impl Cx {
@@ -156,8 +158,8 @@ fn tool_error(e: &OpError) -> String {
 async fn run<O: Operation>(cx: &Cx, accepted: &BTreeSet<String>, args: JsonObject) -> Result<O::Response, OpError> {
     let request = arguments::<O>(cx, accepted, args)
         .await
-        .inspect_err(|e| crate::ops::counted("mcp", O::NAME, e.kind.code()))?;
-    let running = crate::ops::call::<O>("mcp", &cx.ctx, cx.caller(), request);
+        .inspect_err(|e| crate::ops::counted(cx.face.label(), O::NAME, e.kind.code()))?;
+    let running = crate::ops::call::<O>(cx.face.label(), &cx.ctx, cx.caller(), request);
     tokio::pin!(running);
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + WAIT_PROGRESS_EVERY, WAIT_PROGRESS_EVERY);
     let started = std::time::Instant::now();
