@@ -1,6 +1,7 @@
 //! A channel's actor: the only writer of the channel's log. It validates and folds each
-//! event into the channel's state as it accepts it, commits batches through the group
-//! committer, and publishes each durable batch to the [`ChannelView`]. It also coordinates
+//! event into the channel's state as it accepts it and commits batches through the group
+//! committer, whose thread publishes each durable batch to the [`ChannelView`] and answers
+//! its posters (see [`batch`]). It also coordinates
 //! waits: one per identity, roles, and releasing one party when everyone is waiting.
 //!
 //! Invariants:
@@ -16,8 +17,8 @@ use crate::commit::Committer;
 use crate::error::RelayError;
 use crate::ids::IdAllocator;
 use crate::registry::Directory;
-use crate::store::{Append, EventStore, StoreError};
-use crate::view::{ChannelView, Posted, Published};
+use crate::store::EventStore;
+use crate::view::{ChannelView, Posted};
 use actix::prelude::*;
 use crosstalk_schema::{
     codec, ChannelMeta, ChannelState, InvalidInput, Limits, Message, NewMessage, Overlay, Record, Timestamp,
@@ -27,11 +28,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+mod batch;
 mod idle;
 mod retention;
 mod sessions;
 mod waits;
 
+use batch::{InFlight, Pending};
 pub use idle::{CloseIfIdle, Closed};
 pub use retention::Retention;
 pub use sessions::{Describe, EndSession, StartSession};
@@ -62,21 +65,41 @@ pub struct ChannelConfig {
     pub idle_after: Option<Duration>,
 }
 
-/// Post a message; answers once it is durable and visible.
+/// Post a message. The actor answers at once with a [`PostTicket`]; the ticket resolves on the
+/// caller's own thread once the message is durable and visible, answered straight from the
+/// store thread.
 #[derive(Message)]
-#[rtype(result = "Result<Arc<Posted>, RelayError>")]
+#[rtype(result = "Result<PostTicket, RelayError>")]
 pub struct Post(pub NewMessage);
 
-type Done = oneshot::Sender<Result<(), RelayError>>;
-
-struct Pending {
-    id: u64,
-    encoded: Vec<u8>,
-    posted: Option<Arc<Posted>>,
-    idem: Option<String>,
-    /// Told when the event is durable (or failed).
-    done: Vec<Done>,
+/// A post the channel has accepted (or recognised as an idempotent retry).
+pub struct PostTicket {
+    durable: oneshot::Receiver<Result<(), RelayError>>,
+    answer: Answer,
 }
+
+enum Answer {
+    New(Option<Arc<Posted>>),
+    /// An idempotent retry: the original, read back once it is durable.
+    Retry(u64, Arc<ChannelView>),
+}
+
+impl PostTicket {
+    /// The message once durable; the store's error if it was refused.
+    pub async fn posted(self) -> Result<Arc<Posted>, RelayError> {
+        self.durable
+            .await
+            .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
+        match self.answer {
+            Answer::New(posted) => posted.ok_or(RelayError::Unavailable("not a message")),
+            Answer::Retry(id, view) => view
+                .get(id)?
+                .ok_or(RelayError::Unavailable("the original message is no longer stored")),
+        }
+    }
+}
+
+type Done = oneshot::Sender<Result<(), RelayError>>;
 
 pub struct ChannelActor {
     view: Arc<ChannelView>,
@@ -99,7 +122,7 @@ pub struct ChannelActor {
     /// Events accepted but not yet in a batch.
     pending: Vec<Pending>,
     /// The batch between append and durable. At most one, so batches commit in order.
-    in_flight: Option<Vec<Pending>>,
+    in_flight: Option<InFlight>,
     /// Idempotency keys of events not yet committed.
     idem_uncommitted: HashMap<String, u64>,
     waiters: HashMap<String, Waiter>,
@@ -214,123 +237,6 @@ impl ChannelActor {
         (id, posted)
     }
 
-    /// A receiver told when event `id` (pending or in flight) is durable.
-    fn when_durable(&mut self, id: u64) -> oneshot::Receiver<Result<(), RelayError>> {
-        let (tx, rx) = oneshot::channel();
-        let entry = self
-            .pending
-            .iter_mut()
-            .chain(self.in_flight.iter_mut().flatten())
-            .find(|p| p.id == id);
-        match entry {
-            Some(p) => p.done.push(tx),
-            None => {
-                let _ = tx.send(Ok(()));
-            }
-        }
-        rx
-    }
-
-    /// Hands the pending events to the store thread as one batch (one at a time, so batches
-    /// become durable and visible in id order). The actor does no store IO itself.
-    fn start_commit(&mut self, ctx: &mut Context<Self>) {
-        if self.in_flight.is_some() || self.pending.is_empty() {
-            return;
-        }
-        let batch = std::mem::take(&mut self.pending);
-        let events: Vec<_> = batch.iter().map(|p| (p.id, p.encoded.clone())).collect();
-        let overlays: Vec<(u64, Overlay)> = std::mem::take(&mut self.next_overlays)
-            .into_iter()
-            .map(|id| (id, self.overlays.get(&id).copied().unwrap_or_default()))
-            .collect();
-        let replies = std::mem::take(&mut self.next_replies);
-        let state = std::mem::take(&mut self.next_state_dirty).then(|| self.state.clone());
-        let idempotency: Vec<(String, u64)> = batch.iter().filter_map(|p| p.idem.clone().map(|k| (k, p.id))).collect();
-        let meta = self.meta;
-        let publish = Published {
-            messages: batch.iter().filter_map(|p| p.posted.clone()).collect(),
-            meta,
-            state: state.clone(),
-            overlays: overlays.clone(),
-        };
-        let channel = self.view.name().clone();
-        let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
-            store.append(Append {
-                channel: &channel,
-                events: &events,
-                meta: &meta,
-                state: state.as_ref(),
-                overlays: &overlays,
-                replies: &replies,
-                idempotency: &idempotency,
-            })
-        }));
-        self.in_flight = Some(batch);
-        let (verdict, abandon) = ticket.split();
-        ctx.spawn(
-            async move {
-                match tokio::time::timeout(COMMIT_TIMEOUT, verdict).await {
-                    Ok(v) => v.unwrap_or_else(|_| Err(StoreError::Io("the store thread has stopped".into()))),
-                    // The store is not answering: give up, unless it decided meanwhile. An
-                    // abandoned batch is never acknowledged and is undone if it lands.
-                    Err(_) if abandon.abandon() => Err(StoreError::Io(format!(
-                        "the store did not answer within {} s",
-                        COMMIT_TIMEOUT.as_secs()
-                    ))),
-                    Err(_) => Err(StoreError::Io("the store answered too late".into())),
-                }
-            }
-            .into_actor(self)
-            .map(move |result, act, ctx| {
-                let batch = act.in_flight.take().unwrap_or_default();
-                match result {
-                    Ok(()) => {
-                        for m in &publish.messages {
-                            act.parties.insert(m.message.sender.clone(), Instant::now());
-                        }
-                        act.view.publish(publish);
-                        act.spoken += 1;
-                        if let Some(t) = act.release_timer.take() {
-                            ctx.cancel_future(t);
-                        }
-                        for p in batch {
-                            if let Some(k) = &p.idem {
-                                act.idem_uncommitted.remove(k);
-                            }
-                            for d in p.done {
-                                let _ = d.send(Ok(()));
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(channel = %act.view.name(), error = %e, "commit failed; nothing acknowledged");
-                        act.fail(batch, e);
-                    }
-                }
-                act.start_commit(ctx);
-            }),
-        );
-    }
-
-    /// A batch failed: tell its waiters, and go back to the store's idea of the state (the
-    /// batch is never shown; if it reached the store's memory, a restart may read it back).
-    fn fail(&mut self, batch: Vec<Pending>, e: StoreError) {
-        for p in batch.into_iter().chain(std::mem::take(&mut self.pending)) {
-            if let Some(k) = &p.idem {
-                self.idem_uncommitted.remove(k);
-            }
-            for d in p.done {
-                let _ = d.send(Err(e.clone().into()));
-            }
-        }
-        self.meta = self.view.meta();
-        self.state = self.view.channel_state();
-        self.next_overlays.clear();
-        self.next_replies.clear();
-        self.next_state_dirty = false;
-        self.overlays = self.view.overlays();
-    }
-
     /// Refuses a write at once while the store is not answering, rather than queueing it.
     fn writable(&self) -> Result<(), RelayError> {
         self.committer.health().writable().map_err(RelayError::StoreUnavailable)
@@ -338,12 +244,7 @@ impl ChannelActor {
 
     fn reply_to_exists(&self, parent: u64) -> Result<bool, RelayError> {
         // Not yet committed: it exists if it is a message (not a session or description event).
-        if let Some(p) = self
-            .pending
-            .iter()
-            .chain(self.in_flight.iter().flatten())
-            .find(|p| p.id == parent)
-        {
+        if let Some(p) = self.uncommitted().find(|p| p.id == parent) {
             return Ok(p.posted.is_some());
         }
         Ok(self.view.get(parent)?.is_some())
@@ -375,60 +276,42 @@ impl Actor for ChannelActor {
 }
 
 impl Handler<Post> for ChannelActor {
-    type Result = ResponseFuture<Result<Arc<Posted>, RelayError>>;
+    type Result = Result<PostTicket, RelayError>;
 
     fn handle(&mut self, Post(post): Post, ctx: &mut Context<Self>) -> Self::Result {
+        self.writable()?;
         let limits = self.config.limits;
-        let prepared = (|| {
-            self.writable()?;
-            let idem = post.idempotency_key(&limits)?;
-            if let Some(k) = &idem {
-                if let Some(id) = self.idempotent(k)? {
-                    return Ok(Err(id));
-                }
-            }
-            let mut record = post.into_record(&limits, Timestamp::now())?;
-            if let Some(parent) = record.reply_to {
-                if !self.reply_to_exists(parent)? {
-                    return Err(RelayError::Invalid(InvalidInput::Other(format!(
-                        "reply_to {parent} is not a message of channel {}",
-                        self.view.name()
-                    ))));
-                }
-            }
-            if record.session_id.is_none() {
-                record.session_id = self.state.active_session().map(str::to_owned);
-            }
-            Ok(Ok((record, idem)))
-        })();
-        match prepared {
-            Err(e) => Box::pin(async move { Err(e) }),
-            Ok(Err(existing)) => {
+        let idem = post.idempotency_key(&limits)?;
+        if let Some(k) = &idem {
+            if let Some(existing) = self.idempotent(k)? {
                 // An idempotent retry: answer with the original once it is durable.
-                let durable = self.when_durable(existing);
-                let view = self.view.clone();
-                Box::pin(async move {
-                    durable
-                        .await
-                        .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
-                    view.get(existing)?
-                        .ok_or(RelayError::Unavailable("the original message is no longer stored"))
-                })
-            }
-            Ok(Ok((record, idem))) => {
-                let (id, posted) = self.accept(Record::Message(record), idem);
-                // Registered before the commit starts, so a write that fails at once is
-                // reported as failed, never as durable.
-                let durable = self.when_durable(id);
-                self.start_commit(ctx);
-                Box::pin(async move {
-                    durable
-                        .await
-                        .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
-                    posted.ok_or(RelayError::Unavailable("not a message"))
-                })
+                return Ok(PostTicket {
+                    durable: self.when_durable(existing),
+                    answer: Answer::Retry(existing, self.view.clone()),
+                });
             }
         }
+        let mut record = post.into_record(&limits, Timestamp::now())?;
+        if let Some(parent) = record.reply_to {
+            if !self.reply_to_exists(parent)? {
+                return Err(RelayError::Invalid(InvalidInput::Other(format!(
+                    "reply_to {parent} is not a message of channel {}",
+                    self.view.name()
+                ))));
+            }
+        }
+        if record.session_id.is_none() {
+            record.session_id = self.state.active_session().map(str::to_owned);
+        }
+        let (id, posted) = self.accept(Record::Message(record), idem);
+        // Registered before the commit starts, so a write that fails at once is reported as
+        // failed, never as durable.
+        let durable = self.when_durable(id);
+        self.start_commit(ctx);
+        Ok(PostTicket {
+            durable,
+            answer: Answer::New(posted),
+        })
     }
 }
 

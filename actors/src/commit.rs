@@ -2,6 +2,9 @@
 //! actor hands the committer a [`Job`] (what to write) and gets a [`Ticket`] (when it is
 //! durable). The thread takes every job queued, applies each (in memory, in queue order), then
 //! makes them durable with one flush for all of them (group commit), then answers each ticket.
+//! A job may also carry an [`OnDurable`] hook, run on this thread the moment the job is
+//! durable, before its ticket is answered: the channel actor's hook publishes the batch to its
+//! view and answers the posters, so neither waits for a hop back through the actors' thread.
 //!
 //! Failure rules, so that a write is acknowledged only once it will survive a crash, and a
 //! write that was refused never turns up later:
@@ -45,6 +48,11 @@ pub enum Durability {
 /// The writes of one job, run on the store thread; returns how to undo them.
 pub type Apply = Box<dyn FnOnce(&dyn EventStore) -> Result<Undo, StoreError> + Send>;
 
+/// Run on the store thread once a job is durable, and only then (never for a refused or
+/// abandoned job). It must be quick and must not block: it runs between a flush and the
+/// answers of every other job of the round.
+pub type OnDurable = Box<dyn FnOnce() + Send>;
+
 /// What a ticket's owner and the store thread agree on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
@@ -59,6 +67,7 @@ type Answer = oneshot::Sender<Result<(), StoreError>>;
 
 struct Job {
     apply: Apply,
+    on_durable: Option<OnDurable>,
     fate: Arc<Mutex<Fate>>,
     done: Answer,
 }
@@ -187,10 +196,21 @@ impl Committer {
 
     /// Queues `apply`; the ticket resolves once its writes are durable, or refused.
     pub fn write(&self, apply: Apply) -> Ticket {
+        self.queue(apply, None)
+    }
+
+    /// As [`Committer::write`], and runs `on_durable` on the store thread once the writes are
+    /// durable, before the ticket resolves.
+    pub fn write_then(&self, apply: Apply, on_durable: OnDurable) -> Ticket {
+        self.queue(apply, Some(on_durable))
+    }
+
+    fn queue(&self, apply: Apply, on_durable: Option<OnDurable>) -> Ticket {
         let (done, rx) = oneshot::channel();
         let fate = Arc::new(Mutex::new(Fate::Pending));
         let job = Job {
             apply,
+            on_durable,
             fate: fate.clone(),
             done,
         };
@@ -212,9 +232,16 @@ impl Committer {
     }
 }
 
+/// A job whose writes are in the store's memory, with how to take them back.
+struct Applied {
+    fate: Arc<Mutex<Fate>>,
+    done: Answer,
+    on_durable: Option<OnDurable>,
+    undo: Undo,
+}
+
 fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job>, health: &Health) {
-    // The jobs whose writes are in the store's memory, with how to take them back.
-    let mut applied: Vec<(Arc<Mutex<Fate>>, Answer, Undo)> = Vec::with_capacity(round.len());
+    let mut applied: Vec<Applied> = Vec::with_capacity(round.len());
     let mut failed = None;
     for job in round.drain(..) {
         if *job.fate.lock() == Fate::Abandoned {
@@ -227,7 +254,12 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
             continue;
         }
         match (job.apply)(store) {
-            Ok(undo) => applied.push((job.fate, job.done, undo)),
+            Ok(undo) => applied.push(Applied {
+                fate: job.fate,
+                done: job.done,
+                on_durable: job.on_durable,
+                undo,
+            }),
             Err(e) => {
                 tracing::error!(error = %e, "store write failed; not acknowledged");
                 failed = Some(e.to_string());
@@ -257,15 +289,18 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
             // Health first: a writer told "durable" must find the store healthy.
             *health.last_error.lock() = failed;
             let mut take_back = Vec::new();
-            for (fate, done, undo) in applied {
-                let mut f = fate.lock();
+            for job in applied {
+                let mut f = job.fate.lock();
                 if *f == Fate::Abandoned {
                     // Its owner already told the client it failed: take it back.
-                    take_back.push(undo);
+                    take_back.push(job.undo);
                 } else {
                     *f = Fate::Settled;
                     drop(f);
-                    let _ = done.send(Ok(()));
+                    if let Some(hook) = job.on_durable {
+                        hook();
+                    }
+                    let _ = job.done.send(Ok(()));
                 }
             }
             if !take_back.is_empty() {
@@ -277,9 +312,9 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
             *health.last_error.lock() = Some(e.to_string());
             let mut answers = Vec::with_capacity(applied.len());
             let mut undos = Vec::with_capacity(applied.len());
-            for (fate, done, undo) in applied {
-                answers.push((fate, done));
-                undos.push(undo);
+            for job in applied {
+                answers.push((job.fate, job.done));
+                undos.push(job.undo);
             }
             revert(store, Durability::Relaxed, undos);
             for (fate, done) in answers {

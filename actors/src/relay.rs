@@ -260,7 +260,10 @@ impl Relay {
             return Err(RelayError::ShuttingDown);
         }
         let handle = self.channel(channel).await?;
-        let posted = handle.addr.send(Post(post)).timeout(ACTOR_CALL_TIMEOUT).await??;
+        let ticket = handle.addr.send(Post(post)).timeout(ACTOR_CALL_TIMEOUT).await??;
+        let posted = tokio::time::timeout(ACTOR_CALL_TIMEOUT, ticket.posted())
+            .await
+            .map_err(|_| RelayError::Unavailable("the store did not answer in time"))??;
         let due = {
             let mut seen = self.inner.heartbeats.lock();
             if seen.len() > HEARTBEAT_THROTTLE_CAP {

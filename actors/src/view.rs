@@ -393,7 +393,8 @@ impl ChannelView {
             .then(|| newest.clone())
     }
 
-    /// Makes a durable batch visible. Only the channel actor calls this, in id order.
+    /// Makes a durable batch visible. Only the store thread calls this, with the hook the
+    /// channel actor gave its batch: one batch of a channel at a time, in id order.
     pub(crate) fn publish(&self, p: Published) {
         {
             let mut state = self.state.write();
