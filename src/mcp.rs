@@ -79,9 +79,10 @@ pub fn service(ctx: Ctx, settings: &McpSettings, face: Face) -> McpService {
     let origins = allowed_origins(&hosts);
     let shutdown = ctx.relay.shutdown_token();
     let wait_cap = settings.wait_cap;
+    let sessions = sessions::DisconnectAware::new(ctx.relay.clone());
     StreamableHttpService::builder()
         .service_factory(Arc::new(move || Ok(CrosstalkMcp::new(ctx.clone(), wait_cap, face))))
-        .session_manager(Arc::new(sessions::DisconnectAware::default()))
+        .session_manager(Arc::new(sessions))
         .stateful_mode(true)
         .sse_keep_alive(SSE_KEEP_ALIVE)
         .max_request_body_bytes(settings.max_body_bytes + MCP_BODY_OVERHEAD)

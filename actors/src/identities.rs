@@ -17,7 +17,8 @@ pub struct Identity {
     /// The session it is bound to (`None` for an identity loaded from the store and not yet
     /// re-registered since the restart: free until someone registers it).
     pub session: Option<String>,
-    /// When it was last heard from (µs since the epoch; 0 = not since the restart).
+    /// When it was last heard from (µs since the epoch; 0 = not since the restart; negative:
+    /// signed off at that time, offline until heard from again).
     seen: AtomicI64,
 }
 
@@ -33,7 +34,7 @@ impl Identity {
     fn seen(&self) -> Option<Timestamp> {
         match self.seen.load(Ordering::Relaxed) {
             0 => None,
-            us => Some(Timestamp(us)),
+            us => Some(Timestamp(us.abs())),
         }
     }
 }
@@ -69,8 +70,24 @@ impl Identities {
     }
 
     fn live(&self, id: &Identity) -> bool {
-        id.seen()
-            .is_some_and(|t| Timestamp::now().0 - t.0 < self.ttl.as_micros() as i64)
+        let seen = id.seen.load(Ordering::Relaxed);
+        seen > 0 && Timestamp::now().0 - seen < self.ttl.as_micros() as i64
+    }
+
+    /// The identities bound to `session` go offline now (their session ended: the process
+    /// behind it exited), rather than when the presence TTL runs out; their names are free to
+    /// register at once. Returns their ids.
+    pub fn sign_off(&self, session: &str) -> Vec<String> {
+        let now = Timestamp::now().0;
+        self.map
+            .read()
+            .values()
+            .filter(|i| i.session.as_deref() == Some(session))
+            .map(|i| {
+                i.seen.store(-now, Ordering::Relaxed);
+                i.instance.instance_id.clone()
+            })
+            .collect()
     }
 
     pub fn get(&self, who: &str) -> Option<Arc<Identity>> {

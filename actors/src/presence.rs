@@ -208,6 +208,33 @@ impl Handler<Heartbeat> for PresenceSupervisor {
     }
 }
 
+/// A participant leaves every channel it is on (its session ended).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LeaveAll(pub String);
+
+impl Handler<LeaveAll> for PresenceSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, LeaveAll(who): LeaveAll, ctx: &mut Context<Self>) {
+        let on: Vec<ChannelName> = self
+            .channels
+            .iter()
+            .filter(|(_, m)| m.contains_key(&who))
+            .map(|(c, _)| c.clone())
+            .collect();
+        for channel in on {
+            self.handle(
+                Leave {
+                    channel,
+                    participant_id: who.clone(),
+                },
+                ctx,
+            );
+        }
+    }
+}
+
 impl Handler<Leave> for PresenceSupervisor {
     type Result = ();
 

@@ -5,7 +5,8 @@
 //! the client resumes it with `Last-Event-ID`. A client that does not come back within
 //! [`RESUME_GRACE`] is gone: its call is cancelled as if it had sent
 //! `notifications/cancelled`, so a `wait_for_message` never outlives its client by more than
-//! the grace.
+//! the grace. And when a session is closed (`DELETE /mcp`: the client, or the `crosstalk mcp`
+//! bridge behind it, is going away), the identities bound to it sign off at once.
 
 use super::events::ResumeLog;
 use futures_util::Stream;
@@ -30,16 +31,18 @@ pub const RESUME_GRACE: Duration = Duration::from_secs(5);
 
 pub struct DisconnectAware {
     inner: Arc<LocalSessionManager>,
+    relay: crosstalk_actors::Relay,
     /// When each session last resumed a stream: a resume after a drop keeps the call alive.
     resumed: Arc<Mutex<HashMap<SessionId, Instant>>>,
 }
 
-impl Default for DisconnectAware {
+impl DisconnectAware {
     /// rmcp's session manager over [`ResumeLog`]: relay-wide event ids, and resumes that
     /// replay what followed and keep following.
-    fn default() -> Self {
+    pub fn new(relay: crosstalk_actors::Relay) -> Self {
         DisconnectAware {
             inner: Arc::new(LocalSessionManager::default().with_event_store(Arc::new(ResumeLog::default()))),
+            relay,
             resumed: Default::default(),
         }
     }
@@ -67,6 +70,7 @@ impl SessionManager for DisconnectAware {
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         self.resumed.lock().remove(id);
+        self.relay.sign_off(id);
         self.inner.close_session(id).await
     }
 

@@ -3,6 +3,7 @@
 use super::{Relay, ACTOR_CALL_TIMEOUT};
 use crate::error::RelayError;
 use crate::identities::InstanceView;
+use crate::presence::LeaveAll;
 use crate::registry::{AdvanceCursor, Cursors, ForgetCursor, MoveCursors, Register, Registered};
 use crate::view::Posted;
 use crosstalk_schema::message::ANY_HUMAN;
@@ -128,6 +129,17 @@ impl Relay {
             })
             .timeout(ACTOR_CALL_TIMEOUT)
             .await?
+    }
+
+    /// A session ended (its MCP session was closed): the identities bound to it go offline
+    /// and leave every channel's presence now, not a presence TTL later.
+    pub fn sign_off(&self, session: &str) {
+        for who in self.inner.identities.sign_off(session) {
+            tracing::debug!(instance = %who, "signed off: its session ended");
+            if let Err(e) = self.inner.presence.try_send(LeaveAll(who)) {
+                tracing::debug!(error = %e, "presence sign-off dropped");
+            }
+        }
     }
 
     pub fn list_instances(&self) -> Vec<InstanceView> {
