@@ -6,22 +6,13 @@
 
 use anstream::println;
 use anstyle::{AnsiColor, Style};
-use clap::{Args, Subcommand};
-use futures_util::StreamExt;
+use clap::Subcommand;
 use serde_json::{json, Value};
 use std::io::Read;
 use std::time::Duration;
 
-/// Where the relay is, for every client command.
-#[derive(Debug, Clone, Args)]
-pub struct Relay {
-    /// The relay's URL [env: CROSSTALK_URL] [default: http://127.0.0.1:8765]
-    #[arg(long)]
-    pub relay: Option<String>,
-    /// Bearer token [env: CROSSTALK_TOKEN]
-    #[arg(long)]
-    pub token: Option<String>,
-}
+use crate::client::{enc, Followed, RelayClient};
+pub use crate::client::{Failure, Relay};
 
 #[derive(Debug, Subcommand)]
 pub enum ClientCommand {
@@ -114,107 +105,8 @@ pub enum Outcome {
     TimedOut,
 }
 
-/// A failure worth one line: the message, and the exit status.
-pub struct Failure(pub String, pub i32);
-
-impl<E: std::fmt::Display> From<E> for Failure {
-    fn from(e: E) -> Self {
-        Failure(e.to_string(), 2)
-    }
-}
-
 /// Longest single long-poll the relay allows by default; longer waits loop.
 const WAIT_SLICE: f64 = 290.0;
-
-struct Client {
-    http: reqwest::Client,
-    base: String,
-    token: Option<String>,
-}
-
-impl Client {
-    fn new(relay: &Relay) -> Result<Client, Failure> {
-        let base = relay
-            .relay
-            .clone()
-            .or_else(|| std::env::var("CROSSTALK_URL").ok())
-            .unwrap_or_else(|| "http://127.0.0.1:8765".into());
-        let base = base.trim_end_matches('/').to_owned();
-        let parsed = reqwest::Url::parse(&base).map_err(|e| Failure(format!("bad relay URL {base:?}: {e}"), 2))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(Failure(format!("bad relay URL {base:?}: use http:// or https://"), 2));
-        }
-        let token = relay
-            .token
-            .clone()
-            .or_else(|| std::env::var("CROSSTALK_TOKEN").ok())
-            .filter(|t| !t.is_empty());
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build()?;
-        Ok(Client { http, base, token })
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn auth(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match &self.token {
-            Some(t) => req.bearer_auth(t),
-            None => req,
-        }
-    }
-
-    /// Sends a request and reads its JSON answer; an error answer is a one-line failure.
-    async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, Failure> {
-        let r = self.auth(req).send().await.map_err(|e| self.unreachable(&e))?;
-        if !r.status().is_success() {
-            return Err(refused(r).await);
-        }
-        Ok(r.json().await.unwrap_or(Value::Null))
-    }
-
-    fn unreachable(&self, e: &reqwest::Error) -> Failure {
-        Failure(format!("cannot reach the relay at {}: {}", self.base, root(e)), 2)
-    }
-
-    async fn post(&self, channel: &str, body: Value) -> Result<Value, Failure> {
-        let path = format!("/api/channels/{}/messages", enc(channel));
-        self.json(self.http.post(self.url(&path)).json(&body)).await
-    }
-
-    /// The id of the channel's newest message (0 for an empty or unknown channel).
-    async fn newest(&self, channel: &str) -> Result<u64, Failure> {
-        let list = self.json(self.http.get(self.url("/api/channels"))).await?;
-        Ok(list
-            .as_array()
-            .and_then(|l| l.iter().find(|c| c["channel"] == channel))
-            .and_then(|c| c["last_id"].as_u64())
-            .unwrap_or(0))
-    }
-}
-
-/// An error answer from the relay, as one line.
-async fn refused(r: reqwest::Response) -> Failure {
-    let status = r.status();
-    let body: Value = r.json().await.unwrap_or(Value::Null);
-    let why = body["error"].as_str().unwrap_or("no details");
-    Failure(format!("the relay answered {status}: {why}"), 2)
-}
-
-/// The innermost cause of an error: "Connection refused", not three layers of wrapping.
-fn root(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
-}
-
-fn enc(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
 
 fn me(given: Option<String>) -> String {
     given
@@ -261,7 +153,7 @@ impl ClientCommand {
 
 /// Runs a client command.
 pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
-    let c = Client::new(cmd.relay())?;
+    let c = RelayClient::new(cmd.relay())?;
     match cmd {
         ClientCommand::Send {
             channel,
@@ -394,47 +286,18 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
     }
 }
 
-/// Follows the channel's SSE stream, reconnecting with `Last-Event-ID` (bounded backoff)
-/// so nothing is missed or shown twice. Ends only with the process (or a refusal).
-async fn tail(c: &Client, channel: &str, since: Option<u64>, json: bool) -> Result<Outcome, Failure> {
-    use eventsource_stream::Eventsource;
-    let mut last = match since {
+/// Follows the channel's SSE stream, resuming after drops with `Last-Event-ID`, so nothing is
+/// missed or shown twice. Ends only with the process (or a refusal).
+async fn tail(c: &RelayClient, channel: &str, since: Option<u64>, json: bool) -> Result<Outcome, Failure> {
+    let since = match since {
         Some(s) => s,
         None => c.newest(channel).await?,
     };
-    let mut backoff = Duration::from_millis(200);
-    let mut connected = false;
-    loop {
-        let path = format!("/api/channels/{}/stream?since_id={last}", enc(channel));
-        let req = c
-            .auth(c.http.get(c.url(&path)))
-            .header("Last-Event-ID", last.to_string());
-        match req.send().await {
-            Ok(r) if r.status().is_success() => {
-                connected = true;
-                backoff = Duration::from_millis(200);
-                let mut events = r.bytes_stream().eventsource();
-                while let Some(Ok(ev)) = events.next().await {
-                    if ev.event != "message" {
-                        continue;
-                    }
-                    let Ok(m) = serde_json::from_str::<Value>(&ev.data) else {
-                        continue;
-                    };
-                    let id = m["id"].as_u64().unwrap_or(0);
-                    if id <= last {
-                        continue;
-                    }
-                    last = id;
-                    show(&m, json);
-                }
-            }
-            Ok(r) if r.status().is_client_error() => return Err(refused(r).await),
-            Err(e) if !connected => return Err(c.unreachable(&e)),
-            Ok(_) | Err(_) => {}
+    c.follow(channel, since, |event| {
+        if let Followed::Message(m) = event {
+            show(&m, json);
         }
-        // Dropped (or the relay restarts): back off, then resume after the last id shown.
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
+    })
+    .await?;
+    Ok(Outcome::Done)
 }

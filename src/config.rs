@@ -23,6 +23,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the relay (the default when no command is given).
     Serve(Box<ServeArgs>),
+    /// An MCP server on stdin/stdout backed by a relay (local mode with none named).
+    Mcp(Box<crate::bridge::McpArgs>),
     #[command(flatten)]
     Client(crate::cli::ClientCommand),
 }

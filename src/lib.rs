@@ -2,8 +2,10 @@
 //! translate HTTP into messages to the relay's actors and back. No business rules live here.
 
 pub mod auth;
+pub mod bridge;
 pub mod cc;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod guard;

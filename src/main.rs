@@ -23,11 +23,23 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG)))
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: `crosstalk mcp`'s stderr goes to its host's log.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => *args,
         None => Default::default(),
+        Some(Command::Mcp(args)) => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            if let Err(crosstalk::client::Failure(why, code)) = rt.block_on(crosstalk::bridge::run(*args)) {
+                eprintln!("crosstalk mcp: {why}");
+                std::process::exit(code);
+            }
+            // Pushes and the relay session are done; do not wait for stdin's reader thread.
+            rt.shutdown_timeout(std::time::Duration::from_millis(200));
+            std::process::exit(0);
+        }
         Some(Command::Client(cmd)) => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let code = match rt.block_on(crosstalk::cli::run(cmd)) {

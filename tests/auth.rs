@@ -95,7 +95,7 @@ async fn a_participant_token_acts_only_as_itself_over_mcp_too() {
     let s = Server::start_with(&["--participants", "alice:tok-alice"]);
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert("authorization", "Bearer tok-alice".parse().unwrap());
-    let http = reqwest::Client::builder().default_headers(headers).build().unwrap();
+    let http = builder().default_headers(headers).build().unwrap();
     let m = Mcp::connect_with(&s, http).await;
     let err = m
         .call_err(

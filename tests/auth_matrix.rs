@@ -13,7 +13,7 @@ fn with_token(token: Option<&str>) -> reqwest::Client {
     if let Some(t) = token {
         headers.insert("authorization", format!("Bearer {t}").parse().unwrap());
     }
-    reqwest::Client::builder().default_headers(headers).build().unwrap()
+    builder().default_headers(headers).build().unwrap()
 }
 
 /// A request for a documented route: path parameters filled in, a JSON body for POST.

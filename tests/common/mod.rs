@@ -195,11 +195,18 @@ impl Drop for Server {
     }
 }
 
+/// A reqwest client builder. The relay's crate builds reqwest without a bundled TLS crypto
+/// provider (it installs ring itself), so the tests install it too before building clients.
+pub fn builder() -> reqwest::ClientBuilder {
+    crosstalk::client::tls();
+    reqwest::Client::builder()
+}
+
 /// A client that sends `Authorization: Bearer <token>` on every request.
 pub fn client_with_token(token: &str) -> reqwest::Client {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
-    reqwest::Client::builder()
+    builder()
         .timeout(Duration::from_secs(60))
         .default_headers(headers)
         .build()
@@ -207,7 +214,7 @@ pub fn client_with_token(token: &str) -> reqwest::Client {
 }
 
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
+    builder()
         .timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(64)
         .build()

@@ -1,0 +1,116 @@
+//! `crosstalk mcp`: an MCP server on stdin/stdout for hosts that spawn local servers. It is a
+//! client of a relay: every tool, prompt and resource is the relay's own (`/mcp`, or `/cc/mcp`
+//! with `--tools cross-claude`), forwarded over one streamable-HTTP session, so many stdio
+//! children on one machine or many share one relay. It adds what only a local process can do:
+//! live push of new messages into the session (`listen_live`, [`live`]), presence that follows
+//! the process (its session is closed, and its identities signed off, when stdin closes or a
+//! signal comes), and, with no relay named, a shared local relay it starts if none runs
+//! ([`local`]). No rule lives here.
+
+mod live;
+mod local;
+mod proxy;
+mod setup;
+
+use crate::client::{Failure, Relay, RelayClient};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ToolSet {
+    /// crosstalk's tools, as `/mcp` offers them.
+    Crosstalk,
+    /// cross-claude-mcp's tools, names, arguments and prompt, as `/cc/mcp` offers them.
+    CrossClaude,
+}
+
+impl ToolSet {
+    fn path(self) -> &'static str {
+        match self {
+            ToolSet::Crosstalk => "/mcp",
+            ToolSet::CrossClaude => "/cc/mcp",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Host {
+    ClaudeCode,
+    ClaudeDesktop,
+    Cursor,
+}
+
+/// `crosstalk mcp`: serve MCP on stdio, backed by a relay.
+///
+/// Examples:
+///   crosstalk mcp                                  (local mode: the shared relay on this machine)
+///   crosstalk mcp --relay https://relay.example:8765 --token $TOKEN --listen dev
+///   crosstalk mcp --tools cross-claude             (cross-claude-mcp's tools, same names)
+///   crosstalk mcp --print-config claude-code
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    #[command(flatten)]
+    pub relay: Relay,
+    /// Which tools to offer.
+    #[arg(long, value_enum, default_value = "crosstalk")]
+    pub tools: ToolSet,
+    /// Push each new message of CHANNEL into the session from launch (repeatable).
+    #[arg(long = "listen", value_name = "CHANNEL")]
+    pub listen: Vec<String>,
+    /// Print the configuration snippet for a host, and exit.
+    #[arg(long, value_enum, value_name = "HOST")]
+    pub print_config: Option<Host>,
+    /// Local mode: where the shared local relay listens [env: CROSSTALK_LOCAL_ADDR]
+    /// [default: 127.0.0.1:8765]
+    #[arg(long)]
+    pub local_addr: Option<String>,
+    /// Local mode: the local relay's data directory [env: CROSSTALK_LOCAL_DATA]
+    /// [default: $XDG_DATA_HOME/crosstalk, else ~/.local/share/crosstalk]
+    #[arg(long)]
+    pub local_data: Option<PathBuf>,
+}
+
+/// Where the relay is, and how it was found.
+struct Target {
+    url: String,
+    token: Option<String>,
+}
+
+/// Flag or environment, else the config file, else local mode (start the shared relay if
+/// nothing answers).
+async fn target(args: &McpArgs) -> Result<Target, Failure> {
+    let file = setup::ConfigFile::read()?;
+    let token = args.relay.given_token().or(file.token);
+    if let Some(url) = args.relay.given_url().or(file.relay) {
+        return Ok(Target { url, token });
+    }
+    let addr = args
+        .local_addr
+        .clone()
+        .or_else(|| std::env::var("CROSSTALK_LOCAL_ADDR").ok())
+        .unwrap_or_else(|| "127.0.0.1:8765".into());
+    let data = args
+        .local_data
+        .clone()
+        .or_else(|| std::env::var_os("CROSSTALK_LOCAL_DATA").map(PathBuf::from))
+        .map_or_else(local::data_dir, Ok)?;
+    let url = local::ensure(&addr, &data).await?;
+    Ok(Target { url, token })
+}
+
+/// Runs `crosstalk mcp` until the host closes stdin or a signal comes.
+pub async fn run(args: McpArgs) -> Result<(), Failure> {
+    if let Some(host) = args.print_config {
+        print!("{}", setup::snippet(host, &args));
+        return Ok(());
+    }
+    crate::client::tls();
+    let target = target(&args).await?;
+    let rest = std::sync::Arc::new(RelayClient::at(&target.url, target.token.clone())?);
+    let upstream = proxy::connect(&target.url, args.tools, target.token.as_deref()).await?;
+    let live = live::Live::new(rest);
+    for channel in &args.listen {
+        live.listen(channel).await.map_err(|e| Failure(e, 2))?;
+    }
+    proxy::serve(upstream, live).await
+}

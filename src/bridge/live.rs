@@ -1,0 +1,197 @@
+//! Live push: each new message on a listened channel, but the session's own, is delivered
+//! into the session as it arrives, as `notifications/claude/channel` (Claude Code's channel
+//! notifications, declared with the `experimental: {"claude/channel": {}}` capability). It
+//! comes from the relay's SSE stream, resumed with `Last-Event-ID` after a drop or a relay
+//! restart, so nothing is lost or pushed twice; `delivery_status` says what is pushed, what is
+//! poll-only, and whether each stream is connected now.
+
+use crate::client::{Followed, RelayClient};
+use parking_lot::Mutex;
+use rmcp::model::{CustomNotification, ServerNotification};
+use rmcp::{Peer, RoleServer};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
+
+/// The notification method Claude Code reads channel events from.
+pub const CHANNEL_NOTIFICATION: &str = "notifications/claude/channel";
+
+#[derive(Debug, Default, Clone, Serialize)]
+struct Stream {
+    channel: String,
+    /// The SSE stream is open now.
+    connected: bool,
+    /// The newest message id seen on it.
+    last_id: u64,
+    /// Messages pushed into the session.
+    delivered: u64,
+    /// Why it stopped, if it did (a refusal, or no relay at the first attempt).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+struct Listener {
+    task: tokio::task::AbortHandle,
+    stream: Arc<Mutex<Stream>>,
+}
+
+pub struct Live {
+    rest: Arc<RelayClient>,
+    /// The host, once it has initialized: pushes wait for it.
+    peer: watch::Sender<Option<Peer<RoleServer>>>,
+    /// The identity this session registered: its own messages are not pushed back to it.
+    me: Mutex<Option<String>>,
+    listeners: Mutex<BTreeMap<String, Listener>>,
+    /// Channels the session used through tools: poll-only unless listened.
+    used: Mutex<BTreeSet<String>>,
+    outbox: mpsc::UnboundedSender<CustomNotification>,
+}
+
+impl Live {
+    pub fn new(rest: Arc<RelayClient>) -> Arc<Live> {
+        let (outbox, mut rx) = mpsc::unbounded_channel::<CustomNotification>();
+        let (peer, mut host) = watch::channel(None::<Peer<RoleServer>>);
+        tokio::spawn(async move {
+            while let Some(n) = rx.recv().await {
+                let peer = match host.wait_for(Option::is_some).await {
+                    Ok(guard) => guard.clone(),
+                    Err(_) => return,
+                };
+                let Some(p) = peer else { continue };
+                if let Err(e) = p.send_notification(ServerNotification::CustomNotification(n)).await {
+                    tracing::warn!(error = %e, "the host did not take a pushed message");
+                }
+            }
+        });
+        Arc::new(Live {
+            rest,
+            peer,
+            me: Mutex::new(None),
+            listeners: Mutex::new(BTreeMap::new()),
+            used: Mutex::new(BTreeSet::new()),
+            outbox,
+        })
+    }
+
+    /// The host has initialized: pushes can flow.
+    pub fn attach(&self, peer: Peer<RoleServer>) {
+        self.peer.send_replace(Some(peer));
+    }
+
+    pub fn set_identity(&self, who: &str) {
+        *self.me.lock() = Some(who.to_owned());
+    }
+
+    pub fn used(&self, channel: &str) {
+        self.used.lock().insert(channel.to_owned());
+    }
+
+    /// Starts pushing `channel`'s new messages (from its newest now). Idempotent.
+    pub async fn listen(self: &Arc<Self>, channel: &str) -> Result<Value, String> {
+        if let Some(l) = self.listeners.lock().get(channel) {
+            if l.stream.lock().error.is_none() {
+                return Ok(json!({"channel": channel, "listening": true, "already": true}));
+            }
+        }
+        let since = self.rest.newest(channel).await.map_err(|f| f.0)?;
+        let stream = Arc::new(Mutex::new(Stream {
+            channel: channel.to_owned(),
+            last_id: since,
+            ..Stream::default()
+        }));
+        let (me, name, s) = (self.clone(), channel.to_owned(), stream.clone());
+        let task = tokio::spawn(async move {
+            let result = me
+                .rest
+                .follow(&name, since, |event| match event {
+                    Followed::Connected => s.lock().connected = true,
+                    Followed::Dropped => s.lock().connected = false,
+                    Followed::Message(m) => me.arrived(&name, &s, m),
+                })
+                .await;
+            let mut st = s.lock();
+            st.connected = false;
+            st.error = Some(result.err().map_or_else(|| "stopped".to_owned(), |f| f.0));
+        });
+        let old = self.listeners.lock().insert(
+            channel.to_owned(),
+            Listener {
+                task: task.abort_handle(),
+                stream,
+            },
+        );
+        if let Some(old) = old {
+            old.task.abort();
+        }
+        Ok(json!({"channel": channel, "listening": true, "since_id": since}))
+    }
+
+    /// Stops pushing `channel`; says whether it was pushed.
+    pub fn stop(&self, channel: &str) -> Value {
+        let was = self.listeners.lock().remove(channel);
+        if let Some(l) = &was {
+            l.task.abort();
+        }
+        json!({"channel": channel, "listening": false, "was_listening": was.is_some()})
+    }
+
+    fn arrived(&self, channel: &str, stream: &Mutex<Stream>, m: Value) {
+        let id = m["id"].as_u64().unwrap_or(0);
+        let mut st = stream.lock();
+        st.last_id = st.last_id.max(id);
+        let sender = m["sender"].as_str().unwrap_or("").to_owned();
+        if self.me.lock().as_deref() == Some(sender.as_str()) {
+            return;
+        }
+        let text = |k: &str| m[k].as_str().map(str::to_owned);
+        let mut meta = serde_json::Map::new();
+        meta.insert("channel".into(), channel.into());
+        meta.insert("sender".into(), sender.into());
+        meta.insert("message_id".into(), id.to_string().into());
+        meta.insert("type".into(), text("type").unwrap_or_else(|| "message".into()).into());
+        if let Some(to) = text("recipient") {
+            meta.insert("recipient".into(), to.into());
+        }
+        if let Some(parent) = m["reply_to"].as_u64() {
+            meta.insert("reply_to".into(), parent.to_string().into());
+        }
+        let params = json!({"content": m["body"].as_str().unwrap_or(""), "meta": meta});
+        if self
+            .outbox
+            .send(CustomNotification::new(CHANNEL_NOTIFICATION, Some(params)))
+            .is_ok()
+        {
+            st.delivered += 1;
+        }
+    }
+
+    /// What is pushed and what is not, and whether each stream is connected now.
+    pub fn status(&self) -> Value {
+        let pushed: Vec<Stream> = self
+            .listeners
+            .lock()
+            .values()
+            .map(|l| l.stream.lock().clone())
+            .collect();
+        let poll_only: Vec<String> = self
+            .used
+            .lock()
+            .iter()
+            .filter(|c| !pushed.iter().any(|p| &p.channel == *c))
+            .cloned()
+            .collect();
+        json!({
+            "push": CHANNEL_NOTIFICATION,
+            "host_attached": self.peer.borrow().is_some(),
+            "identity": *self.me.lock(),
+            "all_connected": pushed.iter().all(|p| p.connected),
+            "pushed": pushed,
+            "poll_only": poll_only,
+            "note": "Pushed channels arrive as notifications/claude/channel (Claude Code shows them when \
+                     started with channels enabled); poll-only channels need check_messages or \
+                     wait_for_message.",
+        })
+    }
+}

@@ -1,0 +1,197 @@
+//! A client of a relay over HTTP, for the command line and the stdio MCP bridge: where the
+//! relay is (`--relay`/`--token`, `CROSSTALK_URL`/`CROSSTALK_TOKEN`), JSON calls whose error
+//! answers become one line, and following a channel's SSE stream across drops and restarts.
+
+use clap::Args;
+use futures_util::StreamExt;
+use serde_json::Value;
+use std::time::Duration;
+
+/// The relay a client uses when none is named.
+pub const DEFAULT_RELAY: &str = "http://127.0.0.1:8765";
+
+/// Where the relay is, for every client command.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Relay {
+    /// The relay's URL [env: CROSSTALK_URL] [default: http://127.0.0.1:8765]
+    #[arg(long)]
+    pub relay: Option<String>,
+    /// Bearer token [env: CROSSTALK_TOKEN]
+    #[arg(long)]
+    pub token: Option<String>,
+}
+
+impl Relay {
+    /// The URL given by flag or environment, if any.
+    pub fn given_url(&self) -> Option<String> {
+        self.relay
+            .clone()
+            .or_else(|| std::env::var("CROSSTALK_URL").ok())
+            .filter(|u| !u.trim().is_empty())
+    }
+
+    /// The token given by flag or environment, if any.
+    pub fn given_token(&self) -> Option<String> {
+        self.token
+            .clone()
+            .or_else(|| std::env::var("CROSSTALK_TOKEN").ok())
+            .filter(|t| !t.is_empty())
+    }
+}
+
+/// A failure worth one line: the message, and the exit status.
+pub struct Failure(pub String, pub i32);
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure(e.to_string(), 2)
+    }
+}
+
+/// TLS for `https://` relays: rustls with ring, installed once per process.
+pub fn tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// What following a channel reports.
+pub enum Followed {
+    /// The stream is open (again).
+    Connected,
+    /// A message after the last one reported, in id order, never twice.
+    Message(Value),
+    /// The stream dropped; it is being reopened.
+    Dropped,
+}
+
+pub struct RelayClient {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub token: Option<String>,
+}
+
+impl RelayClient {
+    pub fn new(relay: &Relay) -> Result<RelayClient, Failure> {
+        let base = relay.given_url().unwrap_or_else(|| DEFAULT_RELAY.into());
+        Self::at(&base, relay.given_token())
+    }
+
+    /// A client of the relay at `base`.
+    pub fn at(base: &str, token: Option<String>) -> Result<RelayClient, Failure> {
+        tls();
+        let base = base.trim_end_matches('/').to_owned();
+        let parsed = reqwest::Url::parse(&base).map_err(|e| Failure(format!("bad relay URL {base:?}: {e}"), 2))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(Failure(format!("bad relay URL {base:?}: use http:// or https://"), 2));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()?;
+        Ok(RelayClient { http, base, token })
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn auth(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    /// Sends a request and reads its JSON answer; an error answer is a one-line failure.
+    pub async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, Failure> {
+        let r = self.auth(req).send().await.map_err(|e| self.unreachable(&e))?;
+        if !r.status().is_success() {
+            return Err(refused(r).await);
+        }
+        Ok(r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub fn unreachable(&self, e: &reqwest::Error) -> Failure {
+        Failure(format!("cannot reach the relay at {}: {}", self.base, root(e)), 2)
+    }
+
+    pub async fn post(&self, channel: &str, body: Value) -> Result<Value, Failure> {
+        let path = format!("/api/channels/{}/messages", enc(channel));
+        self.json(self.http.post(self.url(&path)).json(&body)).await
+    }
+
+    /// The id of the channel's newest message (0 for an empty or unknown channel).
+    pub async fn newest(&self, channel: &str) -> Result<u64, Failure> {
+        let list = self.json(self.http.get(self.url("/api/channels"))).await?;
+        Ok(list
+            .as_array()
+            .and_then(|l| l.iter().find(|c| c["channel"] == channel))
+            .and_then(|c| c["last_id"].as_u64())
+            .unwrap_or(0))
+    }
+
+    /// Follows `channel`'s SSE stream from after `since`, reconnecting with `Last-Event-ID`
+    /// (backoff 0.2 s doubling to 5 s) so nothing is missed or reported twice. Ends only with
+    /// its caller, or with a refusal (4xx), or if the very first connection cannot be made.
+    pub async fn follow(&self, channel: &str, since: u64, mut on: impl FnMut(Followed)) -> Result<(), Failure> {
+        use eventsource_stream::Eventsource;
+        let mut last = since;
+        let mut backoff = Duration::from_millis(200);
+        let mut connected = false;
+        loop {
+            let path = format!("/api/channels/{}/stream?since_id={last}", enc(channel));
+            let req = self
+                .auth(self.http.get(self.url(&path)))
+                .header("Last-Event-ID", last.to_string());
+            match req.send().await {
+                Ok(r) if r.status().is_success() => {
+                    connected = true;
+                    backoff = Duration::from_millis(200);
+                    on(Followed::Connected);
+                    let mut events = r.bytes_stream().eventsource();
+                    while let Some(Ok(ev)) = events.next().await {
+                        if ev.event != "message" {
+                            continue;
+                        }
+                        let Ok(m) = serde_json::from_str::<Value>(&ev.data) else {
+                            continue;
+                        };
+                        let id = m["id"].as_u64().unwrap_or(0);
+                        if id <= last {
+                            continue;
+                        }
+                        last = id;
+                        on(Followed::Message(m));
+                    }
+                    on(Followed::Dropped);
+                }
+                Ok(r) if r.status().is_client_error() => return Err(refused(r).await),
+                Err(e) if !connected => return Err(self.unreachable(&e)),
+                Ok(_) | Err(_) => {}
+            }
+            // Dropped (or the relay restarts): back off, then resume after the last id seen.
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+}
+
+/// An error answer from the relay, as one line.
+pub async fn refused(r: reqwest::Response) -> Failure {
+    let status = r.status();
+    let body: Value = r.json().await.unwrap_or(Value::Null);
+    let why = body["error"].as_str().unwrap_or("no details");
+    Failure(format!("the relay answered {status}: {why}"), 2)
+}
+
+/// The innermost cause of an error: "Connection refused", not three layers of wrapping.
+pub fn root(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+/// `s` as one URL path segment or query value.
+pub fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}

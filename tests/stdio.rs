@@ -1,0 +1,375 @@
+//! `crosstalk mcp`, driven as a host drives a stdio server: newline-delimited JSON-RPC on its
+//! stdin and stdout. The relay's tools arrive through it; a listened channel's messages are
+//! pushed as `notifications/claude/channel` (never the session's own); `--tools cross-claude`
+//! offers `/cc/mcp`'s tools; closing stdin takes the registered identity offline at once; and
+//! in local mode two children started together share one relay they started themselves.
+
+mod common;
+
+use common::{client, get_json, msg, post, Server};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A `crosstalk mcp` child and the lines it writes.
+struct Bridge {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<Value>,
+    next_id: u64,
+    /// Notifications read while waiting for answers.
+    notes: Vec<Value>,
+}
+
+impl Bridge {
+    fn spawn(args: &[&str], env: &[(&str, &str)]) -> Bridge {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
+        cmd.arg("mcp")
+            .args(args)
+            .env_remove("CROSSTALK_URL")
+            .env_remove("CROSSTALK_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn crosstalk mcp");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let v: Value =
+                    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON on stdout: {line:?}: {e}"));
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut b = Bridge {
+            child,
+            stdin,
+            lines,
+            next_id: 0,
+            notes: Vec::new(),
+        };
+        let init = b.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test-host", "version": "1"}}),
+        );
+        assert!(
+            init["result"]["capabilities"]["experimental"]["claude/channel"].is_object(),
+            "{init}"
+        );
+        assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
+        b.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        b
+    }
+
+    fn send(&mut self, v: Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{v}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no answer to {method}"));
+            if v["id"] == id {
+                return v;
+            }
+            self.notes.push(v);
+        }
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
+        assert!(r["error"].is_null(), "{tool}: {r}");
+        r["result"].clone()
+    }
+
+    /// The next channel notification (or none within `wait`).
+    fn pushed(&mut self, wait: Duration) -> Option<Value> {
+        if let Some(i) = self.notes.iter().position(is_push) {
+            return Some(self.notes.remove(i));
+        }
+        let deadline = Instant::now() + wait;
+        while let Ok(v) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            if is_push(&v) {
+                return Some(v);
+            }
+            self.notes.push(v);
+        }
+        None
+    }
+
+    fn tool_names(&mut self) -> Vec<String> {
+        let r = self.request("tools/list", json!({}));
+        r["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// Closes stdin, as a host does when it ends the session; the child must exit soon.
+    fn close(mut self) -> Duration {
+        let t = Instant::now();
+        drop(self.stdin.take());
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "crosstalk mcp exited with {status}");
+                return t.elapsed();
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "crosstalk mcp did not exit after stdin closed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn is_push(v: &Value) -> bool {
+    v["method"] == "notifications/claude/channel"
+}
+
+fn structured(result: &Value) -> Value {
+    if result["structuredContent"].is_object() {
+        return result["structuredContent"].clone();
+    }
+    serde_json::from_str(result["content"][0]["text"].as_str().unwrap_or("null")).unwrap_or(Value::Null)
+}
+
+async fn status_of(c: &reqwest::Client, s: &Server, who: &str) -> String {
+    let (_, list) = get_json(c, &s.url("/api/instances")).await;
+    let list = list.get("instances").cloned().unwrap_or(list);
+    list.as_array()
+        .and_then(|l| l.iter().find(|i| i["instance_id"] == who))
+        .map(|i| i["status"].as_str().unwrap_or("").to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_push_and_presence_over_stdio() {
+    let s = Server::start();
+    let c = client();
+    let url = s.url("");
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url, "--listen", "dev"], &[]));
+    let names = tokio::task::block_in_place(|| b.tool_names());
+    for t in [
+        "post_message",
+        "wait_for_message",
+        "register",
+        "listen_live",
+        "stop_listening",
+        "delivery_status",
+    ] {
+        assert!(names.iter().any(|n| n == t), "{t} missing from {names:?}");
+    }
+    let reg = tokio::task::block_in_place(|| b.call("register", json!({"instance_id": "stdio-agent"})));
+    assert_ne!(reg["isError"], true, "{reg}");
+    assert_eq!(status_of(&c, &s, "stdio-agent").await, "online");
+
+    // A message from someone else on the listened channel is pushed, with who and which id.
+    let theirs = post(&c, &s, "dev", msg("alice", "please review #42")).await;
+    let pushed = tokio::task::block_in_place(|| b.pushed(Duration::from_secs(10))).expect("pushed into the session");
+    assert_eq!(pushed["params"]["content"], "please review #42", "{pushed}");
+    assert_eq!(pushed["params"]["meta"]["sender"], "alice");
+    assert_eq!(pushed["params"]["meta"]["channel"], "dev");
+    assert_eq!(pushed["params"]["meta"]["message_id"], theirs["id"].to_string());
+
+    // The session's own post through the bridge is not pushed back; the next one from
+    // someone else is, exactly once.
+    let mine = tokio::task::block_in_place(|| {
+        b.call(
+            "post_message",
+            json!({"channel": "dev", "sender": "stdio-agent", "body": "on it"}),
+        )
+    });
+    assert_ne!(mine["isError"], true, "{mine}");
+    post(&c, &s, "dev", msg("bob", "thanks")).await;
+    let next = tokio::task::block_in_place(|| b.pushed(Duration::from_secs(10))).expect("second push");
+    assert_eq!(
+        next["params"]["content"], "thanks",
+        "its own post was pushed back: {next}"
+    );
+    assert!(tokio::task::block_in_place(|| b.pushed(Duration::from_millis(500))).is_none());
+
+    // delivery_status tells which channel is pushed and connected, and which is poll-only.
+    tokio::task::block_in_place(|| b.call("get_messages", json!({"channel": "other", "since_id": 0})));
+    let st = structured(&tokio::task::block_in_place(|| b.call("delivery_status", json!({}))));
+    assert_eq!(st["pushed"][0]["channel"], "dev", "{st}");
+    assert_eq!(st["pushed"][0]["connected"], true, "{st}");
+    assert_eq!(st["pushed"][0]["delivered"], 2, "{st}");
+    assert_eq!(st["poll_only"], json!(["other"]), "{st}");
+
+    // stop_listening: nothing more is pushed.
+    tokio::task::block_in_place(|| b.call("stop_listening", json!({"channel": "dev"})));
+    post(&c, &s, "dev", msg("alice", "after stop")).await;
+    assert!(tokio::task::block_in_place(|| b.pushed(Duration::from_millis(700))).is_none());
+
+    // The host closes stdin: the process exits and the identity is offline now, not a
+    // presence TTL later.
+    let took = tokio::task::block_in_place(|| b.close());
+    assert!(took < Duration::from_secs(5), "exit took {took:?}");
+    assert_eq!(status_of(&c, &s, "stdio-agent").await, "offline");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_claude_tool_set_is_the_cc_face() {
+    let s = Server::start();
+    let url = s.url("");
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url, "--tools", "cross-claude"], &[]));
+    let names = tokio::task::block_in_place(|| b.tool_names());
+    for t in [
+        "register",
+        "send_message",
+        "check_messages",
+        "wait_for_reply",
+        "get_replies",
+        "listen_live",
+    ] {
+        assert!(names.iter().any(|n| n == t), "{t} missing from {names:?}");
+    }
+    assert!(!names.iter().any(|n| n == "post_message"), "{names:?}");
+    let prompts = tokio::task::block_in_place(|| b.request("prompts/list", json!({})));
+    assert_eq!(
+        prompts["result"]["prompts"][0]["name"], "cross-claude-protocol",
+        "{prompts}"
+    );
+    tokio::task::block_in_place(|| b.call("register", json!({"instance_id": "cc-stdio"})));
+    let sent = structured(&tokio::task::block_in_place(|| {
+        b.call(
+            "send_message",
+            json!({"channel": "general", "sender": "cc-stdio", "content": "hello from stdio"}),
+        )
+    }));
+    assert!(sent.to_string().contains("hello") || sent.is_object(), "{sent}");
+    let (_, got) = get_json(&client(), &s.url("/api/channels/general/messages?since_id=0")).await;
+    assert!(got.to_string().contains("hello from stdio"), "{got}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_mode_starts_one_shared_relay() {
+    let home = tempfile::tempdir().unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let data = home.path().join("data");
+    let env = [
+        ("HOME", home.path().to_str().unwrap()),
+        ("XDG_CONFIG_HOME", home.path().to_str().unwrap()),
+        ("CROSSTALK_LOCAL_ADDR", addr.as_str()),
+        ("CROSSTALK_LOCAL_DATA", data.to_str().unwrap()),
+    ];
+    // Two terminals at the same moment: one relay, both served.
+    let (mut a, mut b) = tokio::task::block_in_place(|| {
+        std::thread::scope(|sc| {
+            let ta = sc.spawn(|| Bridge::spawn(&[], &env));
+            let tb = sc.spawn(|| Bridge::spawn(&[], &env));
+            (ta.join().unwrap(), tb.join().unwrap())
+        })
+    });
+    tokio::task::block_in_place(|| {
+        a.call(
+            "post_message",
+            json!({"channel": "local", "sender": "a", "body": "one"}),
+        );
+        b.call(
+            "post_message",
+            json!({"channel": "local", "sender": "b", "body": "two"}),
+        );
+    });
+    let c = client();
+    let (status, got) = get_json(&c, &format!("http://{addr}/api/channels/local/messages?since_id=0")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        got.as_array().map(Vec::len),
+        Some(2),
+        "both children use the one relay: {got}"
+    );
+    let pid = relay_pid(port).expect("the local relay runs");
+    let starts = std::fs::read_to_string(data.join("relay.log")).unwrap_or_default();
+    assert!(data.join("store").is_dir(), "the relay's data is in the local data dir");
+    // SIGTERM (a host stopping its servers) also takes the identity offline at once.
+    tokio::task::block_in_place(|| a.call("register", json!({"instance_id": "local-a"})));
+    let (_, list) = get_json(&c, &format!("http://{addr}/api/instances")).await;
+    assert!(list.to_string().contains("\"online\""), "{list}");
+    unsafe {
+        libc::kill(a.child.id() as i32, libc::SIGTERM);
+    }
+    let t = Instant::now();
+    tokio::task::block_in_place(|| {
+        while a.child.try_wait().unwrap().is_none() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "SIGTERM did not stop crosstalk mcp"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let (_, list) = get_json(&c, &format!("http://{addr}/api/instances")).await;
+    assert!(
+        list.to_string().contains("\"offline\"") && !list.to_string().contains("\"online\""),
+        "{list}"
+    );
+    tokio::task::block_in_place(|| b.close());
+    // The relay outlives the children (a third finds it running), then we stop it.
+    let (status, _) = get_json(&c, &format!("http://{addr}/healthz")).await;
+    assert_eq!(status, 200, "the local relay outlives its children; log: {starts}");
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+}
+
+/// The pid of the process listening on `port` (from /proc/net/tcp and the fds).
+fn relay_pid(port: u16) -> Option<i32> {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let inode = tcp.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local = f.get(1)?;
+        let p = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+        (p == port && f.get(3) == Some(&"0A")).then(|| f[9].to_owned())
+    })?;
+    let needle = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == needle) {
+                return Some(pid);
+            }
+        }
+    }
+    None
+}
