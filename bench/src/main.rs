@@ -78,10 +78,10 @@ struct Args {
 /// In run order. MCP runs before the SSE fleets so a peer still draining thousands of closed
 /// streams does not slow it down.
 const ALL: &[&str] = &[
-    "post", "tail", "wake", "mcp", "fanout", "idle", "startup", "fsync", "channels", "waiters",
+    "post", "tail", "wake", "mcp", "fanout", "idle", "startup", "fsync", "channels", "waiters", "stdio",
 ];
 /// Workloads of crosstalk alone: each starts a server of its own with the flags it measures.
-const OURS_ONLY: &[&str] = &["fsync", "channels", "waiters"];
+const OURS_ONLY: &[&str] = &["fsync", "channels", "waiters", "stdio"];
 
 /// Raises the soft open-file limit to the hard one; returns the new soft limit.
 fn raise_nofile() -> usize {
@@ -266,6 +266,7 @@ async fn bench_one(
         let outcome = match *name {
             "fsync" => workload::scale::fsync_post(plan, launcher, &dir, rec).await,
             "channels" => workload::scale::channels(plan, launcher, &dir, rec).await,
+            "stdio" => workload::stdio::stdio(plan, launcher, &dir, rec).await,
             _ => workload::scale::waiters(plan, launcher, &dir, rec).await,
         };
         record_outcome(rec, kind, name, outcome, &mut failed);

@@ -243,6 +243,33 @@ const ROWS: &[Row] = &[
         min_advantage: None,
         target_text: "≤ 200 MiB",
     },
+    Row {
+        key: "stdio_push_p50_ms",
+        label: "12. stdio push: post → host p50",
+        unit: "ms",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "",
+    },
+    Row {
+        key: "stdio_push_p99_ms",
+        label: "12. stdio push: post → host p99",
+        unit: "ms",
+        higher_is_better: false,
+        goal: Some(Goal::AtMost(10.0)),
+        min_advantage: None,
+        target_text: "≤ 10 ms",
+    },
+    Row {
+        key: "stdio_fleet_p99_ms",
+        label: "12. 100 stdio children: p99",
+        unit: "ms",
+        higher_is_better: false,
+        goal: Some(Goal::AtMost(50.0)),
+        min_advantage: None,
+        target_text: "≤ 50 ms",
+    },
 ];
 
 /// A figure for humans: thousands separated, sensible decimals.
@@ -540,6 +567,8 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
             q = p.idle_after_secs, n = p.touch_channels, c = p.connections),
         format!("11. Waiters: a server of its own; {ch} channels with one message each; {w} waiters per channel, each on its own connection (nine in ten REST long-polls, one in ten an MCP session blocked in `wait_for_message`), all counted as pending by `/healthz`; RSS before and after they park; then one post to each channel from {c} connections; time from just before a channel's POST is sent until each of its waiters has its answer. crosstalk only.",
             ch = p.waiter_channels, w = p.waiters_per_channel, c = p.connections),
+        format!("12. stdio push: a server of its own; one `crosstalk mcp --relay … --listen ch` child, initialized over its stdin as a host does; a REST post; time from just before the POST is sent until the child has written the `notifications/claude/channel` line for it on its stdout (read by the bench), up to {r} rounds. Then 100 children listening to one channel ({f} posts, one at a time): time from just before each POST until each child has written its line. A first, untimed post proves every child's stream is open. crosstalk only.",
+            r = p.wake_rounds, f = p.fanout_rounds),
     ] {
         let _ = writeln!(s, "{line}");
     }

@@ -8,6 +8,7 @@ pub mod mcp;
 pub mod post;
 pub mod scale;
 pub mod startup;
+pub mod stdio;
 pub mod wake;
 
 use crate::client::{Conn, Reply};
