@@ -155,6 +155,11 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
             S::OK,
             |r: MessageList| r.messages,
         ),
+        op::<messages::GetReaders>(
+            Method::GET,
+            "/api/channels/{channel}/messages/{message_id}/readers",
+            S::OK,
+        ),
         shaped::<messages::Wait, _>(Method::GET, "/api/channels/{channel}/wait", S::OK, |w: Waited| {
             if w.identified {
                 WaitAnswer::Identified(w)

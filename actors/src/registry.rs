@@ -22,6 +22,9 @@ use std::sync::Arc;
 
 pub(crate) type Directory = Arc<RwLock<HashMap<ChannelName, ChannelHandle>>>;
 
+mod readers;
+pub use readers::ChannelCursors;
+
 /// Longest instance description, in bytes.
 pub const MAX_INSTANCE_DESCRIPTION: usize = 1024;
 

@@ -316,23 +316,22 @@ impl ChannelView {
         Ok((out, cursor))
     }
 
-    /// The newest `limit` committed messages, oldest first: from the recent window when it
-    /// holds enough, else from the store, newest backwards.
-    pub fn newest(&self, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
+    /// The newest `limit` committed messages with id < `before`, oldest first: from the
+    /// recent window when it holds enough, else from the store, newest backwards.
+    pub fn newest(&self, before: u64, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
         let (mut out, floor, compacted) = {
             let state = self.state.read();
-            let skip = state.recent.len().saturating_sub(limit);
+            let end = state.recent.partition_point(|p| p.id() < before);
             let recent: Vec<Arc<Posted>> = state
                 .recent
-                .iter()
-                .skip(skip)
+                .range(end.saturating_sub(limit)..end)
                 .map(|p| Self::dressed(p, &state.overlays))
                 .collect();
             (recent, state.floor, state.compacted_upto)
         };
         // Older messages are in the store, below the recent window (events that are not
         // messages are skipped, so read in pages until enough or none are left).
-        let mut upto = floor;
+        let mut upto = floor.min(before.saturating_sub(1));
         let mut older = Vec::new();
         while out.len() + older.len() < limit && upto > compacted {
             let page = self.store.read_back(&self.name, upto, limit.max(16))?;

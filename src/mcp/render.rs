@@ -6,7 +6,7 @@ mod cc;
 
 use crate::ops::channels::{ChannelList, FoundChannels, Present};
 use crate::ops::identity::Instances;
-use crate::ops::messages::{Asked, MessageList, Page, Waited};
+use crate::ops::messages::{Asked, MessageList, Page, Readers, Waited};
 use crate::ops::sessions::{DirectivesView, SessionEnded, SessionView};
 use crate::ops::shared::{SharedEntry, SharedList};
 use crosstalk_actors::{ChannelInfo, Posted, Registered, SharedSummary, WaitOutcome};
@@ -124,6 +124,25 @@ impl Render for MessageList {
         let mut text = format!("{} message(s)", self.messages.len());
         lines(&mut text, &self.messages);
         text
+    }
+}
+
+impl Render for Readers {
+    fn text(&self) -> String {
+        let list = |l: &[String]| {
+            if l.is_empty() {
+                "nobody".to_owned()
+            } else {
+                l.join(", ")
+            }
+        };
+        format!(
+            "message {} on {}: read by {}; not yet by {}",
+            self.message_id,
+            self.channel,
+            list(&self.read_by),
+            list(&self.not_yet)
+        )
     }
 }
 

@@ -82,6 +82,8 @@ pub struct ReadRequest {
     pub limit: Option<usize>,
     /// Your identity: your read cursor moves on.
     pub instance_id: Option<String>,
+    /// Page back: the messages before this id.
+    pub before_id: Option<u64>,
 }
 
 /// A page of a channel's messages.
@@ -99,9 +101,8 @@ pub struct Read;
 
 impl Operation for Read {
     const NAME: &'static str = "get_messages";
-    const DESCRIPTION: &'static str = "Read a channel's messages with id > since_id, oldest first, without \
-        waiting. Pass the returned next_since_id as since_id next time so you never read a message twice; \
-        has_more means call again at once.";
+    const DESCRIPTION: &'static str = "A channel's messages with id > since_id, oldest first, without waiting. \
+        Pass next_since_id as since_id next time to never read one twice; has_more: call again at once.";
     const READ_ONLY: bool = true;
     type Request = ReadRequest;
     type Response = Page;
@@ -109,6 +110,20 @@ impl Operation for Read {
     async fn run(cx: &Ctx, caller: Caller, r: ReadRequest) -> Result<Page, OpError> {
         let name = channel(&r.channel)?;
         let limit = caller.limit(r.limit)?;
+        if let Some(before) = r.before_id {
+            // One more than asked tells whether older ones remain.
+            let mut messages = cx.relay.older(&name, before, limit + 1).await?;
+            let has_more = messages.len() > limit;
+            if has_more {
+                messages.remove(0);
+            }
+            return Ok(Page {
+                next_since_id: messages.last().map_or(r.since_id, |p| p.id()),
+                channel: name,
+                messages,
+                has_more,
+            });
+        }
         let reader = caller.reader(cx, r.instance_id.as_deref())?;
         // One more than asked tells whether more follow without a second read.
         let mut messages = cx.relay.read(&name, r.since_id, limit + 1, reader.as_deref()).await?;
@@ -264,6 +279,47 @@ impl Operation for GetMessage {
             .message(&name, r.message_id)
             .await?
             .ok_or_else(|| OpError::not_found(format!("no message {} in channel {name}", r.message_id)))
+    }
+}
+
+/// Who has read a message, from the inbox cursors of the identities on its channel.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Readers {
+    pub channel: ChannelName,
+    pub message_id: u64,
+    pub read_by: Vec<String>,
+    pub not_yet: Vec<String>,
+}
+
+pub struct GetReaders;
+
+impl Operation for GetReaders {
+    const NAME: &'static str = "get_readers";
+    const DESCRIPTION: &'static str = "Who on the channel has read a message, and who not yet.";
+    const READ_ONLY: bool = true;
+    type Request = MessageId;
+    type Response = Readers;
+
+    async fn run(cx: &Ctx, _: Caller, r: MessageId) -> Result<Readers, OpError> {
+        let name = channel(&r.channel)?;
+        if cx.relay.message(&name, r.message_id).await?.is_none() {
+            return Err(OpError::not_found(format!(
+                "no message {} in channel {name}",
+                r.message_id
+            )));
+        }
+        let (read_by, not_yet): (Vec<_>, Vec<_>) = cx
+            .relay
+            .readers(&name)
+            .await?
+            .into_iter()
+            .partition(|(_, upto)| *upto >= r.message_id);
+        Ok(Readers {
+            channel: name,
+            message_id: r.message_id,
+            read_by: read_by.into_iter().map(|(who, _)| who).collect(),
+            not_yet: not_yet.into_iter().map(|(who, _)| who).collect(),
+        })
     }
 }
 

@@ -299,6 +299,11 @@ def scenario(c):
     get(MSG, path={"channel": "nowhere", "message_id": m1}, expect=404)
     get(MSG + "/replies", path={"message_id": m1}, query={"limit": 5})
     get(MSG + "/replies", path={"message_id": m1}, query={"limit": "x"}, **BAD)
+    get(MSG + "/readers", path={"message_id": m1})
+    get(MSG + "/readers", path={"message_id": 999999}, expect=404)
+    get(MSG + "/readers", path={"message_id": "abc"}, **BAD)
+    get(MSGS, query={"before_id": m1 + 1, "limit": 1})
+    get(MSGS, query={"before_id": "abc"}, **BAD)
     get(WAIT, query={"since_id": 0, "timeout_s": 0.2})  # anonymous: a bare list
     get(WAIT, query={"since_id": m1 + 100, "timeout_s": 0.2})
     get(WAIT, query={"since_id": 0, "timeout_s": 0.2, "instance_id": "alice", "role": "parked",

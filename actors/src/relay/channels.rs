@@ -50,11 +50,25 @@ impl Relay {
         let Some(view) = self.existing_view(channel).await? else {
             return Ok(Vec::new());
         };
-        let found = view.newest(limit)?;
+        let found = view.newest(u64::MAX, limit)?;
         if let (Some(who), Some(last)) = (reader, found.last()) {
             self.advance_cursor(who, channel, last.id());
         }
         Ok(found)
+    }
+
+    /// The newest `limit` committed messages with id < `before`, oldest first: a page back
+    /// through history. Moves no read cursor.
+    pub async fn older(
+        &self,
+        channel: &ChannelName,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<Arc<Posted>>, RelayError> {
+        match self.existing_view(channel).await? {
+            Some(view) => view.newest(before, limit),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Every channel with at least one event, most recently active first.

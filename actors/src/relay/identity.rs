@@ -4,7 +4,7 @@ use super::{Relay, ACTOR_CALL_TIMEOUT};
 use crate::error::RelayError;
 use crate::identities::InstanceView;
 use crate::presence::LeaveAll;
-use crate::registry::{AdvanceCursor, Cursors, ForgetCursor, MoveCursors, Register, Registered};
+use crate::registry::{AdvanceCursor, ChannelCursors, Cursors, ForgetCursor, MoveCursors, Register, Registered};
 use crate::view::Posted;
 use crosstalk_schema::message::ANY_HUMAN;
 use crosstalk_schema::{ChannelName, InstanceKind};
@@ -73,6 +73,17 @@ impl Relay {
             .inner
             .registry
             .send(Cursors(who.to_owned()))
+            .timeout(ACTOR_CALL_TIMEOUT)
+            .await?)
+    }
+
+    /// Every identity that joined `channel` (has a read cursor there), with the id it has
+    /// read up to, by id.
+    pub async fn readers(&self, channel: &ChannelName) -> Result<Vec<(String, u64)>, RelayError> {
+        Ok(self
+            .inner
+            .registry
+            .send(ChannelCursors(channel.clone()))
             .timeout(ACTOR_CALL_TIMEOUT)
             .await?)
     }
