@@ -113,7 +113,11 @@ pub fn authenticate(req: &ServiceRequest) -> Result<Principal, Box<actix_web::Ht
     let Some(auth) = req.app_data::<web::Data<Auth>>() else {
         return Ok(Principal::Anyone);
     };
-    if !auth.enabled() || OPEN_PATHS.contains(&req.path()) || oauth_discovery(req.path()) {
+    if !auth.enabled()
+        || OPEN_PATHS.contains(&req.path())
+        || crate::ui::is_open(req.path())
+        || oauth_discovery(req.path())
+    {
         return Ok(Principal::Anyone);
     }
     match token_of(req).and_then(|t| auth.resolve(&t)) {

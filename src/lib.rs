@@ -17,6 +17,7 @@ pub mod rest;
 pub mod server;
 pub mod sse;
 pub mod telemetry;
+pub mod ui;
 
 pub use config::Config;
 pub use server::{run, serve};

@@ -181,6 +181,7 @@ pub async fn serve(
             // The operation table first: actix tries routes in order, the hot ones lead.
             .configure(rest::routes)
             .configure(crate::cc::routes)
+            .configure(crate::ui::routes)
             .service(resource(http::STREAM_PATH, &[Method::GET]).route(web::get().to(sse::stream)))
             .service(resource(http::HEALTH_PATH, &[Method::GET]).route(web::get().to(http::healthz)))
             .service(resource(http::OPENAPI_PATH, &[Method::GET]).route(web::get().to(openapi::serve)))

@@ -1,0 +1,62 @@
+//! The web console at `/ui`, for the humans in the loop: three static files embedded in the
+//! binary (the relay stays one file to deploy), no build step, nothing fetched from another
+//! origin. The page holds no data: everything it shows comes from the REST API and SSE
+//! streams, authenticated with the token the person enters, like any other client. So the page
+//! itself loads without a token, and `/` redirects to it, as crosstalk-mcp's does.
+
+use actix_web::http::header;
+use actix_web::{web, HttpResponse};
+
+const INDEX: &str = include_str!("ui/index.html");
+const SCRIPT: &str = include_str!("ui/app.js");
+const STYLE: &str = include_str!("ui/app.css");
+
+/// What may run on the page: its own script and style, requests to its own origin, nothing
+/// else (no inline script, so a message body can never become code).
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+    img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The paths served without a token: the page's own static files.
+pub fn is_open(path: &str) -> bool {
+    matches!(path, "/" | "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css")
+}
+
+fn asset(body: &'static str, content_type: &'static str) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(content_type)
+        .insert_header((header::CONTENT_SECURITY_POLICY, CSP))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header((header::REFERRER_POLICY, "no-referrer"))
+        .insert_header((header::X_FRAME_OPTIONS, "DENY"))
+        // Embedded in this binary: a new release serves new files; revalidate each load.
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .body(body)
+}
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route(
+        "/",
+        // 307, as crosstalk-mcp answers (tests/differential).
+        web::get().to(|| async {
+            HttpResponse::TemporaryRedirect()
+                .insert_header((header::LOCATION, "/ui"))
+                .finish()
+        }),
+    )
+    .route(
+        "/ui",
+        web::get().to(|| async { asset(INDEX, "text/html; charset=utf-8") }),
+    )
+    .route(
+        "/ui/",
+        web::get().to(|| async { asset(INDEX, "text/html; charset=utf-8") }),
+    )
+    .route(
+        "/ui/app.js",
+        web::get().to(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") }),
+    )
+    .route(
+        "/ui/app.css",
+        web::get().to(|| async { asset(STYLE, "text/css; charset=utf-8") }),
+    );
+}

@@ -1,0 +1,648 @@
+// crosstalk console: a client of the relay's REST API and SSE streams, like any other.
+// Message bodies and names are only ever set as text (textContent), never as HTML.
+"use strict";
+
+const MAX_DOM = 400; // messages kept in the page at once: a window, not the whole channel
+const PAGE = 100;
+const $ = (id) => document.getElementById(id);
+const enc = encodeURIComponent;
+
+const state = {
+  token: sessionStorage.getItem("crosstalk-token") || "",
+  me: localStorage.getItem("crosstalk-me") || "human",
+  channels: [],
+  channel: null,
+  lastId: 0, // newest message id shown or skipped (the stream resumes after it)
+  firstId: 0, // oldest message id in the page
+  following: true, // the page holds the newest messages and appends live ones
+  stream: null,
+  retry: 500,
+  replyTo: null,
+  questions: new Map(), // id -> message, open questions of this channel
+  seen: JSON.parse(localStorage.getItem("crosstalk-seen") || "{}"), // channel -> count read
+  titleAlert: false,
+};
+
+// ---- the API
+
+class Refused extends Error {}
+
+async function api(path, options = {}) {
+  const headers = { ...(options.headers || {}) };
+  if (state.token) headers.Authorization = `Bearer ${state.token}`;
+  if (options.json !== undefined) {
+    headers["Content-Type"] = "application/json";
+    options.body = JSON.stringify(options.json);
+  }
+  const r = await fetch(path, { ...options, headers });
+  if (r.status === 401) {
+    showLogin(state.token ? "The relay refused that token." : "");
+    throw new Refused("unauthorized");
+  }
+  const body = await r.json().catch(() => null);
+  if (!r.ok && !(r.status === 404 && body && body.status === "no_active_session")) {
+    throw new Error((body && body.error) || `${r.status} ${r.statusText}`);
+  }
+  return body;
+}
+
+function report(e) {
+  if (e instanceof Refused) return;
+  $("error").textContent = e.message || String(e);
+  setTimeout(() => ($("error").textContent = ""), 6000);
+}
+
+// ---- login
+
+function showLogin(message) {
+  closeStream();
+  $("app").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = message || "";
+  $("token").focus();
+}
+
+$("login-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  state.token = $("token").value.trim();
+  sessionStorage.setItem("crosstalk-token", state.token);
+  await start();
+});
+
+$("logout").addEventListener("click", () => {
+  sessionStorage.removeItem("crosstalk-token");
+  state.token = "";
+  showLogin("");
+});
+
+async function start() {
+  try {
+    await refreshChannels();
+  } catch (e) {
+    if (!(e instanceof Refused)) {
+      $("login").hidden = false;
+      $("login-error").textContent = `Cannot reach the relay: ${e.message}`;
+    }
+    return;
+  }
+  $("login").hidden = true;
+  $("app").hidden = false;
+  $("logout").hidden = !state.token;
+  $("me").value = state.me;
+  const wanted = decodeURIComponent(location.hash.slice(1));
+  if (wanted) openChannel(wanted);
+  else if (state.channels.length) openChannel(state.channels[0].channel);
+  else refreshData().catch(report);
+}
+
+// ---- channels
+
+function ago(iso) {
+  if (!iso) return "";
+  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return "just now";
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  return new Date(iso).toLocaleDateString();
+}
+
+async function refreshChannels() {
+  state.channels = await api("/api/channels");
+  const list = $("channel-list");
+  list.replaceChildren();
+  for (const c of state.channels) {
+    const li = document.createElement("li");
+    const b = document.createElement("button");
+    b.type = "button";
+    b.dataset.channel = c.channel;
+    if (c.channel === state.channel) {
+      b.setAttribute("aria-current", "true");
+      state.seen[c.channel] = c.count;
+    }
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = `# ${c.channel}`;
+    b.append(name);
+    const unread = (c.count || 0) - (state.seen[c.channel] ?? 0);
+    if (unread > 0) {
+      const badge = document.createElement("span");
+      badge.className = "badge";
+      badge.textContent = unread > 999 ? "999+" : String(unread);
+      badge.title = `${unread} unread`;
+      b.append(badge);
+    }
+    const meta = document.createElement("span");
+    meta.className = "meta";
+    meta.textContent = [ago(c.last_at), c.description].filter(Boolean).join(" · ");
+    b.append(meta);
+    b.addEventListener("click", () => openChannel(c.channel));
+    li.append(b);
+    list.append(li);
+  }
+  localStorage.setItem("crosstalk-seen", JSON.stringify(state.seen));
+}
+
+$("new-channel").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const name = $("new-channel-name").value.trim();
+  if (!name) return;
+  try {
+    await api("/api/channels", { method: "POST", json: { name } });
+    $("new-channel-name").value = "";
+    await refreshChannels();
+    openChannel(name);
+  } catch (e) {
+    report(e);
+  }
+});
+
+// ---- one channel: history by cursor, live over SSE
+
+async function openChannel(name) {
+  closeStream();
+  state.channel = name;
+  state.lastId = 0;
+  state.firstId = 0;
+  state.following = true;
+  state.replyTo = null;
+  state.questions.clear();
+  renderReplying();
+  $("app").classList.remove("show-nav");
+  location.hash = enc(name);
+  $("channel-name").textContent = `# ${name}`;
+  const summary = state.channels.find((c) => c.channel === name);
+  $("channel-desc").textContent = (summary && summary.description) || "";
+  $("message-list").replaceChildren();
+  $("detail").hidden = true;
+  try {
+    await loadNewest();
+    openStream();
+    refreshChannels().catch(report);
+    refreshPresence().catch(report);
+    refreshSession().catch(report);
+    refreshData().catch(report);
+  } catch (e) {
+    report(e);
+  }
+}
+
+async function loadNewest() {
+  const page = await api(`/api/channels/${enc(state.channel)}/messages?before_id=${Number.MAX_SAFE_INTEGER}&limit=${PAGE}`);
+  $("message-list").replaceChildren();
+  for (const m of page) append(m, false);
+  state.firstId = page.length ? page[0].id : 0;
+  state.lastId = Math.max(state.lastId, page.length ? page[page.length - 1].id : 0);
+  $("older").hidden = page.length < PAGE;
+  state.following = true;
+  $("jump").hidden = true;
+  scrollToEnd();
+}
+
+$("older").addEventListener("click", async () => {
+  if (!state.firstId) return;
+  const box = $("messages");
+  const before = box.scrollHeight - box.scrollTop;
+  try {
+    const page = await api(`/api/channels/${enc(state.channel)}/messages?before_id=${state.firstId}&limit=${PAGE}`);
+    const list = $("message-list");
+    for (const m of page.slice().reverse()) list.prepend(render(m));
+    if (page.length) state.firstId = page[0].id;
+    $("older").hidden = page.length < PAGE;
+    // Keep the window: drop the newest from the page, and stop following live.
+    while (list.children.length > MAX_DOM) {
+      list.lastElementChild.remove();
+      state.following = false;
+    }
+    $("jump").hidden = state.following;
+    box.scrollTop = box.scrollHeight - before;
+  } catch (e) {
+    report(e);
+  }
+});
+
+$("jump").addEventListener("click", () => loadNewest().catch(report));
+
+function closeStream() {
+  if (state.stream) state.stream.close();
+  state.stream = null;
+  setConn(false);
+}
+
+function setConn(live) {
+  $("conn").textContent = live ? "live" : "reconnecting…";
+  $("conn").classList.toggle("live", live);
+}
+
+function openStream() {
+  const name = state.channel;
+  let url = `/api/channels/${enc(name)}/stream?since_id=${state.lastId}&participant_id=${enc(state.me)}&kind=human`;
+  if (state.token) url += `&token=${enc(state.token)}`;
+  const es = new EventSource(url);
+  state.stream = es;
+  es.addEventListener("ready", () => {
+    state.retry = 500;
+    setConn(true);
+  });
+  es.addEventListener("message", (ev) => {
+    if (state.channel !== name) return;
+    const m = JSON.parse(ev.data);
+    if (m.id <= state.lastId) return; // never twice
+    state.lastId = m.id;
+    arrived(m);
+  });
+  es.addEventListener("presence", () => refreshPresence().catch(report));
+  es.onerror = () => {
+    setConn(false);
+    // EventSource retries by itself, with Last-Event-ID; when it gives up (an error answer,
+    // a relay that is down), reopen after the last id we have.
+    if (es.readyState === EventSource.CLOSED && state.stream === es) {
+      state.stream = null;
+      const wait = state.retry;
+      state.retry = Math.min(state.retry * 2, 5000);
+      setTimeout(() => {
+        if (state.channel === name && !state.stream) {
+          api("/api/channels").then(() => openStream(), () => openStreamLater(name));
+        }
+      }, wait);
+    }
+  };
+}
+
+function openStreamLater(name) {
+  setTimeout(() => {
+    if (state.channel === name && !state.stream) openStream();
+  }, state.retry);
+}
+
+function arrived(m) {
+  const atEnd = nearEnd();
+  if (state.following) {
+    append(m, true);
+    const list = $("message-list");
+    while (list.children.length > MAX_DOM) {
+      list.firstElementChild.remove();
+      state.firstId = Number(list.firstElementChild.dataset.id);
+      $("older").hidden = false;
+    }
+    if (atEnd) scrollToEnd();
+  } else {
+    $("jump").hidden = false;
+    track(m);
+  }
+  if (m.type === "QUESTION" && m.sender !== state.me) alertQuestion(m);
+  if (m.reply_to) bumpReplies(m.reply_to);
+  if (m.sender !== state.me) refreshChannels().catch(report);
+  if (m.session_id) refreshSession().catch(report);
+}
+
+function nearEnd() {
+  const box = $("messages");
+  return box.scrollHeight - box.scrollTop - box.clientHeight < 80;
+}
+
+function scrollToEnd() {
+  const box = $("messages");
+  box.scrollTop = box.scrollHeight;
+}
+
+function append(m, live) {
+  $("message-list").append(render(m));
+  track(m, live);
+}
+
+// Open questions, from what this page has seen.
+function track(m) {
+  if (m.type === "QUESTION" && m.status !== "answered") state.questions.set(m.id, m);
+  if (m.type === "ANSWER" && m.reply_to && state.questions.has(m.reply_to)) {
+    state.questions.delete(m.reply_to);
+    markAnswered(m.reply_to, m.id);
+  }
+  renderQuestions();
+}
+
+function kindClass(t) {
+  if (t === "QUESTION") return "question";
+  if (t === "DIRECTIVE" || t === "INTERRUPT") return "directive";
+  return "";
+}
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function render(m) {
+  const li = el("li", `msg ${kindClass(m.type)} ${m.sender === state.me ? "mine" : ""}`);
+  li.dataset.id = m.id;
+  const head = el("div", "head");
+  head.append(el("span", "sender", m.sender));
+  if (m.type && m.type !== "message") head.append(el("span", "kind", m.type));
+  if (m.recipient) head.append(el("span", "to", `→ ${m.recipient}`));
+  const t = el("time", "", new Date(m.created_at).toLocaleTimeString());
+  t.dateTime = m.created_at;
+  head.append(t, el("span", "id", `#${m.id}`));
+  if (m.reply_to) head.append(el("span", "re", `↳ #${m.reply_to}`));
+  const status = el("span", m.status === "answered" ? "answered status" : "status", m.status === "answered" ? "answered" : "");
+  head.append(status);
+  const actions = el("span", "actions");
+  const reply = el("button", "link", "reply");
+  reply.type = "button";
+  reply.addEventListener("click", () => setReply(m));
+  const thread = el("button", "link replies", m.reply_count ? `${m.reply_count} repl${m.reply_count === 1 ? "y" : "ies"}` : "thread");
+  thread.type = "button";
+  thread.addEventListener("click", () => showThread(m));
+  const readers = el("button", "link", "read by…");
+  readers.type = "button";
+  readers.addEventListener("click", () => showReaders(m));
+  actions.append(reply, thread, readers);
+  head.append(actions);
+  li.append(head, el("div", "body", m.body));
+  return li;
+}
+
+function bumpReplies(parent) {
+  const li = document.querySelector(`#message-list li[data-id="${parent}"] .replies`);
+  if (!li) return;
+  const n = (parseInt(li.textContent, 10) || 0) + 1;
+  li.textContent = `${n} repl${n === 1 ? "y" : "ies"}`;
+}
+
+function markAnswered(q) {
+  const s = document.querySelector(`#message-list li[data-id="${q}"] .status`);
+  if (s) {
+    s.textContent = "answered";
+    s.className = "answered status";
+  }
+}
+
+// ---- questions
+
+function renderQuestions() {
+  const list = $("question-list");
+  list.replaceChildren();
+  for (const q of state.questions.values()) {
+    const li = el("li");
+    li.dataset.id = q.id;
+    li.append(el("div", "", `${q.sender} asks (#${q.id}):`), el("div", "body", q.body));
+    const form = el("form");
+    const input = el("input");
+    input.placeholder = "Your answer";
+    input.setAttribute("aria-label", `Answer to question ${q.id}`);
+    const b = el("button", "", "Answer");
+    b.type = "submit";
+    form.append(input, b);
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      if (!input.value.trim()) return;
+      try {
+        await post({ type: "ANSWER", body: input.value, reply_to: q.id });
+      } catch (e) {
+        report(e);
+      }
+    });
+    li.append(form);
+    list.append(li);
+  }
+  $("questions").hidden = state.questions.size === 0;
+  if (state.questions.size === 0 && state.titleAlert) {
+    state.titleAlert = false;
+    document.title = "crosstalk";
+  }
+}
+
+function alertQuestion(m) {
+  state.titleAlert = true;
+  document.title = `(?) ${m.sender} asks — crosstalk`;
+  if ("Notification" in window && Notification.permission === "granted") {
+    new Notification(`${m.sender} asks on #${state.channel}`, { body: m.body.slice(0, 200) });
+  }
+}
+
+document.addEventListener(
+  "click",
+  () => {
+    if ("Notification" in window && Notification.permission === "default") Notification.requestPermission();
+  },
+  { once: true },
+);
+
+// ---- posting
+
+async function post(fields) {
+  return api(`/api/channels/${enc(state.channel)}/messages`, {
+    method: "POST",
+    json: { sender: state.me, ...fields },
+  });
+}
+
+function setReply(m) {
+  state.replyTo = m;
+  if (m.type === "QUESTION") $("kind").value = "ANSWER";
+  renderReplying();
+  $("body").focus();
+}
+
+function renderReplying() {
+  const r = $("replying");
+  r.replaceChildren();
+  r.hidden = !state.replyTo;
+  if (!state.replyTo) return;
+  r.append(`replying to #${state.replyTo.id} (${state.replyTo.sender}) `);
+  const x = el("button", "link", "cancel");
+  x.type = "button";
+  x.addEventListener("click", () => {
+    state.replyTo = null;
+    renderReplying();
+  });
+  r.append(x);
+}
+
+$("composer").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const body = $("body").value;
+  if (!body.trim() || !state.channel) return;
+  const fields = { type: $("kind").value, body };
+  if ($("to").value.trim()) fields.recipient = $("to").value.trim();
+  if (state.replyTo) fields.reply_to = state.replyTo.id;
+  try {
+    await post(fields);
+    $("body").value = "";
+    state.replyTo = null;
+    renderReplying();
+    if ($("kind").value === "ANSWER") $("kind").value = "message";
+  } catch (e) {
+    report(e);
+  }
+});
+
+$("body").addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
+    ev.preventDefault();
+    $("composer").requestSubmit();
+  }
+});
+
+$("me").addEventListener("change", () => {
+  state.me = $("me").value.trim() || "human";
+  localStorage.setItem("crosstalk-me", state.me);
+  if (state.channel) openChannel(state.channel);
+});
+
+// ---- side panels: presence, thread, readers, shared data, search
+
+async function refreshPresence() {
+  if (!state.channel) return;
+  const [present, instances] = await Promise.all([
+    api(`/api/channels/${enc(state.channel)}/presence`),
+    api("/api/instances").catch(() => []),
+  ]);
+  const list = $("presence");
+  list.replaceChildren();
+  const here = new Set(present.map((p) => p.id));
+  for (const p of present) {
+    const li = el("li");
+    li.append(el("span", "dot online"), el("span", "", p.display_name || p.id));
+    li.append(el("span", "activity", [p.kind, p.activity].filter(Boolean).join(", ")));
+    list.append(li);
+  }
+  for (const i of instances) {
+    if (here.has(i.instance_id) || i.status === "online") continue;
+    const li = el("li");
+    li.append(el("span", "dot"), el("span", "", i.instance_id), el("span", "activity", `${i.kind}, offline`));
+    list.append(li);
+  }
+}
+
+async function refreshSession() {
+  const s = await api(`/api/channels/${enc(state.channel)}/session`);
+  $("session").hidden = false;
+  const active = s && s.status === "active";
+  $("session-state").textContent = active ? `session: ${s.turn_count} turn(s)${s.max_turns ? ` of ${s.max_turns}` : ""}` : "no session";
+  $("session-start").hidden = active;
+  $("session-end").hidden = !active;
+}
+
+$("session-start").addEventListener("click", () =>
+  api(`/api/channels/${enc(state.channel)}/session`, { method: "POST", json: {} }).then(refreshSession).catch(report),
+);
+$("session-end").addEventListener("click", () =>
+  api(`/api/channels/${enc(state.channel)}/session`, { method: "DELETE" }).then(refreshSession).catch(report),
+);
+
+function detail(title, nodes) {
+  $("detail-title").textContent = title;
+  $("detail-body").replaceChildren(...nodes);
+  $("detail").hidden = false;
+}
+
+async function showThread(m) {
+  try {
+    const replies = await api(`/api/channels/${enc(state.channel)}/messages/${m.id}/replies`);
+    const ol = el("ol");
+    for (const r of replies) ol.append(render(r));
+    detail(`Thread of #${m.id}`, [render(m), ol]);
+  } catch (e) {
+    report(e);
+  }
+}
+
+async function showReaders(m) {
+  try {
+    const r = await api(`/api/channels/${enc(state.channel)}/messages/${m.id}/readers`);
+    const read = el("p", "", `Read by: ${r.read_by.length ? r.read_by.join(", ") : "nobody yet"}`);
+    const not = el("p", "", `Not yet: ${r.not_yet.length ? r.not_yet.join(", ") : "nobody"}`);
+    detail(`Delivery of #${m.id}`, [read, not]);
+  } catch (e) {
+    report(e);
+  }
+}
+
+async function refreshData() {
+  const entries = await api("/api/data");
+  const list = $("data");
+  list.replaceChildren();
+  for (const d of entries) {
+    const li = el("li");
+    const b = el("button", "link", d.key);
+    b.type = "button";
+    b.addEventListener("click", () => showData(d.key));
+    li.append(b, el("span", "meta", ` v${d.version} · ${d.owner}${d.deleted ? " · deleted" : ""}`));
+    list.append(li);
+  }
+}
+
+// One entry, at its newest version or at `version`, with every version one click away.
+async function showData(key, version) {
+  try {
+    const d = await api(`/api/data/${enc(key)}${version ? `?version=${version}` : ""}`);
+    const newest = version ? (await api(`/api/data/${enc(key)}`)).version : d.version;
+    const meta = el("p", "meta", `${d.owner} · ${new Date(d.updated_at).toLocaleString()}${d.description ? ` · ${d.description}` : ""}`);
+    const pre = el("pre", "", d.content);
+    const a = el("a", "", "download");
+    a.href = URL.createObjectURL(new Blob([d.content], { type: "text/plain" }));
+    a.download = version ? `${key}.v${version}` : key;
+    const versions = el("p", "versions", "versions: ");
+    for (let v = Math.max(1, newest - 19); v <= newest; v++) {
+      const b = el("button", "link", `v${v}`);
+      b.type = "button";
+      if (v === d.version) b.setAttribute("aria-current", "true");
+      b.addEventListener("click", () => showData(key, v));
+      versions.append(b);
+    }
+    detail(`${key} (v${d.version} of ${newest})`, [meta, pre, a, versions]);
+  } catch (e) {
+    report(e);
+  }
+}
+
+$("search-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const q = $("search").value.trim();
+  if (!q) return;
+  try {
+    const found = await api(`/api/search?q=${enc(q)}&limit=50`);
+    const ol = el("ol");
+    for (const m of found) {
+      const li = render(m);
+      const open = el("button", "link", `open #${m.channel}`);
+      open.type = "button";
+      open.addEventListener("click", () => openChannel(m.channel));
+      li.querySelector(".actions").replaceChildren(open);
+      ol.append(li);
+    }
+    detail(`Search: ${q} (${found.length})`, [ol]);
+  } catch (e) {
+    report(e);
+  }
+});
+
+// ---- keyboard and layout
+
+document.addEventListener("keydown", (ev) => {
+  if (ev.altKey && (ev.key === "ArrowDown" || ev.key === "ArrowUp")) {
+    const names = state.channels.map((c) => c.channel);
+    const i = names.indexOf(state.channel);
+    const next = names[(i + (ev.key === "ArrowDown" ? 1 : names.length - 1)) % names.length];
+    if (next) openChannel(next);
+    ev.preventDefault();
+  } else if (ev.key === "/" && document.activeElement.tagName !== "TEXTAREA" && document.activeElement.tagName !== "INPUT") {
+    $("search").focus();
+    ev.preventDefault();
+  }
+});
+
+$("menu").addEventListener("click", () => $("app").classList.toggle("show-nav"));
+window.addEventListener("hashchange", () => {
+  const wanted = decodeURIComponent(location.hash.slice(1));
+  if (wanted && wanted !== state.channel) openChannel(wanted);
+});
+setInterval(() => {
+  if (!$("app").hidden) {
+    refreshChannels().catch(report);
+    refreshPresence().catch(report);
+  }
+}, 5000);
+
+start();
