@@ -11,6 +11,7 @@ mod live;
 mod local;
 mod proxy;
 mod setup;
+mod watch;
 
 use crate::client::{Failure, Relay, RelayClient};
 use clap::{Args, ValueEnum};

@@ -3,8 +3,10 @@
 //! live-push tools, and forwards the relay's notifications to the host.
 
 use super::live::Live;
+use super::watch::Watched;
 use super::ToolSet;
 use crate::client::{tls, Failure};
+use parking_lot::Mutex;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
     GetPromptRequestParams, GetPromptResponse, Implementation, InitializeResult, ListPromptsResult,
@@ -17,6 +19,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, ErrorData as McpError, Peer, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -65,6 +68,8 @@ impl ClientHandler for Upstream {
 pub struct Connected {
     service: RunningService<RoleClient, Upstream>,
     host: watch::Sender<Option<Peer<RoleServer>>>,
+    /// `initialize` requests sent so far: more than one means the session was re-created.
+    inits: Arc<AtomicU64>,
 }
 
 /// Opens the session to the relay's `/mcp` (or `/cc/mcp`).
@@ -78,13 +83,14 @@ pub async fn connect(url: &str, tools: ToolSet, token: Option<&str>) -> Result<C
     let http = reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(5))
         .build()?;
+    let (http, inits) = Watched::new(http);
     let transport = StreamableHttpClientTransport::with_client(http, config);
     let (host, rx) = watch::channel(None);
     let service = Upstream { host: rx }
         .serve(transport)
         .await
         .map_err(|e| Failure(format!("cannot open an MCP session at {endpoint}: {e}"), 2))?;
-    Ok(Connected { service, host })
+    Ok(Connected { service, host, inits })
 }
 
 /// The host's side.
@@ -93,6 +99,31 @@ struct Bridge {
     info: InitializeResult,
     live: Arc<Live>,
     host: watch::Sender<Option<Peer<RoleServer>>>,
+    inits: Arc<AtomicU64>,
+    /// The session the identity was last claimed for (by `inits` count).
+    claimed_in: AtomicU64,
+    /// The agent's last successful `register`, to claim the identity again in a new session.
+    registered: Mutex<Option<CallToolRequestParams>>,
+}
+
+impl Bridge {
+    /// After the relay lost the session (a restart) and rmcp opened a new one, the identity
+    /// the agent registered is bound to nothing: register it again for the new session, so it
+    /// stays protected and closing the bridge still signs it off.
+    async fn reclaim(&self) {
+        let now = self.inits.load(Ordering::SeqCst);
+        if self.claimed_in.swap(now, Ordering::SeqCst) == now {
+            return;
+        }
+        let Some(register) = self.registered.lock().clone() else {
+            return;
+        };
+        match self.relay.call_tool(register).await {
+            Ok(r) if r.is_error != Some(true) => tracing::info!("registered again in the relay's new session"),
+            Ok(r) => tracing::warn!(answer = ?r.content, "registering again in the relay's new session was refused"),
+            Err(e) => tracing::warn!(error = %e, "registering again in the relay's new session failed"),
+        }
+    }
 }
 
 fn failed(e: ServiceError) -> McpError {
@@ -183,11 +214,17 @@ impl ServerHandler for Bridge {
                 if let Some(ch) = channel {
                     self.live.used(&ch);
                 }
-                let result = self.relay.call_tool(request).await.map_err(failed)?;
+                if name != "register" {
+                    self.reclaim().await;
+                }
+                let result = self.relay.call_tool(request.clone()).await.map_err(failed)?;
                 if name == "register" && result.is_error != Some(true) {
                     if let Some(who) = args.get("instance_id").and_then(Value::as_str) {
                         self.live.set_identity(who);
                     }
+                    self.claimed_in
+                        .store(self.inits.load(Ordering::SeqCst), Ordering::SeqCst);
+                    *self.registered.lock() = Some(request);
                 }
                 Ok(CallToolResponse::from(result))
             }
@@ -252,7 +289,7 @@ impl ServerHandler for Bridge {
 /// Serves the host on stdio until it closes stdin or a signal comes, then closes the relay
 /// session (which signs this session's identities off at once).
 pub async fn serve(upstream: Connected, live: Arc<Live>) -> Result<(), Failure> {
-    let Connected { service, host } = upstream;
+    let Connected { service, host, inits } = upstream;
     let peer = service
         .peer_info()
         .ok_or_else(|| Failure("the relay did not initialize the MCP session".into(), 2))?;
@@ -268,6 +305,9 @@ pub async fn serve(upstream: Connected, live: Arc<Live>) -> Result<(), Failure> 
         info,
         live,
         host,
+        claimed_in: AtomicU64::new(inits.load(Ordering::SeqCst)),
+        inits,
+        registered: Mutex::new(None),
     };
     let server = bridge
         .serve(rmcp::transport::stdio())

@@ -183,6 +183,8 @@ check(
 );
 const again = await call(a.client, post(channel, "stdio-a", "still talking after the restart"));
 check(again.id > afterRestart.id, "the stdio agent's tools work after the relay restart", again);
+// The bridge claims its identity again for the session rmcp re-created.
+await call(a.client, ["list_channels", {}]);
 const st = await call(a.client, ["delivery_status", {}]);
 check(st.pushed?.[0]?.connected === true && st.pushed[0].channel === channel, "delivery_status: pushed and connected", st);
 
@@ -206,7 +208,13 @@ async function untilAsync(cond, ms) {
   return cond();
 }
 
+check((await status("stdio-a")) === "online", "stdio-a is online after the restart", await status("stdio-a"));
 await Promise.all([a.client.close(), b.close()]);
+check(
+  await untilAsync(async () => (await status("stdio-a")) === "offline", 3000),
+  "after a relay restart, closing the bridge still marks its identity offline at once",
+  await status("stdio-a"),
+);
 relay.kill("SIGTERM");
 await new Promise((r) => relay.once("exit", r));
 rmSync(data, { recursive: true, force: true });
