@@ -217,8 +217,9 @@ impl ServerHandler for Bridge {
                 if name != "register" {
                     self.reclaim().await;
                 }
-                let result = self.relay.call_tool(request.clone()).await.map_err(failed)?;
-                if name == "register" && result.is_error != Some(true) {
+                let register = (name == "register").then(|| request.clone());
+                let result = self.relay.call_tool(request).await.map_err(failed)?;
+                if let (Some(request), false) = (register, result.is_error == Some(true)) {
                     if let Some(who) = args.get("instance_id").and_then(Value::as_str) {
                         self.live.set_identity(who);
                     }

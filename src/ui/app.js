@@ -291,8 +291,19 @@ function arrived(m) {
   }
   if (m.type === "QUESTION" && m.sender !== state.me) alertQuestion(m);
   if (m.reply_to) bumpReplies(m.reply_to);
-  if (m.sender !== state.me) refreshChannels().catch(report);
-  if (m.session_id) refreshSession().catch(report);
+  if (m.sender !== state.me) soon(refreshChannels);
+  if (m.session_id) soon(refreshSession);
+}
+
+// At most one refresh a second per kind, however fast messages arrive.
+const pending = new Set();
+function soon(refresh) {
+  if (pending.has(refresh)) return;
+  pending.add(refresh);
+  setTimeout(() => {
+    pending.delete(refresh);
+    refresh().catch(report);
+  }, 1000);
 }
 
 function nearEnd() {
