@@ -5,63 +5,16 @@
 //
 // Prints one line per check; exits 1 on the first failure, and by itself after 150 s.
 
-import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import net from "node:net";
-import { tmpdir } from "node:os";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
+import { harness, sleep } from "./harness.mjs";
 
 const [bin, shots] = process.argv.slice(2);
 mkdirSync(shots, { recursive: true });
-const data = mkdtempSync(join(tmpdir(), "crosstalk-ui-"));
-let relay;
+const { base, fail, ok, check, ...relay } = await harness(bin, "ui", 150_000);
 let browser;
-setTimeout(() => fail("took longer than 150 s"), 150_000).unref();
-
-function fail(why) {
-  console.error(`FAIL [ui] ${why}`);
-  relay?.kill("SIGKILL");
-  browser?.close().catch(() => {});
-  process.exit(1);
-}
-function ok(what) {
-  console.log(`ok   [ui] ${what}`);
-}
-function check(cond, what, detail) {
-  if (!cond) fail(`${what}: ${JSON.stringify(detail)}`);
-  ok(what);
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-const port = await new Promise((resolve) => {
-  const s = net.createServer();
-  s.listen(0, "127.0.0.1", () => {
-    const p = s.address().port;
-    s.close(() => resolve(p));
-  });
-});
-const base = `http://127.0.0.1:${port}`;
-
-async function startRelay(extra = []) {
-  relay = spawn(bin, ["serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", join(data, "store"), ...extra], {
-    stdio: ["ignore", "ignore", "inherit"],
-    env: { ...process.env, RUST_LOG: "warn" },
-  });
-  for (let i = 0; i < 200; i++) {
-    try {
-      if ((await fetch(`${base}/healthz`)).ok) return;
-    } catch {}
-    await sleep(50);
-  }
-  fail("the relay did not start");
-}
-
-async function stopRelay(signal) {
-  const exited = new Promise((r) => relay.once("exit", r));
-  relay.kill(signal);
-  await exited;
-}
+relay.onFail(() => browser?.close().catch(() => {}));
 
 async function post(channel, sender, body, extra = {}, token) {
   const headers = { "content-type": "application/json" };
@@ -75,9 +28,7 @@ async function post(channel, sender, body, extra = {}, token) {
   return r.json();
 }
 
-process.on("uncaughtException", (e) => fail(e.stack || String(e)));
-process.on("unhandledRejection", (e) => fail(e?.stack || String(e)));
-await startRelay();
+await relay.start();
 browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
   args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
@@ -250,10 +201,10 @@ await page.click("#session-end");
 await page.locator("#session-start").waitFor({ timeout: 5_000 });
 
 // Kill the relay and restart it: the page resumes by itself.
-await stopRelay("SIGKILL");
+await relay.stop("SIGKILL");
 ok("relay SIGKILLed");
 await page.locator("#conn:not(.live)").waitFor({ timeout: 10_000 });
-await startRelay();
+await relay.start();
 ok("relay restarted on the same store");
 const after = await post("team", "alice", "after the restart");
 await list.getByText("after the restart").waitFor({ timeout: 20_000 });
@@ -278,8 +229,8 @@ check(bg !== "rgb(247, 247, 245)", "dark follows the system", bg);
 await page.emulateMedia({ colorScheme: "light" });
 
 // With a token: the page asks for it, says so when it is wrong, and works with the right one.
-await stopRelay("SIGTERM");
-await startRelay(["--token", "s3cret"]);
+await relay.stop("SIGTERM");
+await relay.start(["--token", "s3cret"]);
 const locked = await context.newPage();
 locked.on("pageerror", (e) => pageErrors.push(String(e)));
 await locked.goto(`${base}/ui#team`);
@@ -301,7 +252,4 @@ check(pageErrors.length === 0, "no script errors on the page", pageErrors);
 check(foreign.length === 0, "nothing was fetched from another origin", foreign);
 
 await browser.close();
-await stopRelay("SIGTERM");
-rmSync(data, { recursive: true, force: true });
-ok("done");
-process.exit(0);
+await relay.done();

@@ -10,58 +10,14 @@
 //
 // Prints one line per check; exits 1 on the first failure, and by itself after 90 s.
 
-import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import net from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { harness, sleep } from "./harness.mjs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 const [bin, toolSet] = process.argv.slice(2);
 const cc = toolSet === "cross-claude";
-const label = `stdio ${toolSet}`;
-const data = mkdtempSync(join(tmpdir(), "crosstalk-stdio-"));
-let relay;
-setTimeout(() => fail("took longer than 90 s"), 90_000).unref();
-
-function fail(why) {
-  console.error(`FAIL [${label}] ${why}`);
-  relay?.kill("SIGKILL");
-  process.exit(1);
-}
-function ok(what) {
-  console.log(`ok   [${label}] ${what}`);
-}
-function check(cond, what, detail) {
-  if (!cond) fail(`${what}: ${JSON.stringify(detail)}`);
-  ok(what);
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-const port = await new Promise((resolve) => {
-  const s = net.createServer();
-  s.listen(0, "127.0.0.1", () => {
-    const p = s.address().port;
-    s.close(() => resolve(p));
-  });
-});
-const base = `http://127.0.0.1:${port}`;
-
-async function startRelay() {
-  relay = spawn(bin, ["serve", "--host", "127.0.0.1", "--port", String(port), "--data-dir", join(data, "store")], {
-    stdio: ["ignore", "ignore", "inherit"],
-    env: { ...process.env, RUST_LOG: "warn" },
-  });
-  for (let i = 0; i < 200; i++) {
-    try {
-      if ((await fetch(`${base}/healthz`)).ok) return;
-    } catch {}
-    await sleep(50);
-  }
-  fail("the relay did not start");
-}
+const { base, fail, ok, check, ...relay } = await harness(bin, `stdio ${toolSet}`, 90_000);
 
 const post = (channel, sender, text) =>
   cc ? ["send_message", { channel, sender, content: text }] : ["post_message", { channel, sender, body: text }];
@@ -115,7 +71,7 @@ async function status(id) {
   return list.find((i) => i.instance_id === id)?.status;
 }
 
-await startRelay();
+await relay.start();
 const channel = `stdio-${toolSet}`;
 const a = await stdioAgent("stdio-a");
 const b = await httpAgent("http-b");
@@ -158,10 +114,9 @@ await sleep(500);
 check(a.pushed.length === pushedBefore + 1, "its own post is not pushed back", a.pushed);
 
 // Kill and restart the relay mid-stream: the next post still arrives, once.
-relay.kill("SIGKILL");
-await new Promise((r) => relay.once("exit", r));
+await relay.stop("SIGKILL");
 ok("relay SIGKILLed");
-await startRelay();
+await relay.start();
 ok("relay restarted on the same store");
 const r = await fetch(`${base}/api/channels/${channel}/messages`, {
   method: "POST",
@@ -215,8 +170,4 @@ check(
   "after a relay restart, closing the bridge still marks its identity offline at once",
   await status("stdio-a"),
 );
-relay.kill("SIGTERM");
-await new Promise((r) => relay.once("exit", r));
-rmSync(data, { recursive: true, force: true });
-ok("done");
-process.exit(0);
+await relay.done();
