@@ -8,6 +8,9 @@ COPY . .
 RUN cargo build --release --locked -p crosstalk
 
 FROM debian:bookworm-slim
+# CA certificates: `crosstalk mcp` and the command line in this image can reach https relays.
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --no-create-home --home-dir /data crosstalk \
     && mkdir -p /data && chown crosstalk:crosstalk /data
 COPY --from=build /src/target/release/crosstalk /usr/local/bin/crosstalk
