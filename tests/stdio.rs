@@ -227,6 +227,15 @@ async fn tools_push_and_presence_over_stdio() {
     assert_eq!(st["pushed"][0]["delivered"], 2, "{st}");
     assert_eq!(st["poll_only"], json!(["other"]), "{st}");
 
+    // A name the relay would refuse is a tool error, not a listener that never connects.
+    let bad = tokio::task::block_in_place(|| {
+        b.request(
+            "tools/call",
+            json!({"name": "listen_live", "arguments": {"channel": "bad name!"}}),
+        )
+    });
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+
     // stop_listening: nothing more is pushed.
     tokio::task::block_in_place(|| b.call("stop_listening", json!({"channel": "dev"})));
     post(&c, &s, "dev", msg("alice", "after stop")).await;

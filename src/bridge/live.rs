@@ -85,11 +85,16 @@ impl Live {
     }
 
     pub fn used(&self, channel: &str) {
-        self.used.lock().insert(channel.to_owned());
+        if let Ok(name) = crosstalk_schema::ChannelName::parse(channel) {
+            self.used.lock().insert(name.to_string());
+        }
     }
 
-    /// Starts pushing `channel`'s new messages (from its newest now). Idempotent.
+    /// Starts pushing `channel`'s new messages (from its newest now). Idempotent. A name
+    /// the relay would refuse is refused here, with the relay's own rule.
     pub async fn listen(self: &Arc<Self>, channel: &str) -> Result<Value, String> {
+        let name = crosstalk_schema::ChannelName::parse(channel).map_err(|e| e.to_string())?;
+        let channel = name.as_str();
         if let Some(l) = self.listeners.lock().get(channel) {
             if l.stream.lock().error.is_none() {
                 return Ok(json!({"channel": channel, "listening": true, "already": true}));
@@ -130,7 +135,9 @@ impl Live {
 
     /// Stops pushing `channel`; says whether it was pushed.
     pub fn stop(&self, channel: &str) -> Value {
-        let was = self.listeners.lock().remove(channel);
+        let channel =
+            crosstalk_schema::ChannelName::parse(channel).map_or_else(|_| channel.to_owned(), |n| n.to_string());
+        let was = self.listeners.lock().remove(&channel);
         if let Some(l) = &was {
             l.task.abort();
         }
