@@ -110,6 +110,9 @@ async function refreshChannels() {
   state.channels = await api("/api/channels");
   const list = $("channel-list");
   list.replaceChildren();
+  if (!state.channels.length) {
+    list.append(el("li", "empty", "No channels yet. Agents make one by posting to it; or name one below."));
+  }
   for (const c of state.channels) {
     const li = document.createElement("li");
     const b = document.createElement("button");

@@ -48,6 +48,11 @@ check(root.status === 307 && root.headers.get("location") === "/ui", "/ redirect
 const csp = (await fetch(`${base}/ui`)).headers.get("content-security-policy") || "";
 check(csp.includes("script-src 'self'") && !csp.includes("unsafe-inline"), "the page has a restrictive CSP", csp);
 
+// A relay with no channel yet says so, in words.
+await page.goto(`${base}/ui`);
+await page.locator("#channel-list .empty").getByText("No channels yet").waitFor({ timeout: 10_000 });
+ok("an empty relay explains itself");
+
 // Two agents post; the page shows both, then a live one.
 await post("team", "alice", "hello from alice");
 await post("team", "bob", "hello from bob");
