@@ -382,3 +382,49 @@ fn relay_pid(port: u16) -> Option<i32> {
     }
     None
 }
+
+#[test]
+fn print_config_gives_each_host_its_snippet() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+            .arg("mcp")
+            .args(args)
+            .env_remove("CROSSTALK_URL")
+            .env_remove("CROSSTALK_TOKEN")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // The JSON part of a snippet: from the first `{` on.
+    let json_of = |text: &str| -> Value { serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap() };
+
+    // Local mode: no relay, no environment.
+    let local = run(&["--print-config", "claude-code", "--listen", "dev"]);
+    assert!(local.contains("claude mcp add crosstalk -- "), "{local}");
+    assert!(local.trim_end().contains("mcp --listen dev"), "{local}");
+    let server = &json_of(&local)["mcpServers"]["crosstalk"];
+    assert_eq!(server["args"], json!(["mcp", "--listen", "dev"]), "{local}");
+    assert_eq!(server["env"], json!({}), "{local}");
+
+    // A remote relay: its URL and a token placeholder, for each host.
+    let remote = run(&["--print-config", "claude-code", "--relay", "https://relay.example:8765"]);
+    assert!(
+        remote.contains("-e CROSSTALK_URL=https://relay.example:8765 -e CROSSTALK_TOKEN=<your token> -- "),
+        "{remote}"
+    );
+    for host in ["claude-desktop", "cursor"] {
+        let text = run(&[
+            "--print-config",
+            host,
+            "--relay",
+            "https://relay.example:8765",
+            "--tools",
+            "cross-claude",
+        ]);
+        let server = &json_of(&text)["mcpServers"]["crosstalk"];
+        assert_eq!(server["args"], json!(["mcp", "--tools", "cross-claude"]), "{text}");
+        assert_eq!(server["env"]["CROSSTALK_URL"], "https://relay.example:8765", "{text}");
+        assert_eq!(server["env"]["CROSSTALK_TOKEN"], "<your token>", "{text}");
+    }
+}
