@@ -361,11 +361,7 @@ impl Operation for GetReplies {
 
     async fn run(cx: &Ctx, caller: Caller, r: MessageRef) -> Result<Thread, OpError> {
         let name = channel(&r.channel)?;
-        let parent = cx
-            .relay
-            .message(&name, r.message_id)
-            .await?
-            .ok_or_else(|| OpError::not_found(format!("no message {} in channel {name}", r.message_id)))?;
+        let parent = messages::existing(cx, &name, r.message_id).await?;
         let replies = messages::Replies::run(cx, caller, r).await?;
         Ok(Thread {
             parent: CcMessage::from(&parent),

@@ -274,12 +274,16 @@ impl Operation for GetMessage {
     type Response = Arc<Posted>;
 
     async fn run(cx: &Ctx, _: Caller, r: MessageId) -> Result<Arc<Posted>, OpError> {
-        let name = channel(&r.channel)?;
-        cx.relay
-            .message(&name, r.message_id)
-            .await?
-            .ok_or_else(|| OpError::not_found(format!("no message {} in channel {name}", r.message_id)))
+        existing(cx, &channel(&r.channel)?, r.message_id).await
     }
+}
+
+/// Message `id` of `channel`, or a 404 naming both.
+pub async fn existing(cx: &Ctx, channel: &ChannelName, id: u64) -> Result<Arc<Posted>, OpError> {
+    cx.relay
+        .message(channel, id)
+        .await?
+        .ok_or_else(|| OpError::not_found(format!("no message {id} in channel {channel}")))
 }
 
 /// Who has read a message, from the inbox cursors of the identities on its channel.
@@ -302,12 +306,7 @@ impl Operation for GetReaders {
 
     async fn run(cx: &Ctx, _: Caller, r: MessageId) -> Result<Readers, OpError> {
         let name = channel(&r.channel)?;
-        if cx.relay.message(&name, r.message_id).await?.is_none() {
-            return Err(OpError::not_found(format!(
-                "no message {} in channel {name}",
-                r.message_id
-            )));
-        }
+        existing(cx, &name, r.message_id).await?;
         let (read_by, not_yet): (Vec<_>, Vec<_>) = cx
             .relay
             .readers(&name)

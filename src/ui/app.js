@@ -192,7 +192,7 @@ async function openChannel(name) {
 async function loadNewest() {
   const page = await api(`/api/channels/${enc(state.channel)}/messages?before_id=${Number.MAX_SAFE_INTEGER}&limit=${PAGE}`);
   $("message-list").replaceChildren();
-  for (const m of page) append(m, false);
+  for (const m of page) append(m);
   state.firstId = page.length ? page[0].id : 0;
   state.lastId = Math.max(state.lastId, page.length ? page[page.length - 1].id : 0);
   $("older").hidden = page.length < PAGE;
@@ -280,7 +280,7 @@ function openStreamLater(name) {
 function arrived(m) {
   const atEnd = nearEnd();
   if (state.following) {
-    append(m, true);
+    append(m);
     const list = $("message-list");
     while (list.children.length > MAX_DOM) {
       list.firstElementChild.remove();
@@ -319,9 +319,9 @@ function scrollToEnd() {
   box.scrollTop = box.scrollHeight;
 }
 
-function append(m, live) {
+function append(m) {
   $("message-list").append(render(m));
-  track(m, live);
+  track(m);
 }
 
 // Open questions, from what this page has seen.
@@ -329,7 +329,7 @@ function track(m) {
   if (m.type === "QUESTION" && m.status !== "answered") state.questions.set(m.id, m);
   if (m.type === "ANSWER" && m.reply_to && state.questions.has(m.reply_to)) {
     state.questions.delete(m.reply_to);
-    markAnswered(m.reply_to, m.id);
+    markAnswered(m.reply_to);
   }
   renderQuestions();
 }

@@ -38,18 +38,11 @@ pub(super) struct InFlight {
 
 /// Everyone waiting for one batch's verdict. The first verdict wins; a waiter added after it
 /// is answered at once.
-#[derive(Default)]
 pub(super) struct Answers(Mutex<Verdict>);
 
 enum Verdict {
     Waiting(Vec<Done>),
     Decided(Result<(), StoreError>),
-}
-
-impl Default for Verdict {
-    fn default() -> Self {
-        Verdict::Waiting(Vec::new())
-    }
 }
 
 impl Answers {
