@@ -102,7 +102,12 @@ impl Bridge {
 
     /// The next channel notification (or none within `wait`).
     fn pushed(&mut self, wait: Duration) -> Option<Value> {
-        if let Some(i) = self.notes.iter().position(is_push) {
+        self.notified(is_push, wait)
+    }
+
+    /// The next notification that `wanted` picks (or none within `wait`).
+    fn notified(&mut self, wanted: impl Fn(&Value) -> bool, wait: Duration) -> Option<Value> {
+        if let Some(i) = self.notes.iter().position(&wanted) {
             return Some(self.notes.remove(i));
         }
         let deadline = Instant::now() + wait;
@@ -110,7 +115,7 @@ impl Bridge {
             .lines
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
         {
-            if is_push(&v) {
+            if wanted(&v) {
                 return Some(v);
             }
             self.notes.push(v);
@@ -226,6 +231,21 @@ async fn tools_push_and_presence_over_stdio() {
     assert_eq!(st["pushed"][0]["connected"], true, "{st}");
     assert_eq!(st["pushed"][0]["delivered"], 2, "{st}");
     assert_eq!(st["poll_only"], json!(["other"]), "{st}");
+
+    // A host that subscribes to a channel's resource gets the relay's update through the bridge.
+    let uri = "crosstalk://channels/dev";
+    let sub = tokio::task::block_in_place(|| b.request("resources/subscribe", json!({"uri": uri})));
+    assert!(sub["error"].is_null(), "{sub}");
+    post(&c, &s, "dev", msg("alice", "for subscribers")).await;
+    let updated = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/resources/updated" && v["params"]["uri"] == uri,
+            Duration::from_secs(10),
+        )
+    });
+    assert!(updated.is_some(), "no resource update forwarded");
+    let also = tokio::task::block_in_place(|| b.pushed(Duration::from_secs(10))).expect("pushed too");
+    assert_eq!(also["params"]["content"], "for subscribers");
 
     // A name the relay would refuse is a tool error, not a listener that never connects.
     let bad = tokio::task::block_in_place(|| {
