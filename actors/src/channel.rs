@@ -30,12 +30,14 @@ use tokio::sync::oneshot;
 
 mod batch;
 mod idle;
+mod logged;
 mod retention;
 mod sessions;
 mod waits;
 
 use batch::{InFlight, Pending};
 pub use idle::{CloseIfIdle, Closed};
+pub use logged::Apply;
 pub use retention::Retention;
 pub use sessions::{Describe, EndSession, StartSession};
 use waits::Waiter;
@@ -63,6 +65,9 @@ pub struct ChannelConfig {
     pub retention_every: Duration,
     /// An actor nobody has used for this long, with nothing in flight, stops (`None`: never).
     pub idle_after: Option<Duration>,
+    /// The shared log the channel's writes go through when several relay nodes serve it
+    /// (see [`logged`]); `None`: this relay alone writes its channels.
+    pub log: Option<crate::nats::NatsLog>,
 }
 
 /// Post a message. The actor answers at once with a [`PostTicket`]; the ticket resolves on the
@@ -82,11 +87,16 @@ enum Answer {
     New(Option<Arc<Posted>>),
     /// An idempotent retry: the original, read back once it is durable.
     Retry(u64, Arc<ChannelView>),
+    /// Proposed to the shared log: what the fold decides (`durable` is unused).
+    Logged(oneshot::Receiver<Result<logged::Outcome, RelayError>>, Arc<ChannelView>),
 }
 
 impl PostTicket {
     /// The message once durable; the store's error if it was refused.
     pub async fn posted(self) -> Result<Arc<Posted>, RelayError> {
+        if let Answer::Logged(verdict, view) = self.answer {
+            return logged::posted(verdict, view).await;
+        }
         self.durable
             .await
             .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
@@ -95,6 +105,7 @@ impl PostTicket {
             Answer::Retry(id, view) => view
                 .get(id)?
                 .ok_or(RelayError::Unavailable("the original message is no longer stored")),
+            Answer::Logged(..) => unreachable!("answered above"),
         }
     }
 }
@@ -134,6 +145,8 @@ pub struct ChannelActor {
     release_timer: Option<SpawnHandle>,
     /// A retention pass is with the store thread.
     compacting: bool,
+    /// Writes proposed to the shared log, when there is one.
+    proposals: logged::Proposals,
 }
 
 impl ChannelActor {
@@ -168,6 +181,7 @@ impl ChannelActor {
             spoken: 0,
             release_timer: None,
             compacting: false,
+            proposals: logged::Proposals::default(),
         }
     }
 
@@ -175,6 +189,11 @@ impl ChannelActor {
     /// Returns the id and, for a message, what readers will see.
     fn accept(&mut self, record: Record, idem: Option<String>) -> (u64, Option<Arc<Posted>>) {
         let id = self.ids.next();
+        self.accept_at(id, record, idem)
+    }
+
+    /// [`accept`](Self::accept) with the id given (on a shared log, the event's sequence).
+    fn accept_at(&mut self, id: u64, record: Record, idem: Option<String>) -> (u64, Option<Arc<Posted>>) {
         let session_was_active = self.state.active_session().is_some();
         let effects = self.state.apply(id, &record);
         let mut posted = None;
@@ -225,20 +244,27 @@ impl ChannelActor {
                 .as_ref()
                 .map(|s| s.session_id.clone())
                 .unwrap_or_default();
-            self.accept(
-                Record::SessionEnded {
-                    session_id,
-                    reason,
-                    at: now,
-                },
-                None,
-            );
+            let ended = Record::SessionEnded {
+                session_id,
+                reason,
+                at: now,
+            };
+            if self.config.log.is_some() {
+                // On a shared log every node's fold derives the end itself: it takes no id.
+                self.state.apply(id, &ended);
+                self.next_state_dirty = true;
+            } else {
+                self.accept(ended, None);
+            }
         }
         (id, posted)
     }
 
     /// Refuses a write at once while the store is not answering, rather than queueing it.
     fn writable(&self) -> Result<(), RelayError> {
+        if let Some(log) = &self.config.log {
+            log.health().map_err(RelayError::StoreUnavailable)?;
+        }
         self.committer.health().writable().map_err(RelayError::StoreUnavailable)
     }
 
@@ -292,6 +318,14 @@ impl Handler<Post> for ChannelActor {
             }
         }
         let mut record = post.into_record(&limits, Timestamp::now())?;
+        if self.config.log.is_some() {
+            // Idempotency, the reply's parent and the session are the fold's to decide.
+            let verdict = self.propose(Record::Message(record), idem, ctx);
+            return Ok(PostTicket {
+                durable: oneshot::channel().1,
+                answer: Answer::Logged(verdict, self.view.clone()),
+            });
+        }
         if let Some(parent) = record.reply_to {
             if !self.reply_to_exists(parent)? {
                 return Err(RelayError::Invalid(InvalidInput::Other(format!(

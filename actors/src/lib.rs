@@ -10,6 +10,7 @@ pub mod commit;
 pub mod error;
 pub mod identities;
 pub mod ids;
+pub mod nats;
 pub mod presence;
 pub mod registry;
 pub mod relay;

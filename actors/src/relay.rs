@@ -9,6 +9,7 @@ mod channels;
 mod data;
 mod directives;
 mod identity;
+mod projector;
 mod wait;
 
 pub use channels::ChannelInfo;
@@ -66,6 +67,9 @@ pub struct RelayConfig {
     /// A channel actor nobody has used for this long, with no wait, stream or write in
     /// flight, stops and is reopened on demand (`None`: channels stay open).
     pub idle_after: Option<Duration>,
+    /// The shared log of a relay cluster (`--store nats://…`): channels' writes go through
+    /// it and this node folds it into its own store. `None`: this relay alone owns its store.
+    pub log: Option<crate::nats::NatsLog>,
 }
 
 /// Default of `--idle-after`.
@@ -87,6 +91,7 @@ impl Default for RelayConfig {
             max_shared_bytes: 1024 * 1024,
             max_channels: DEFAULT_MAX_CHANNELS,
             idle_after: Some(DEFAULT_IDLE_AFTER),
+            log: None,
         }
     }
 }
@@ -106,6 +111,7 @@ struct Inner {
     store: Arc<dyn EventStore>,
     committer: Committer,
     shutdown: CancellationToken,
+    log: Option<crate::nats::NatsLog>,
     /// When the search index last had every committed message.
     index_caught_up: CaughtUp,
     /// When each (channel, poster) last sent a presence heartbeat.
@@ -142,6 +148,7 @@ impl Relay {
             retention: config.retention,
             retention_every: config.retention_every,
             idle_after: config.idle_after,
+            log: config.log.clone(),
         };
         let per_channel = config.channel_retention.clone();
         let identities = Arc::new(Identities::new(config.presence_ttl));
@@ -188,10 +195,14 @@ impl Relay {
                 store,
                 committer,
                 shutdown: CancellationToken::new(),
+                log: config.log.clone(),
                 heartbeats: Default::default(),
                 index_caught_up: caught_up,
             }),
         };
+        if let Some(log) = config.log {
+            actix::spawn(projector::project(relay.clone(), log));
+        }
         Ok((relay, repairs))
     }
 
@@ -339,6 +350,9 @@ impl Relay {
 
     /// Whether the store is answering and its last write succeeded (`Err(why)` if not).
     pub fn store_health(&self) -> Result<(), String> {
+        if let Some(log) = &self.inner.log {
+            log.health()?;
+        }
         self.inner.committer.health().check()
     }
 

@@ -41,6 +41,7 @@ impl ChannelActor {
             || self.compacting
             || self.release_timer.is_some()
             || !self.parties.is_empty()
+            || self.proposals.busy()
     }
 }
 

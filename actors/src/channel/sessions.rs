@@ -49,6 +49,16 @@ impl Handler<StartSession> for ChannelActor {
             return Box::pin(async move { Err(e) });
         }
         let now = Timestamp::now();
+        let session_id = format!("sess-{}", uuid::Uuid::new_v4().simple());
+        let started = Record::SessionStarted {
+            session_id,
+            max_turns: msg.max_turns,
+            at: now,
+        };
+        if self.config.log.is_some() {
+            // The fold replaces whatever session is active when it reaches the start.
+            return self.state_when_folded(started, ctx);
+        }
         if let Some(active) = self.state.active_session().map(str::to_owned) {
             self.accept(
                 Record::SessionEnded {
@@ -59,15 +69,7 @@ impl Handler<StartSession> for ChannelActor {
                 None,
             );
         }
-        let session_id = format!("sess-{}", uuid::Uuid::new_v4().simple());
-        let (id, _) = self.accept(
-            Record::SessionStarted {
-                session_id,
-                max_turns: msg.max_turns,
-                at: now,
-            },
-            None,
-        );
+        let (id, _) = self.accept(started, None);
         self.state_when_durable(id, ctx)
     }
 }
@@ -83,14 +85,15 @@ impl Handler<EndSession> for ChannelActor {
             let state = self.state.clone();
             return Box::pin(async move { Ok(state) });
         };
-        let (id, _) = self.accept(
-            Record::SessionEnded {
-                session_id: active,
-                reason: "ended".into(),
-                at: Timestamp::now(),
-            },
-            None,
-        );
+        let ended = Record::SessionEnded {
+            session_id: active,
+            reason: "ended".into(),
+            at: Timestamp::now(),
+        };
+        if self.config.log.is_some() {
+            return self.state_when_folded(ended, ctx);
+        }
+        let (id, _) = self.accept(ended, None);
         self.state_when_durable(id, ctx)
     }
 }
@@ -115,13 +118,14 @@ impl Handler<Describe> for ChannelActor {
             let state = self.state.clone();
             return Box::pin(async move { Ok(state) });
         }
-        let (id, _) = self.accept(
-            Record::Described {
-                description,
-                at: Timestamp::now(),
-            },
-            None,
-        );
+        let described = Record::Described {
+            description,
+            at: Timestamp::now(),
+        };
+        if self.config.log.is_some() {
+            return self.state_when_folded(described, ctx);
+        }
+        let (id, _) = self.accept(described, None);
         self.state_when_durable(id, ctx)
     }
 }

@@ -1,0 +1,253 @@
+//! A channel on a shared log ([`crate::nats`]): several relay nodes serve it, so no node may
+//! decide alone. A write is *proposed*: appended to the log, where it gets its id (the stream
+//! sequence). It takes effect when the fold reaches it ([`Apply`], sent by the node's
+//! projector in log order, on every node alike, the writer included): the fold validates it
+//! against the state as of that point (a reply to a message that does not exist, an
+//! idempotency key already used), assigns it, and commits it to the node's own store, from
+//! which the view publishes it to readers as on a single node. The proposer answers its
+//! caller with what the fold decided, once the node's store has it.
+//!
+//! Rules the fold alone decides (an idempotent retry, a session's end at `max_turns` or on the
+//! second DONE, the answer that closes a question) therefore come out the same on every node.
+
+use super::{ChannelActor, Done};
+use crate::error::RelayError;
+use crate::nats::LogEvent;
+use crate::view::{ChannelView, Posted};
+use actix::prelude::*;
+use crosstalk_schema::{ChannelState, InvalidInput, Record};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// Verdicts kept for proposals whose acknowledgement arrives after the fold reached them.
+const RECENT_VERDICTS: usize = 4096;
+
+/// Fold one event of the shared log into this channel. Sent by the projector, in log order.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Apply(pub LogEvent);
+
+/// What the fold made of one event.
+#[derive(Clone)]
+pub(super) enum Folded {
+    /// Stored under this id (the message, for a message).
+    Stored(u64, Option<Arc<Posted>>),
+    /// A retried post: the original's id.
+    Duplicate(u64),
+    /// Nothing to change (ending a session that already ended, the same description).
+    Unchanged,
+    /// Refused; nothing stored.
+    Rejected(RelayError),
+}
+
+/// What a proposer is told: the fold's verdict, and when the node's store has it.
+pub(super) struct Outcome {
+    folded: Folded,
+    durable: oneshot::Receiver<Result<(), RelayError>>,
+}
+
+type Verdict = oneshot::Sender<Result<Outcome, RelayError>>;
+
+/// Proposals of this node waiting for the fold, and the fold's recent verdicts.
+#[derive(Default)]
+pub(super) struct Proposals {
+    /// Appends sent to the log and not yet acknowledged.
+    appending: usize,
+    /// Acknowledged, waiting for the fold to reach their sequence (several, when JetStream
+    /// recognised retries of one post by its idempotency key and gave them its sequence).
+    waiting: HashMap<u64, Vec<Verdict>>,
+    recent: VecDeque<(u64, Folded)>,
+}
+
+impl Proposals {
+    pub(super) fn busy(&self) -> bool {
+        self.appending > 0 || !self.waiting.is_empty()
+    }
+}
+
+/// A post's answer on a shared log: the fold's verdict, then the message.
+pub(super) async fn posted(
+    verdict: oneshot::Receiver<Result<Outcome, RelayError>>,
+    view: Arc<ChannelView>,
+) -> Result<Arc<Posted>, RelayError> {
+    let outcome = verdict
+        .await
+        .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
+    let id = match outcome.folded {
+        Folded::Rejected(e) => return Err(e),
+        Folded::Stored(_, Some(posted)) => {
+            durable(outcome.durable).await?;
+            return Ok(posted);
+        }
+        Folded::Stored(_, None) | Folded::Unchanged => return Err(RelayError::Unavailable("not a message")),
+        Folded::Duplicate(id) => id,
+    };
+    durable(outcome.durable).await?;
+    view.get(id)?
+        .ok_or(RelayError::Unavailable("the original message is no longer stored"))
+}
+
+async fn durable(rx: oneshot::Receiver<Result<(), RelayError>>) -> Result<(), RelayError> {
+    rx.await.unwrap_or(Err(RelayError::Unavailable("channel stopped")))
+}
+
+impl ChannelActor {
+    /// Appends `record` to the shared log; the receiver gets the fold's verdict.
+    pub(super) fn propose(
+        &mut self,
+        record: Record,
+        idempotency_key: Option<String>,
+        ctx: &mut Context<Self>,
+    ) -> oneshot::Receiver<Result<Outcome, RelayError>> {
+        let (tx, rx) = oneshot::channel();
+        let Some(log) = self.config.log.clone() else {
+            let _ = tx.send(Err(RelayError::Unavailable("this channel has no shared log")));
+            return rx;
+        };
+        let channel = self.view.name().clone();
+        self.proposals.appending += 1;
+        ctx.spawn(
+            async move { log.append(&channel, &record, idempotency_key.as_deref()).await }
+                .into_actor(self)
+                .map(move |appended, act, _| {
+                    act.proposals.appending -= 1;
+                    match appended {
+                        Ok(seq) => act.await_fold(seq, tx),
+                        Err(e) => {
+                            tracing::warn!(channel = %act.view.name(), error = %e, "append to the shared log failed");
+                            let _ = tx.send(Err(e));
+                        }
+                    }
+                }),
+        );
+        rx
+    }
+
+    /// The state once `record`, proposed, is folded and in the node's store.
+    pub(super) fn state_when_folded(
+        &mut self,
+        record: Record,
+        ctx: &mut Context<Self>,
+    ) -> ResponseFuture<Result<ChannelState, RelayError>> {
+        let verdict = self.propose(record, None, ctx);
+        let view = self.view.clone();
+        Box::pin(async move {
+            let outcome = verdict
+                .await
+                .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
+            if let Folded::Rejected(e) = outcome.folded {
+                return Err(e);
+            }
+            durable(outcome.durable).await?;
+            Ok(view.channel_state())
+        })
+    }
+
+    /// Answers `verdict` once the fold has reached `seq` (at once if it has).
+    fn await_fold(&mut self, seq: u64, verdict: Verdict) {
+        if let Some(folded) = self
+            .proposals
+            .recent
+            .iter()
+            .find(|(s, _)| *s == seq)
+            .map(|(_, f)| f.clone())
+        {
+            let outcome = self.outcome(folded);
+            let _ = verdict.send(Ok(outcome));
+        } else if seq <= self.meta.last_id {
+            // Folded long ago (its verdict is no longer kept): what the store holds.
+            let folded = match self.view.get(seq) {
+                Ok(Some(posted)) => Folded::Stored(seq, Some(posted)),
+                Ok(None) => Folded::Unchanged,
+                Err(e) => Folded::Rejected(e),
+            };
+            let outcome = self.outcome(folded);
+            let _ = verdict.send(Ok(outcome));
+        } else {
+            self.proposals.waiting.entry(seq).or_default().push(verdict);
+        }
+    }
+
+    fn outcome(&mut self, folded: Folded) -> Outcome {
+        let durable = match &folded {
+            Folded::Stored(id, _) | Folded::Duplicate(id) => self.when_durable(*id),
+            Folded::Unchanged | Folded::Rejected(_) => {
+                let (tx, rx): (Done, _) = oneshot::channel();
+                let _ = tx.send(Ok(()));
+                rx
+            }
+        };
+        Outcome { folded, durable }
+    }
+
+    /// The fold: what `event` means given everything before it in the log.
+    fn fold(&mut self, event: LogEvent) -> Folded {
+        let LogEvent {
+            seq,
+            record,
+            idempotency_key,
+            ..
+        } = event;
+        match record {
+            Record::Message(mut m) => {
+                if let Some(key) = &idempotency_key {
+                    match self.idempotent(key) {
+                        Ok(Some(original)) => return Folded::Duplicate(original),
+                        Ok(None) => {}
+                        Err(e) => return Folded::Rejected(e),
+                    }
+                }
+                if let Some(parent) = m.reply_to {
+                    match self.reply_to_exists(parent) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            return Folded::Rejected(RelayError::Invalid(InvalidInput::Other(format!(
+                                "reply_to {parent} is not a message of channel {}",
+                                self.view.name()
+                            ))))
+                        }
+                        Err(e) => return Folded::Rejected(e),
+                    }
+                }
+                if m.session_id.is_none() {
+                    m.session_id = self.state.active_session().map(str::to_owned);
+                }
+                let (id, posted) = self.accept_at(seq, Record::Message(m), idempotency_key);
+                Folded::Stored(id, posted)
+            }
+            Record::SessionEnded { ref session_id, .. } if self.state.active_session() != Some(session_id.as_str()) => {
+                Folded::Unchanged
+            }
+            Record::Described { ref description, .. } if self.state.description.as_deref() == Some(description) => {
+                Folded::Unchanged
+            }
+            other => {
+                let (id, _) = self.accept_at(seq, other, None);
+                Folded::Stored(id, None)
+            }
+        }
+    }
+}
+
+impl Handler<Apply> for ChannelActor {
+    type Result = ();
+
+    fn handle(&mut self, Apply(event): Apply, ctx: &mut Context<Self>) {
+        let seq = event.seq;
+        // Folded before (the projector replays the log from its start after a restart).
+        if seq <= self.meta.last_id {
+            return;
+        }
+        let folded = self.fold(event);
+        for verdict in self.proposals.waiting.remove(&seq).unwrap_or_default() {
+            let outcome = self.outcome(folded.clone());
+            let _ = verdict.send(Ok(outcome));
+        }
+        self.proposals.recent.push_back((seq, folded));
+        if self.proposals.recent.len() > RECENT_VERDICTS {
+            self.proposals.recent.pop_front();
+        }
+        self.start_commit(ctx);
+    }
+}

@@ -1,0 +1,426 @@
+//! The shared log of a relay cluster: every channel's events in one NATS JetStream stream, one
+//! subject per channel (`crosstalk.ch.<channel>`). Several relay nodes on one stream share
+//! their channels: a node appends an event and learns its id from the stream (its sequence),
+//! and every node, the writer included, folds the stream in order into its own projection
+//! (the channel actors, their views and the local sled store) through [`follow`](NatsLog::follow).
+//!
+//! Invariants:
+//! - an event's id is its stream sequence: unique across the cluster and increasing within a
+//!   channel, so `since_id` and `Last-Event-ID` mean the same on every node;
+//! - an append is answered only after JetStream's publish acknowledgement (with the servers'
+//!   `sync_interval: always`, after the write is on disk on a majority of replicas);
+//! - what an event means (stored, refused, a duplicate) is decided by the fold alone, in stream
+//!   order, so every node reaches the same state whichever node took the write.
+
+use crate::error::RelayError;
+use crate::store::{EventStore, Space};
+use async_nats::jetstream::{self, consumer, stream};
+use bytes::Bytes;
+use crosstalk_schema::{codec, ChannelName, Record};
+use futures_util::StreamExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Header carrying a post's idempotency key, for the fold (the record does not hold it).
+const IDEMPOTENCY_HEADER: &str = "Crosstalk-Idempotency-Key";
+/// Longest an append waits for JetStream's acknowledgement.
+const APPEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long creating the stream is retried at start-up (a new cluster elects its leader first).
+const STREAM_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the cluster's log is, and how to reach it.
+#[derive(Debug, Clone)]
+pub struct NatsConfig {
+    /// Server URLs (`nats://host:4222`); the client fails over between them.
+    pub urls: Vec<String>,
+    /// The stream's name.
+    pub stream: String,
+    /// Copies of the stream (3 in a three-server cluster, 1 on a single server).
+    pub replicas: usize,
+    /// A NATS credentials file (`.creds`).
+    pub creds: Option<PathBuf>,
+    /// User and password.
+    pub user: Option<(String, String)>,
+    /// A token.
+    pub token: Option<String>,
+    /// CA certificate(s) to trust, PEM.
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate and key, PEM, for servers that verify clients.
+    pub tls_cert: Option<(PathBuf, PathBuf)>,
+    /// Refuse a connection without TLS.
+    pub tls_required: bool,
+}
+
+impl NatsConfig {
+    /// Reads `nats://a:4222,b:4222` (comma-separated; a URL without scheme gets `nats://`).
+    pub fn from_urls(list: &str) -> Result<NatsConfig, String> {
+        let urls: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(|u| {
+                if u.contains("://") {
+                    u.to_owned()
+                } else {
+                    format!("nats://{u}")
+                }
+            })
+            .collect();
+        if urls.is_empty() {
+            return Err("no NATS server URL given".into());
+        }
+        for u in &urls {
+            u.parse::<async_nats::ServerAddr>()
+                .map_err(|e| format!("not a NATS server URL: {u}: {e}"))?;
+        }
+        Ok(NatsConfig {
+            urls,
+            stream: "CROSSTALK".into(),
+            replicas: 1,
+            creds: None,
+            user: None,
+            token: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_required: false,
+        })
+    }
+}
+
+/// One event of the log, as the fold receives it.
+#[derive(Debug, Clone)]
+pub struct LogEvent {
+    /// Its stream sequence: the event's id.
+    pub seq: u64,
+    pub channel: ChannelName,
+    pub record: Record,
+    /// The post's idempotency key, if it had one.
+    pub idempotency_key: Option<String>,
+}
+
+/// A handle on the cluster's log. Cloning is cheap.
+#[derive(Clone)]
+pub struct NatsLog {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    stream: String,
+    prefix: String,
+}
+
+impl std::fmt::Debug for NatsLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsLog")
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `key` as a NATS header value: printable ASCII kept, anything else (and `%`) escaped.
+fn header_safe(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_graphic() && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn header_unescape(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = value.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Subject prefix of a stream's channel events: `crosstalk.ch.` for the default stream
+/// `CROSSTALK` (two streams may not share subjects, so each has its own).
+fn subject_prefix(stream: &str) -> String {
+    format!("{}.ch.", stream.to_ascii_lowercase())
+}
+
+fn subject(prefix: &str, channel: &ChannelName) -> String {
+    // `.` separates subject tokens; `~` is not allowed in channel names, so this reverses.
+    format!("{prefix}{}", channel.as_str().replace('.', "~"))
+}
+
+fn channel_of(prefix: &str, subject: &str) -> Option<ChannelName> {
+    let name = subject.strip_prefix(prefix)?.replace('~', ".");
+    ChannelName::parse(&name).ok()
+}
+
+/// A stream creation error that retrying cannot mend.
+fn permanent(e: &jetstream::context::CreateStreamError) -> bool {
+    use jetstream::context::CreateStreamErrorKind as K;
+    use jetstream::ErrorCode;
+    match e.kind() {
+        K::JetStream(js) => matches!(
+            js.error_code(),
+            ErrorCode::STREAM_SUBJECT_OVERLAP | ErrorCode::STREAM_NAME_EXIST
+        ),
+        K::EmptyStreamName | K::InvalidStreamName | K::DomainAndExternalSet => true,
+        _ => false,
+    }
+}
+
+fn unavailable(what: &str, e: impl std::fmt::Display) -> RelayError {
+    RelayError::StoreUnavailable(format!("NATS: {what}: {e}"))
+}
+
+impl NatsLog {
+    /// Connects (retrying in the background while no server answers) and makes sure the
+    /// stream exists with the configured replicas.
+    pub async fn connect(config: &NatsConfig) -> Result<NatsLog, RelayError> {
+        let mut options = async_nats::ConnectOptions::new()
+            .name("crosstalk")
+            .retry_on_initial_connect()
+            .connection_timeout(Duration::from_secs(2));
+        if let Some(path) = &config.creds {
+            options = options
+                .credentials_file(path)
+                .await
+                .map_err(|e| unavailable("reading the credentials file", e))?;
+        }
+        if let Some((user, password)) = &config.user {
+            options = options.user_and_password(user.clone(), password.clone());
+        }
+        if let Some(token) = &config.token {
+            options = options.token(token.clone());
+        }
+        if let Some(ca) = &config.tls_ca {
+            options = options.add_root_certificates(ca.clone());
+        }
+        if let Some((cert, key)) = &config.tls_cert {
+            options = options.add_client_certificate(cert.clone(), key.clone());
+        }
+        if config.tls_required {
+            options = options.require_tls(true);
+        }
+        let client = options
+            .connect(config.urls.clone())
+            .await
+            .map_err(|e| unavailable("connecting", e))?;
+        let js = jetstream::new(client.clone());
+        let prefix = subject_prefix(&config.stream);
+        let wanted = stream::Config {
+            name: config.stream.clone(),
+            subjects: vec![format!("{prefix}>")],
+            storage: stream::StorageType::File,
+            num_replicas: config.replicas.max(1),
+            duplicate_window: Duration::from_secs(120),
+            allow_direct: true,
+            ..Default::default()
+        };
+        let deadline = tokio::time::Instant::now() + STREAM_READY_TIMEOUT;
+        loop {
+            match js.get_or_create_stream(wanted.clone()).await {
+                Ok(_) => break,
+                // A new cluster answers "no suitable peers" or times out until it has a leader;
+                // a stream that clashes with another stays refused.
+                Err(e) if tokio::time::Instant::now() < deadline && !permanent(&e) => {
+                    tracing::info!(error = %e, "waiting for JetStream to create the stream");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => return Err(unavailable("creating the stream", e)),
+            }
+        }
+        Ok(NatsLog {
+            client,
+            js,
+            stream: config.stream.clone(),
+            prefix,
+        })
+    }
+
+    /// Why writes are refused now, if they are: the connection is down.
+    pub fn health(&self) -> Result<(), String> {
+        match self.client.connection_state() {
+            async_nats::connection::State::Connected => Ok(()),
+            state => Err(format!("NATS is unreachable ({state:?}); reconnecting")),
+        }
+    }
+
+    /// Appends one event; answers its id once JetStream has acknowledged it. A retried post
+    /// within the stream's duplicate window gets the original's id.
+    pub async fn append(
+        &self,
+        channel: &ChannelName,
+        record: &Record,
+        idempotency_key: Option<&str>,
+    ) -> Result<u64, RelayError> {
+        self.health().map_err(RelayError::StoreUnavailable)?;
+        let mut publish = jetstream::message::PublishMessage::build().payload(Bytes::from(codec::encode(record)));
+        if let Some(key) = idempotency_key {
+            // JetStream drops a second publish with the same id within its window; the fold
+            // recognises one beyond it by the header.
+            let key = header_safe(key);
+            publish = publish
+                .message_id(format!("{channel}/{key}"))
+                .header(IDEMPOTENCY_HEADER, key.as_str());
+        }
+        let append = async {
+            let ack = self
+                .js
+                .send_publish(subject(&self.prefix, channel), publish)
+                .await
+                .map_err(|e| unavailable("publishing", e))?;
+            ack.await.map_err(|e| unavailable("waiting for the acknowledgement", e))
+        };
+        let ack = tokio::time::timeout(APPEND_TIMEOUT, append)
+            .await
+            .map_err(|_| unavailable("appending", "no acknowledgement in time"))??;
+        Ok(ack.sequence)
+    }
+
+    /// Every event from stream sequence `from` on, in order, then new ones as they come. The
+    /// stream ends with an error when the consumer is lost for good; follow again from the
+    /// next sequence.
+    pub async fn follow(
+        &self,
+        from: u64,
+    ) -> Result<impl futures_util::Stream<Item = Result<LogEvent, RelayError>> + Unpin, RelayError> {
+        let stream = self
+            .js
+            .get_stream(&self.stream)
+            .await
+            .map_err(|e| unavailable("opening the stream", e))?;
+        let deliver_policy = if from <= 1 {
+            consumer::DeliverPolicy::All
+        } else {
+            consumer::DeliverPolicy::ByStartSequence { start_sequence: from }
+        };
+        let consumer = stream
+            .create_consumer(consumer::pull::OrderedConfig {
+                filter_subject: format!("{}>", self.prefix),
+                deliver_policy,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| unavailable("creating a consumer", e))?;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| unavailable("reading the stream", e))?;
+        let prefix = self.prefix.clone();
+        Ok(messages.filter_map(move |m| std::future::ready(log_event(&prefix, m))))
+    }
+}
+
+/// One stream message as an event of the log; `None` (logged) for one that is not.
+fn log_event(
+    prefix: &str,
+    m: Result<jetstream::Message, consumer::pull::OrderedError>,
+) -> Option<Result<LogEvent, RelayError>> {
+    let m = match m {
+        Ok(m) => m,
+        Err(e) => return Some(Err(unavailable("reading the stream", e))),
+    };
+    let seq = match m.info() {
+        Ok(info) => info.stream_sequence,
+        Err(e) => return Some(Err(unavailable("reading a message's sequence", e))),
+    };
+    let Some(channel) = channel_of(prefix, m.subject.as_str()) else {
+        tracing::warn!(seq, subject = %m.subject, "skipping a log entry on a subject that names no channel");
+        return None;
+    };
+    let record = match codec::decode::<Record>(&m.payload) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(seq, channel = %channel, error = %e, "skipping a log entry that does not decode");
+            return None;
+        }
+    };
+    let idempotency_key = m
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(IDEMPOTENCY_HEADER))
+        .and_then(|v| header_unescape(v.as_str()));
+    Some(Ok(LogEvent {
+        seq,
+        channel,
+        record,
+        idempotency_key,
+    }))
+}
+
+/// Key (in [`Space::Jobs`]) naming the stream a node's store is a copy of.
+const CLAIM_KEY: &[u8] = b"shared-log";
+
+/// Checks that a data directory suits how the relay runs, and records it: a cluster node's
+/// store is its copy of one stream (`Some(stream)`), which a relay on its own must not write
+/// (its ids would collide with the stream's), and a store of a relay on its own cannot
+/// become a node's copy. Returns whether the store was already this stream's copy.
+pub fn claim_store(store: &dyn EventStore, stream: Option<&str>) -> Result<bool, RelayError> {
+    let claimed = store
+        .get_aux(Space::Jobs, CLAIM_KEY)?
+        .map(|v| String::from_utf8_lossy(&v).into_owned());
+    match (claimed.as_deref(), stream) {
+        (None, None) => Ok(false),
+        (Some(c), Some(s)) if c == s => Ok(true),
+        (Some(c), None) => Err(RelayError::Conflict(format!(
+            "this data directory is a cluster node's copy of the NATS stream {c}; start it with --store nats://… \
+             (or give this relay a data directory of its own)"
+        ))),
+        (Some(c), Some(s)) => Err(RelayError::Conflict(format!(
+            "this data directory is a copy of the NATS stream {c}, not {s}"
+        ))),
+        (None, Some(s)) => {
+            if !store.channels()?.is_empty() {
+                return Err(RelayError::Conflict(
+                    "this data directory holds a relay's own channels; a cluster node needs an empty data \
+                     directory of its own (it fills it from the stream)"
+                        .into(),
+                ));
+            }
+            store.put_aux(Space::Jobs, CLAIM_KEY, Some(s.as_bytes()))?;
+            store.flush()?;
+            Ok(false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_name_channels_reversibly() {
+        let prefix = subject_prefix("CROSSTALK");
+        assert_eq!(prefix, "crosstalk.ch.");
+        for name in ["general", "team.alpha", "a-b_c.d.e"] {
+            let c = ChannelName::parse(name).unwrap();
+            let s = subject(&prefix, &c);
+            assert!(!s[prefix.len()..].contains('.'), "{s}");
+            assert_eq!(channel_of(&prefix, &s).unwrap(), c);
+        }
+        assert!(channel_of(&prefix, "other.subject").is_none());
+    }
+
+    #[test]
+    fn idempotency_keys_survive_headers() {
+        for key in ["plain-key_1", "with space", "line\r\nbreak", "100%", "ünïcode ✓"] {
+            let h = header_safe(key);
+            assert!(h.bytes().all(|b| b.is_ascii_graphic()), "{h}");
+            assert_eq!(header_unescape(&h).as_deref(), Some(key));
+        }
+    }
+
+    #[test]
+    fn server_lists_parse() {
+        let c = NatsConfig::from_urls("nats://127.0.0.1:4222, 127.0.0.1:4223").unwrap();
+        assert_eq!(c.urls, ["nats://127.0.0.1:4222", "nats://127.0.0.1:4223"]);
+        assert!(NatsConfig::from_urls(" , ").is_err());
+    }
+}

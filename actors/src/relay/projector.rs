@@ -1,0 +1,71 @@
+//! The node's projection of a cluster's shared log ([`crate::nats`]): one task follows the log
+//! from its start and hands each event, in order, to its channel's actor ([`Apply`]), which
+//! folds it exactly as every other node does. Events a channel has already folded (after a
+//! restart, everything up to its stored last id) are skipped by the actor, so following from
+//! the start is safe; it costs a read of the log at start-up.
+
+use super::Relay;
+use crate::channel::Apply;
+use crate::nats::{LogEvent, NatsLog};
+use futures_util::StreamExt;
+use std::time::Duration;
+
+/// Backoff between attempts to follow the log after it failed.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+/// Attempts to hand an event to its channel (an actor stopping as it arrives is reopened).
+const DELIVERY_ATTEMPTS: usize = 20;
+
+pub(super) async fn project(relay: Relay, log: NatsLog) {
+    let mut next = 1;
+    let mut backoff = RETRY_FIRST;
+    while !relay.inner.shutdown.is_cancelled() {
+        match log.follow(next).await {
+            Ok(mut events) => {
+                backoff = RETRY_FIRST;
+                loop {
+                    let event = tokio::select! {
+                        e = events.next() => e,
+                        _ = relay.inner.shutdown.cancelled() => return,
+                    };
+                    match event {
+                        Some(Ok(event)) => {
+                            next = event.seq + 1;
+                            deliver(&relay, event).await;
+                        }
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, next, "following the shared log failed; following again");
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, next, "cannot follow the shared log yet; retrying"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RETRY_MAX);
+    }
+}
+
+/// Hands one event to its channel's actor, and waits until the actor has folded it, so the
+/// next event of the channel comes after it.
+async fn deliver(relay: &Relay, event: LogEvent) {
+    for attempt in 1..=DELIVERY_ATTEMPTS {
+        match relay.channel(&event.channel).await {
+            // An actor that stopped between the lookup and the send is reopened next attempt.
+            Ok(handle) => match handle.addr.send(Apply(event.clone())).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!(channel = %event.channel, seq = event.seq, error = %e, attempt, "channel actor gone; retrying")
+                }
+            },
+            Err(e) => {
+                tracing::warn!(channel = %event.channel, seq = event.seq, error = %e, attempt, "cannot open a channel to fold into")
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50 * attempt as u64)).await;
+    }
+    // This node stays behind for the channel until a restart replays the log.
+    tracing::error!(channel = %event.channel, seq = event.seq, "an event of the shared log could not be folded on this node");
+}
