@@ -53,6 +53,37 @@ pub struct ServeArgs {
     /// When a write is acknowledged [env: CROSSTALK_DURABILITY] [default: flush]
     #[arg(long, value_enum)]
     pub durability: Option<DurabilityArg>,
+    /// Share channels with other relay nodes through NATS JetStream: `nats://host:4222[,…]`.
+    /// Each node keeps its own copy in --data-dir [env: CROSSTALK_STORE] [default: this relay alone, sled]
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Copies of the JetStream stream: 3 on a three-server cluster [env: CROSSTALK_NATS_REPLICAS] [default: 1]
+    #[arg(long)]
+    pub nats_replicas: Option<usize>,
+    /// Name of the JetStream stream holding the channels [env: CROSSTALK_NATS_STREAM] [default: CROSSTALK]
+    #[arg(long)]
+    pub nats_stream: Option<String>,
+    /// NATS credentials file (.creds) [env: CROSSTALK_NATS_CREDS]
+    #[arg(long)]
+    pub nats_creds: Option<PathBuf>,
+    /// NATS user, with --nats-password [env: CROSSTALK_NATS_USER]
+    #[arg(long)]
+    pub nats_user: Option<String>,
+    /// NATS password [env: CROSSTALK_NATS_PASSWORD]
+    #[arg(long)]
+    pub nats_password: Option<String>,
+    /// NATS token [env: CROSSTALK_NATS_TOKEN]
+    #[arg(long)]
+    pub nats_token: Option<String>,
+    /// CA certificate (PEM) to trust for NATS' TLS [env: CROSSTALK_NATS_TLS_CA]
+    #[arg(long)]
+    pub nats_tls_ca: Option<PathBuf>,
+    /// Client certificate and key (PEM), `CERT,KEY`, for servers that verify clients [env: CROSSTALK_NATS_TLS_CERT]
+    #[arg(long)]
+    pub nats_tls_cert: Option<String>,
+    /// Refuse to talk to NATS without TLS
+    #[arg(long)]
+    pub nats_tls_required: bool,
     /// Longest long-poll wait a client may ask for, in seconds [env: CROSSTALK_WAIT_CAP_SECS] [default: 300]
     #[arg(long)]
     pub wait_cap_secs: Option<u64>,
@@ -138,6 +169,8 @@ pub struct Config {
     pub port: u16,
     pub data_dir: PathBuf,
     pub durability: Durability,
+    /// The shared log, when channels are shared with other nodes through NATS.
+    pub nats: Option<crosstalk_actors::nats::NatsConfig>,
     pub wait_cap: Duration,
     pub presence_ttl: Duration,
     pub workers: usize,
@@ -165,6 +198,51 @@ pub struct Config {
     pub idle_after: Option<Duration>,
     /// Requests a second per token (0: unlimited).
     pub rate_limit: u32,
+}
+
+/// The `--store` and `--nats-*` settings; `None` for the default (sled, this relay alone).
+fn nats_config(args: &ServeArgs) -> Result<Option<crosstalk_actors::nats::NatsConfig>, String> {
+    let store: Option<String> = pick(args.store.clone(), &["CROSSTALK_STORE"])?;
+    let Some(store) = store.filter(|s| !s.trim().is_empty() && s.trim() != "sled") else {
+        return Ok(None);
+    };
+    if !store.trim_start().starts_with("nats://") && !store.trim_start().starts_with("tls://") {
+        return Err(format!(
+            "--store {store:?} is neither `sled` nor a list of nats:// URLs"
+        ));
+    }
+    let mut c = crosstalk_actors::nats::NatsConfig::from_urls(&store)?;
+    c.replicas = pick(args.nats_replicas, &["CROSSTALK_NATS_REPLICAS"])?.unwrap_or(1);
+    if !(1..=5).contains(&c.replicas) {
+        return Err("--nats-replicas must be 1 to 5".into());
+    }
+    if let Some(stream) = pick::<String>(args.nats_stream.clone(), &["CROSSTALK_NATS_STREAM"])? {
+        if stream.is_empty() || stream.contains(|ch: char| ch.is_whitespace() || ".*>".contains(ch)) {
+            return Err(format!(
+                "--nats-stream {stream:?}: a stream name has no spaces, dots, * or >"
+            ));
+        }
+        c.stream = stream;
+    }
+    c.creds = pick(args.nats_creds.clone(), &["CROSSTALK_NATS_CREDS"])?;
+    let user: Option<String> = pick(args.nats_user.clone(), &["CROSSTALK_NATS_USER"])?;
+    let password: Option<String> = pick(args.nats_password.clone(), &["CROSSTALK_NATS_PASSWORD"])?;
+    c.user = match (user, password) {
+        (Some(u), Some(p)) => Some((u, p)),
+        (None, None) => None,
+        _ => return Err("--nats-user and --nats-password go together".into()),
+    };
+    c.token = pick(args.nats_token.clone(), &["CROSSTALK_NATS_TOKEN"])?;
+    c.tls_ca = pick(args.nats_tls_ca.clone(), &["CROSSTALK_NATS_TLS_CA"])?;
+    c.tls_cert = match pick::<String>(args.nats_tls_cert.clone(), &["CROSSTALK_NATS_TLS_CERT"])? {
+        None => None,
+        Some(pair) => match pair.split_once(',') {
+            Some((cert, key)) => Some((cert.trim().into(), key.trim().into())),
+            None => return Err("--nats-tls-cert is CERT,KEY".into()),
+        },
+    };
+    c.tls_required = args.nats_tls_required;
+    Ok(Some(c))
 }
 
 /// Parses `NAME=MAX_COUNT/MAX_AGE_SECS,…`.
@@ -297,12 +375,14 @@ impl Config {
         if workers == 0 {
             return Err("workers must be at least 1".into());
         }
+        let nats = nats_config(&args)?;
         Ok(Config {
             host: pick(args.host, &["CROSSTALK_HOST", "HOST"])?.unwrap_or_else(|| "127.0.0.1".into()),
             port: pick(args.port, &["CROSSTALK_PORT", "PORT"])?.unwrap_or(8765),
             data_dir: pick(args.data_dir, &["CROSSTALK_DATA_DIR", "RELAY_DB"])?
                 .unwrap_or_else(|| "crosstalk-data".into()),
             durability,
+            nats,
             wait_cap: Duration::from_secs(pick(args.wait_cap_secs, &["CROSSTALK_WAIT_CAP_SECS"])?.unwrap_or(300)),
             presence_ttl: Duration::from_secs(
                 pick(args.presence_ttl_secs, &["CROSSTALK_PRESENCE_TTL_SECS"])?

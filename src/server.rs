@@ -39,6 +39,11 @@ pub enum ServeError {
     },
     #[error("cannot bind {addr}: {source}")]
     Bind { addr: String, source: std::io::Error },
+    #[error("cannot use NATS at {urls}: {source}")]
+    Nats {
+        urls: String,
+        source: crosstalk_actors::RelayError,
+    },
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
     #[error("final flush failed: {0}")]
@@ -67,19 +72,35 @@ pub fn relay_config(config: &Config) -> RelayConfig {
         max_shared_bytes: config.max_shared_bytes,
         max_channels: config.max_channels,
         idle_after: config.idle_after,
+        log: None,
     }
 }
 
-/// Opens the store in the configured directory and starts the relay on it, reporting any
-/// damage it repaired.
-pub fn open(config: &Config) -> Result<Relay, ServeError> {
+/// Opens the store in the configured directory (and, on a cluster, connects to its shared
+/// log) and starts the relay on it, reporting any damage it repaired.
+pub async fn open(config: &Config) -> Result<Relay, ServeError> {
     let store_err = |source| ServeError::Store {
         path: config.data_dir.display().to_string(),
         source,
     };
     std::fs::create_dir_all(&config.data_dir)?;
     let store = SledStore::open(&config.data_dir).map_err(|e| store_err(e.into()))?;
-    let (relay, repairs) = Relay::start(Arc::new(store), relay_config(config)).map_err(store_err)?;
+    let mut relay_config = relay_config(config);
+    let stream = config.nats.as_ref().map(|n| n.stream.as_str());
+    let joined = crosstalk_actors::nats::claim_store(&store, stream).map_err(store_err)?;
+    if let Some(nats) = &config.nats {
+        relay_config.log =
+            Some(
+                crosstalk_actors::nats::NatsLog::connect(nats)
+                    .await
+                    .map_err(|source| ServeError::Nats {
+                        urls: nats.urls.join(","),
+                        source,
+                    })?,
+            );
+        tracing::info!(stream = %nats.stream, urls = %nats.urls.join(","), joined, "sharing channels through NATS JetStream");
+    }
+    let (relay, repairs) = Relay::start(Arc::new(store), relay_config).map_err(store_err)?;
     for r in &repairs.damaged {
         eprintln!(
             "crosstalk: store damage repaired in channel {}: dropped damaged records {:?}, serving up to id {}",
@@ -106,7 +127,7 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
     // The port first: a busy port is reported before any actor or store is started.
     let addr = format!("{}:{}", config.host, config.port);
     let listener = std::net::TcpListener::bind(&addr).map_err(|source| ServeError::Bind { addr, source })?;
-    let relay = open(&config)?;
+    let relay = open(&config).await?;
     serve(relay, config, listener, wait_for_signal()).await
 }
 
