@@ -95,6 +95,14 @@ impl Nats {
             .join(",")
     }
 
+    /// Starts server `n` (1-based) again on its data.
+    fn restart(&mut self, n: usize) {
+        if self.servers[n - 1].is_none() {
+            self.servers[n - 1] = Some(self.spawn(n as u16));
+        }
+        wait_for_port(self.port + n as u16 - 1);
+    }
+
     /// SIGKILL server `n` (1-based).
     fn kill(&mut self, n: usize) {
         if let Some(mut c) = self.servers[n - 1].take() {
@@ -370,4 +378,48 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
         );
     }
     assert!(ids(&log).windows(2).all(|w| w[0] < w[1]), "ids increase");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns() {
+    let mut nats = Nats::start();
+    let (a, b) = (node(&nats), node(&nats));
+    let c = client();
+    let first = post(&c, &a, "ops", msg("a", "before")).await;
+    until_count(&c, &b, "ops", 1).await;
+
+    for n in 1..=3 {
+        nats.kill(n);
+    }
+    // The client notices the lost connection at once on loopback; give it a moment.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let (status, err) = send(&c, "POST", &a.url("/api/channels/ops/messages"), Some(msg("a", "lost?"))).await;
+    assert_eq!(status, 503, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2), "a write without NATS took {:?}", started.elapsed());
+    assert!(err["error"].as_str().unwrap().contains("NATS"), "{err}");
+    let (status, health) = send(&c, "GET", &a.url("/healthz"), None).await;
+    assert_eq!(status, 503, "{health}");
+    assert!(health["reason"].as_str().unwrap().contains("NATS"), "{health}");
+    // Reads go on from the node's own copy.
+    assert_eq!(messages(&c, &b, "ops", 0).await.len(), 1);
+
+    for n in 1..=3 {
+        nats.restart(n);
+    }
+    // Both nodes reconnect by themselves; a post on A reaches B again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let (status, v) = send(&c, "POST", &a.url("/api/channels/ops/messages"), Some(msg("a", "after"))).await;
+        if status == 200 {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "writes did not come back: {status} {v}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let (status, health) = send(&c, "GET", &a.url("/healthz"), None).await;
+    assert_eq!(status, 200, "{health}");
+    let on_b = until_count(&c, &b, "ops", 2).await;
+    let ids: Vec<_> = on_b.iter().map(|m| m["id"].clone()).collect();
+    assert_eq!(ids, vec![first["id"].clone(), after["id"].clone()], "{on_b:?}");
 }
