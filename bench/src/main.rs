@@ -45,7 +45,7 @@ struct Args {
     /// Write the markdown report here (BENCHMARKS.md).
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Comma-separated subset: post,tail,wake,fanout,idle,mcp,startup,fsync,channels,waiters [default: all].
+    /// Comma-separated subset: post,tail,wake,fanout,idle,mcp,startup,fsync,channels,waiters,stdio,cluster [default: all].
     #[arg(long)]
     only: Option<String>,
     /// Measured seconds of each throughput workload.
@@ -78,10 +78,10 @@ struct Args {
 /// In run order. MCP runs before the SSE fleets so a peer still draining thousands of closed
 /// streams does not slow it down.
 const ALL: &[&str] = &[
-    "post", "tail", "wake", "mcp", "fanout", "idle", "startup", "fsync", "channels", "waiters", "stdio",
+    "post", "tail", "wake", "mcp", "fanout", "idle", "startup", "fsync", "channels", "waiters", "stdio", "cluster",
 ];
 /// Workloads of crosstalk alone: each starts a server of its own with the flags it measures.
-const OURS_ONLY: &[&str] = &["fsync", "channels", "waiters", "stdio"];
+const OURS_ONLY: &[&str] = &["fsync", "channels", "waiters", "stdio", "cluster"];
 
 /// Raises the soft open-file limit to the hard one; returns the new soft limit.
 fn raise_nofile() -> usize {
@@ -267,6 +267,7 @@ async fn bench_one(
             "fsync" => workload::scale::fsync_post(plan, launcher, &dir, rec).await,
             "channels" => workload::scale::channels(plan, launcher, &dir, rec).await,
             "stdio" => workload::stdio::stdio(plan, launcher, &dir, rec).await,
+            "cluster" => workload::cluster::cluster(plan, launcher, &dir, rec).await,
             _ => workload::scale::waiters(plan, launcher, &dir, rec).await,
         };
         record_outcome(rec, kind, name, outcome, &mut failed);

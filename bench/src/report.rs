@@ -270,6 +270,42 @@ const ROWS: &[Row] = &[
         min_advantage: None,
         target_text: "≤ 50 ms",
     },
+    Row {
+        key: "cluster_wake_p99_ms",
+        label: "13. 2 nodes on NATS: A → B long-poll p99",
+        unit: "ms",
+        higher_is_better: false,
+        goal: Some(Goal::AtMost(10.0)),
+        min_advantage: None,
+        target_text: "≤ 10 ms",
+    },
+    Row {
+        key: "cluster_sse_p99_ms",
+        label: "13. … A → B SSE p99",
+        unit: "ms",
+        higher_is_better: false,
+        goal: Some(Goal::AtMost(10.0)),
+        min_advantage: None,
+        target_text: "≤ 10 ms",
+    },
+    Row {
+        key: "cluster_post_per_s",
+        label: "13. durable POST over both nodes",
+        unit: "/s",
+        higher_is_better: true,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded (row 1: one node, sled)",
+    },
+    Row {
+        key: "cluster_post_p99_ms",
+        label: "    cluster POST latency p99",
+        unit: "ms",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "",
+    },
 ];
 
 /// A figure for humans: thousands separated, sensible decimals.
@@ -569,6 +605,8 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
             ch = p.waiter_channels, w = p.waiters_per_channel, c = p.connections),
         format!("12. stdio push: a server of its own; one `crosstalk mcp --relay … --listen ch` child, initialized over its stdin as a host does; a REST post; time from just before the POST is sent until the child has written the `notifications/claude/channel` line for it on its stdout (read by the bench), up to {r} rounds. Then 100 children listening to one channel ({f} posts, one at a time): time from just before each POST until each child has written its line. A first, untimed post proves every child's stream is open. crosstalk only.",
             r = p.wake_rounds, f = p.fanout_rounds),
+        format!("13. Two relay nodes on NATS JetStream: three nats-server 2.15 on this machine as one cluster (`scripts/nats-cluster`: `sync_interval: always`, every write on disk before it is acknowledged), two relays with `--store nats://… --nats-replicas 3`, each with its own data directory. A long-poll waiter and an SSE subscriber on node B; a post on node A; time from just before the POST is sent until each has the message, up to {r} rounds. Then durable POST as (1), half the connections to each node, on one channel. crosstalk only.",
+            r = p.wake_rounds),
     ] {
         let _ = writeln!(s, "{line}");
     }

@@ -3,6 +3,7 @@
 //!
 //! Every loop here is bounded twice: by a deadline and by the plan's counts.
 
+pub mod cluster;
 pub mod fanout;
 pub mod mcp;
 pub mod post;

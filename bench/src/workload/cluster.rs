@@ -1,0 +1,217 @@
+//! Workload 13: two relay nodes on a three-server NATS JetStream cluster on this machine
+//! (`scripts/nats-cluster`: `sync_interval: always`; the relays with `--nats-replicas 3`),
+//! crosstalk only. A post on node A wakes a long-poll waiter and an SSE subscriber on node B:
+//! time from just before the POST is sent until each has the message. Then durable POST from
+//! the usual connections, half to each node, on one channel.
+
+use super::post::post_load;
+use super::{message_json, Done, Plan, Record};
+use crate::client::{first_id, Conn, SseReader};
+use crate::stats::summarize;
+use crate::target::{Launcher, Server};
+use anyhow::{bail, Context as _};
+use hyper::Method;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const CHANNEL: &str = "bench-cluster";
+/// Time given to the waiter's request to reach node B and park before the post is sent.
+const PARK: Duration = Duration::from_millis(20);
+
+/// The nats-server to run: `$NATS_SERVER`, else the test command's, else the bench's.
+fn nats_server() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("NATS_SERVER") {
+        return Some(p.into());
+    }
+    [".venv-test/nats/bin/nats-server", "bench/.venv/bin/nats-server"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+/// The three servers, stopped on drop.
+struct Cluster {
+    dir: PathBuf,
+    urls: String,
+}
+
+impl Cluster {
+    fn start(dir: &Path, server: &Path) -> anyhow::Result<Cluster> {
+        let port = free_base_port()?;
+        let ok = std::process::Command::new("scripts/nats-cluster")
+            .args(["start"])
+            .arg(dir)
+            .arg(port.to_string())
+            .env("NATS_SERVER", server)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .context("running scripts/nats-cluster")?
+            .success();
+        if !ok {
+            bail!("scripts/nats-cluster start failed");
+        }
+        Ok(Cluster {
+            dir: dir.to_path_buf(),
+            urls: (0..3)
+                .map(|n| format!("nats://127.0.0.1:{}", port + n))
+                .collect::<Vec<_>>()
+                .join(","),
+        })
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("scripts/nats-cluster")
+            .arg("stop")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+fn free_base_port() -> anyhow::Result<u16> {
+    let seed = std::process::id() as u64;
+    for attempt in 0..200u64 {
+        let base = 20_000 + ((seed * 7919 + attempt * 331) % 20_000) as u16;
+        if [0, 1, 2, 100, 101, 102]
+            .iter()
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", base + p)).is_ok())
+        {
+            return Ok(base);
+        }
+    }
+    bail!("no free ports for a NATS cluster")
+}
+
+pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Record) -> anyhow::Result<Done> {
+    let Some(nats) = nats_server() else {
+        return Ok(Done::Skipped(
+            "no nats-server: set NATS_SERVER, or run scripts/test once (it installs one)".into(),
+        ));
+    };
+    std::fs::create_dir_all(dir)?;
+    let cluster = Cluster::start(&dir.join("nats"), &nats)?;
+    let args = ["--store", cluster.urls.as_str(), "--nats-replicas", "3"];
+    let (a, _) = launcher.start(&dir.join("node-a"), &args, "cluster-a").await?;
+    let (b, _) = launcher.start(&dir.join("node-b"), &args, "cluster-b").await?;
+    let result = measure(plan, &a, &b, rec).await;
+    a.stop().await?;
+    b.stop().await?;
+    drop(cluster);
+    result
+}
+
+async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyhow::Result<Done> {
+    let post_path = format!("/api/channels/{CHANNEL}/messages");
+    let mut poster = Conn::connect(a.addr).await?;
+    let first = poster.post_json(&post_path, message_json(0)).await?;
+    let mut last = first_id(&first.body).context("first post names no id")?;
+    // An SSE subscriber on B, past `ready`.
+    let mut sse_conn = Conn::connect(b.addr).await?;
+    let res = sse_conn
+        .send(
+            Method::GET,
+            &format!("/api/channels/{CHANNEL}/stream?since_id={last}"),
+            &[],
+            Default::default(),
+        )
+        .await?;
+    let mut sse = SseReader::new(res)?;
+    loop {
+        match sse.next().await? {
+            Some(ev) if ev.event == "ready" => break,
+            Some(_) => {}
+            None => bail!("node B's stream ended before `ready`"),
+        }
+    }
+    let mut waiter = Some(Conn::connect(b.addr).await?);
+    let (mut long_poll, mut streamed) = (Vec::new(), Vec::new());
+    let deadline = Instant::now() + plan.wake_budget;
+    while long_poll.len() < plan.wake_rounds && Instant::now() < deadline {
+        let mut w = waiter.take().context("waiter connection")?;
+        let path = format!("/api/channels/{CHANNEL}/wait?since_id={last}&timeout_s=10");
+        let parked = tokio::spawn(async move {
+            let r = w.get(&path).await;
+            (r, Instant::now(), w)
+        });
+        tokio::time::sleep(PARK).await;
+        let sent = Instant::now();
+        let posted = poster.post_json(&post_path, message_json(1)).await?;
+        if !posted.status.is_success() {
+            bail!("post on node A answered {}", posted.status);
+        }
+        let id = first_id(&posted.body).context("post names no id")?;
+        // The stream's message event for it.
+        let streamed_at = loop {
+            match tokio::time::timeout(Duration::from_secs(10), sse.next()).await {
+                Ok(Ok(Some(ev))) if ev.event == "message" => {
+                    if first_id(ev.data.as_bytes()) == Some(id) {
+                        break Instant::now();
+                    }
+                }
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => bail!("node B's stream ended"),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => bail!("node B's stream did not deliver message {id} within 10 s"),
+            }
+        };
+        let (answer, woke, w) = parked.await?;
+        waiter = Some(w);
+        let answer = answer?;
+        if !answer.status.is_success() || first_id(&answer.body) != Some(id) {
+            bail!(
+                "the waiter on node B answered {} {:?}; expected message {id}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            );
+        }
+        long_poll.push(woke.saturating_duration_since(sent));
+        streamed.push(streamed_at.saturating_duration_since(sent));
+        last = id;
+    }
+    if long_poll.is_empty() {
+        bail!("no cluster wake round finished within {:?}", plan.wake_budget);
+    }
+    let (lp, st) = (summarize(&long_poll), summarize(&streamed));
+    rec.set("cluster_wake_p50_ms", lp.p50_ms);
+    rec.set("cluster_wake_p99_ms", lp.p99_ms);
+    rec.set("cluster_sse_p99_ms", st.p99_ms);
+
+    // Durable POST, half the connections to each node.
+    let half = Plan {
+        connections: (plan.connections / 2).max(1),
+        ..plan.clone()
+    };
+    let (ra, rb) = tokio::join!(post_load(&half, a, CHANNEL), post_load(&half, b, CHANNEL));
+    let (ra, rb) = (ra?, rb?);
+    for r in [&ra, &rb] {
+        if r.errors > 0 {
+            bail!(
+                "{} cluster posts failed: {}",
+                r.errors,
+                r.first_error.as_deref().unwrap_or("-")
+            );
+        }
+    }
+    let mut latencies = ra.latencies.clone();
+    latencies.extend(&rb.latencies);
+    let all = summarize(&latencies);
+    rec.set("cluster_post_per_s", ra.rate() + rb.rate());
+    rec.set("cluster_post_p99_ms", all.p99_ms);
+    rec.note(format!(
+        "cluster: wake on node B from a post on node A, {} rounds: long-poll p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; \
+         SSE p50 {:.2} ms, p99 {:.2} ms; durable POST over both nodes {:.0}/s (A {:.0}/s, B {:.0}/s), p50 {:.2} ms, p99 {:.2} ms",
+        lp.count,
+        lp.p50_ms,
+        lp.p99_ms,
+        lp.max_ms,
+        st.p50_ms,
+        st.p99_ms,
+        ra.rate() + rb.rate(),
+        ra.rate(),
+        rb.rate(),
+        all.p50_ms,
+        all.p99_ms
+    ));
+    Ok(Done::Ran)
+}
