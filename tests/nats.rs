@@ -394,9 +394,19 @@ async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns()
     // The client notices the lost connection at once on loopback; give it a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
-    let (status, err) = send(&c, "POST", &a.url("/api/channels/ops/messages"), Some(msg("a", "lost?"))).await;
+    let (status, err) = send(
+        &c,
+        "POST",
+        &a.url("/api/channels/ops/messages"),
+        Some(msg("a", "lost?")),
+    )
+    .await;
     assert_eq!(status, 503, "{err}");
-    assert!(started.elapsed() < Duration::from_secs(2), "a write without NATS took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "a write without NATS took {:?}",
+        started.elapsed()
+    );
     assert!(err["error"].as_str().unwrap().contains("NATS"), "{err}");
     let (status, health) = send(&c, "GET", &a.url("/healthz"), None).await;
     assert_eq!(status, 503, "{health}");
@@ -410,7 +420,13 @@ async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns()
     // Both nodes reconnect by themselves; a post on A reaches B again.
     let deadline = Instant::now() + Duration::from_secs(30);
     let after = loop {
-        let (status, v) = send(&c, "POST", &a.url("/api/channels/ops/messages"), Some(msg("a", "after"))).await;
+        let (status, v) = send(
+            &c,
+            "POST",
+            &a.url("/api/channels/ops/messages"),
+            Some(msg("a", "after")),
+        )
+        .await;
         if status == 200 {
             break v;
         }
