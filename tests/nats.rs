@@ -439,3 +439,44 @@ async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns()
     let ids: Vec<_> = on_b.iter().map(|m| m["id"].clone()).collect();
     assert_eq!(ids, vec![first["id"].clone(), after["id"].clone()], "{on_b:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_data_is_one_store_across_nodes() {
+    let nats = Nats::start();
+    let (a, b) = (node(&nats), node(&nats));
+    let c = client();
+    let share = |n: &Server, owner: &str, content: &str| {
+        let (c, url) = (c.clone(), n.url("/api/data"));
+        let body = json!({"key": "spec v1 ü", "content": content, "owner": owner, "description": "the spec"});
+        async move { send(&c, "POST", &url, Some(body)).await }
+    };
+    let (status, v1) = share(&a, "alice", "draft 1").await;
+    assert_eq!((status, v1["version"].as_u64()), (201, Some(1)), "{v1}");
+    // Published on A, read on B at once: no fold to wait for.
+    let key = "spec%20v1%20%C3%BC";
+    let (status, got) = send(&c, "GET", &b.url(&format!("/api/data/{key}")), None).await;
+    assert_eq!((status, got["content"].as_str()), (200, Some("draft 1")), "{got}");
+    // Its owner's rule holds on the other node.
+    let (status, err) = share(&b, "bob", "mine now").await;
+    assert_eq!(status, 403, "{err}");
+    let (status, v2) = share(&b, "alice", "draft 2").await;
+    assert_eq!((status, v2["version"].as_u64()), (201, Some(2)), "{v2}");
+    // Two writers at once on two nodes: both land, as versions 3 and 4, none lost.
+    let (r3, r4) = tokio::join!(share(&a, "alice", "draft 3a"), share(&b, "alice", "draft 3b"));
+    let mut versions = [r3.1["version"].as_u64().unwrap(), r4.1["version"].as_u64().unwrap()];
+    versions.sort_unstable();
+    assert_eq!(versions, [3, 4], "{r3:?} {r4:?}");
+    for v in 1..=4u64 {
+        let (status, old) = send(&c, "GET", &a.url(&format!("/api/data/{key}?version={v}")), None).await;
+        assert_eq!((status, old["version"].as_u64()), (200, Some(v)), "{old}");
+    }
+    let (_, list) = send(&c, "GET", &b.url("/api/data"), None).await;
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(list[0]["version"], 4, "{list}");
+    let (status, _) = send(&c, "DELETE", &a.url(&format!("/api/data/{key}?owner=alice")), None).await;
+    assert_eq!(status, 200);
+    let (status, _) = send(&c, "GET", &b.url(&format!("/api/data/{key}")), None).await;
+    assert_eq!(status, 404);
+    let (status, old) = send(&c, "GET", &b.url(&format!("/api/data/{key}?version=2")), None).await;
+    assert_eq!((status, old["content"].as_str()), (200, Some("draft 2")), "{old}");
+}

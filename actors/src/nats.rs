@@ -14,9 +14,9 @@
 
 use crate::error::RelayError;
 use crate::store::{EventStore, Space};
-use async_nats::jetstream::{self, consumer, stream};
+use async_nats::jetstream::{self, consumer, kv, stream};
 use bytes::Bytes;
-use crosstalk_schema::{codec, ChannelName, Record};
+use crosstalk_schema::{codec, ChannelName, Record, SharedData};
 use futures_util::StreamExt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -105,6 +105,7 @@ pub struct NatsLog {
     js: jetstream::Context,
     stream: String,
     prefix: String,
+    shared: SharedBuckets,
 }
 
 impl std::fmt::Debug for NatsLog {
@@ -236,12 +237,19 @@ impl NatsLog {
                 Err(e) => return Err(unavailable("creating the stream", e)),
             }
         }
+        let shared = SharedBuckets::open(&js, &config.stream, config.replicas.max(1)).await?;
         Ok(NatsLog {
             client,
             js,
             stream: config.stream.clone(),
             prefix,
+            shared,
         })
+    }
+
+    /// The cluster's shared data.
+    pub fn shared(&self) -> &SharedBuckets {
+        &self.shared
     }
 
     /// Why writes are refused now, if they are: the connection is down.
@@ -315,6 +323,152 @@ impl NatsLog {
             .map_err(|e| unavailable("reading the stream", e))?;
         let prefix = self.prefix.clone();
         Ok(messages.filter_map(move |m| std::future::ready(log_event(&prefix, m))))
+    }
+}
+
+/// Shared data of a relay cluster, in two JetStream key-value buckets: the current version of
+/// every key (`<STREAM>_DATA`), and every version by key and number (`<STREAM>_DATA_VERSIONS`).
+/// A change is a compare-and-set on the current entry's revision, so when two nodes change one
+/// key at once exactly one wins and the other tries again from the new current version, with
+/// the same ownership rules as on a single relay ([`crate::shared`]).
+#[derive(Clone)]
+pub struct SharedBuckets {
+    current: kv::Store,
+    versions: kv::Store,
+}
+
+/// Compare-and-set attempts before a change of shared data is refused as contended.
+const CAS_ATTEMPTS: usize = 16;
+
+/// A shared data key as a KV key (which allows only `[-/_=.a-zA-Z0-9]`): its bytes in hex.
+fn kv_key(key: &str) -> String {
+    key.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn decode_shared(bytes: &[u8], what: &str) -> Result<SharedData, RelayError> {
+    codec::decode(bytes).map_err(|e| RelayError::Store(crate::StoreError::Corrupt(format!("shared data {what}: {e}"))))
+}
+
+impl SharedBuckets {
+    async fn open(js: &jetstream::Context, stream: &str, replicas: usize) -> Result<SharedBuckets, RelayError> {
+        let bucket = |suffix: &str| kv::Config {
+            bucket: format!("{stream}_{suffix}"),
+            history: 1,
+            num_replicas: replicas,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        };
+        let current = js
+            .create_or_update_key_value(bucket("DATA"))
+            .await
+            .map_err(|e| unavailable("creating the shared data bucket", e))?;
+        let versions = js
+            .create_or_update_key_value(bucket("DATA_VERSIONS"))
+            .await
+            .map_err(|e| unavailable("creating the shared data versions bucket", e))?;
+        Ok(SharedBuckets { current, versions })
+    }
+
+    /// The current version of `key` and its revision in the bucket.
+    async fn current(&self, key: &str) -> Result<Option<(SharedData, u64)>, RelayError> {
+        let entry = self
+            .current
+            .entry(kv_key(key))
+            .await
+            .map_err(|e| unavailable("reading shared data", e))?;
+        match entry {
+            Some(e) if e.operation == kv::Operation::Put => Ok(Some((decode_shared(&e.value, key)?, e.revision))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes `next` over the current version read at `revision` (`None`: there was none);
+    /// `false` if another change came first.
+    async fn swap(&self, revision: Option<u64>, next: &SharedData) -> Result<bool, RelayError> {
+        let (key, value) = (kv_key(&next.key), Bytes::from(codec::encode(next)));
+        match revision {
+            None => match self.current.create(&key, value).await {
+                Ok(_) => Ok(true),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(unavailable("writing shared data", e)),
+            },
+            Some(rev) => match self.current.update(&key, value, rev).await {
+                Ok(_) => Ok(true),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(false),
+                Err(e) => Err(unavailable("writing shared data", e)),
+            },
+        }
+    }
+
+    /// Applies `change` to the current version of `key` (compare-and-set, retried), then
+    /// records the new version.
+    pub async fn change(
+        &self,
+        key: &str,
+        change: impl Fn(Option<SharedData>) -> Result<SharedData, RelayError>,
+    ) -> Result<SharedData, RelayError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let (current, revision) = match self.current(key).await? {
+                Some((c, rev)) => (Some(c), Some(rev)),
+                None => (None, None),
+            };
+            let next = change(current)?;
+            if self.swap(revision, &next).await? {
+                self.versions
+                    .put(
+                        format!("{}.{}", kv_key(key), next.version),
+                        Bytes::from(codec::encode(&next)),
+                    )
+                    .await
+                    .map_err(|e| unavailable("recording a shared data version", e))?;
+                return Ok(next);
+            }
+        }
+        Err(RelayError::Conflict(format!(
+            "shared data {key:?} is being changed by others; try again"
+        )))
+    }
+
+    /// The current version of `key`, or version `version`.
+    pub async fn fetch(&self, key: &str, version: Option<u64>) -> Result<Option<SharedData>, RelayError> {
+        let current = self.current(key).await?.map(|(c, _)| c);
+        match version {
+            None => Ok(current),
+            // The newest version is also the current entry (its version record follows it).
+            Some(v) if current.as_ref().is_some_and(|c| c.version == v) => Ok(current),
+            Some(v) => match self
+                .versions
+                .get(format!("{}.{v}", kv_key(key)))
+                .await
+                .map_err(|e| unavailable("reading a shared data version", e))?
+            {
+                Some(bytes) => Ok(Some(decode_shared(&bytes, key)?)),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// Every key's current version.
+    pub async fn list(&self) -> Result<Vec<SharedData>, RelayError> {
+        let mut keys = self
+            .current
+            .keys()
+            .await
+            .map_err(|e| unavailable("listing shared data", e))?;
+        let mut out = Vec::new();
+        while let Some(k) = keys.next().await {
+            let k = k.map_err(|e| unavailable("listing shared data", e))?;
+            if let Some(bytes) = self
+                .current
+                .get(&k)
+                .await
+                .map_err(|e| unavailable("reading shared data", e))?
+            {
+                out.push(decode_shared(&bytes, &k)?);
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
     }
 }
 

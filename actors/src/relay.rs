@@ -112,6 +112,8 @@ struct Inner {
     committer: Committer,
     shutdown: CancellationToken,
     log: Option<crate::nats::NatsLog>,
+    /// Largest shared data content, in bytes.
+    max_shared_bytes: usize,
     /// When the search index last had every committed message.
     index_caught_up: CaughtUp,
     /// When each (channel, poster) last sent a presence heartbeat.
@@ -196,6 +198,7 @@ impl Relay {
                 committer,
                 shutdown: CancellationToken::new(),
                 log: config.log.clone(),
+                max_shared_bytes: config.max_shared_bytes,
                 heartbeats: Default::default(),
                 index_caught_up: caught_up,
             }),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 pub const MAX_KEY: usize = 256;
 
 /// Publish a new version of `key`.
-#[derive(Message)]
+#[derive(Message, Clone)]
 #[rtype(result = "Result<SharedSummary, RelayError>")]
 pub struct Share {
     pub key: String,
@@ -78,7 +78,7 @@ pub struct SharedStore {
     pending: std::collections::HashMap<String, SharedData>,
 }
 
-fn valid_key(key: &str) -> Result<String, RelayError> {
+pub(crate) fn valid_key(key: &str) -> Result<String, RelayError> {
     let key = key.trim();
     if key.is_empty() {
         return Err(InvalidInput::Missing { field: "key" }.into());
@@ -95,6 +95,71 @@ fn valid_key(key: &str) -> Result<String, RelayError> {
         return Err(InvalidInput::ControlChars { field: "key" }.into());
     }
     Ok(key.to_owned())
+}
+
+/// The version `msg` makes of `current` (the current version of its key, `key` already
+/// validated), by the ownership rules every store keeps.
+pub(crate) fn next_version(
+    key: &str,
+    current: Option<&SharedData>,
+    msg: &Share,
+    max_size: usize,
+) -> Result<SharedData, RelayError> {
+    if msg.content.len() > max_size {
+        return Err(InvalidInput::TooLong {
+            field: "content",
+            len: msg.content.len(),
+            max: max_size,
+        }
+        .into());
+    }
+    if let Some(c) = current.filter(|c| !c.deleted && c.owner != msg.owner) {
+        return Err(RelayError::Forbidden(format!(
+            "shared data {key:?} belongs to {:?}; only its owner can change it",
+            c.owner
+        )));
+    }
+    // A new version without a description keeps the one it had.
+    let description = msg
+        .description
+        .clone()
+        .filter(|d| !d.trim().is_empty())
+        .or_else(|| current.filter(|c| !c.deleted).and_then(|c| c.description.clone()));
+    Ok(SharedData {
+        key: key.to_owned(),
+        owner: msg.owner.clone(),
+        description,
+        content: msg.content.clone(),
+        version: current.map_or(1, |c| c.version + 1),
+        updated_at: Timestamp::now(),
+        deleted: false,
+    })
+}
+
+/// The version that deletes `current` (the current version of `key`), if `owner` may.
+pub(crate) fn deletion(key: &str, current: Option<SharedData>, owner: &str) -> Result<SharedData, RelayError> {
+    let current = current.filter(|c| !c.deleted).ok_or_else(|| not_found(key, None))?;
+    if current.owner != owner {
+        return Err(RelayError::Forbidden(format!(
+            "shared data {key:?} belongs to {:?}; only its owner can delete it",
+            current.owner
+        )));
+    }
+    Ok(SharedData {
+        version: current.version + 1,
+        content: String::new(),
+        updated_at: Timestamp::now(),
+        deleted: true,
+        ..current
+    })
+}
+
+/// The error for a key (or a version of it) that is not there.
+pub(crate) fn not_found(key: &str, version: Option<u64>) -> RelayError {
+    match version {
+        None => RelayError::NotFound(format!("no shared data under {key:?}")),
+        Some(v) => RelayError::NotFound(format!("shared data {key:?} has no version {v}")),
+    }
 }
 
 fn version_key(key: &str, version: u64) -> Vec<u8> {
@@ -168,37 +233,8 @@ impl Handler<Share> for SharedStore {
     fn handle(&mut self, msg: Share, _: &mut Context<Self>) -> Self::Result {
         let prepared = (|| {
             let key = valid_key(&msg.key)?;
-            if msg.content.len() > self.max_size {
-                return Err(InvalidInput::TooLong {
-                    field: "content",
-                    len: msg.content.len(),
-                    max: self.max_size,
-                }
-                .into());
-            }
             let current = self.current(&key)?;
-            if let Some(c) = current.as_ref().filter(|c| !c.deleted && c.owner != msg.owner) {
-                return Err(RelayError::Forbidden(format!(
-                    "shared data {key:?} belongs to {:?}; only its owner can change it",
-                    c.owner
-                )));
-            }
-            // A new version without a description keeps the one it had.
-            let description = msg.description.filter(|d| !d.trim().is_empty()).or_else(|| {
-                current
-                    .as_ref()
-                    .filter(|c| !c.deleted)
-                    .and_then(|c| c.description.clone())
-            });
-            Ok(SharedData {
-                key,
-                owner: msg.owner,
-                description,
-                content: msg.content,
-                version: current.map_or(1, |c| c.version + 1),
-                updated_at: Timestamp::now(),
-                deleted: false,
-            })
+            next_version(&key, current.as_ref(), &msg, self.max_size)
         })();
         match prepared {
             Ok(entry) => self.write(entry),
@@ -213,23 +249,8 @@ impl Handler<Unshare> for SharedStore {
     fn handle(&mut self, msg: Unshare, _: &mut Context<Self>) -> Self::Result {
         let prepared = (|| {
             let key = valid_key(&msg.key)?;
-            let current = self
-                .current(&key)?
-                .filter(|c| !c.deleted)
-                .ok_or_else(|| RelayError::NotFound(format!("no shared data under {key:?}")))?;
-            if current.owner != msg.owner {
-                return Err(RelayError::Forbidden(format!(
-                    "shared data {key:?} belongs to {:?}; only its owner can delete it",
-                    current.owner
-                )));
-            }
-            Ok(SharedData {
-                version: current.version + 1,
-                content: String::new(),
-                updated_at: Timestamp::now(),
-                deleted: true,
-                ..current
-            })
+            let current = self.current(&key)?;
+            deletion(&key, current, &msg.owner)
         })();
         match prepared {
             Ok(entry) => self.write(entry),
@@ -252,10 +273,7 @@ impl Handler<Fetch> for SharedStore {
                 })?),
             },
         };
-        found.ok_or_else(|| match msg.version {
-            None => RelayError::NotFound(format!("no shared data under {key:?}")),
-            Some(v) => RelayError::NotFound(format!("shared data {key:?} has no version {v}")),
-        })
+        found.ok_or_else(|| not_found(&key, msg.version))
     }
 }
 
