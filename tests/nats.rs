@@ -128,6 +128,10 @@ fn wait_for_port(port: u16) {
     }
 }
 
+/// One cluster at a time: each test runs three nats-servers and two relays, and several at
+/// once on a small machine slow JetStream's start-up past its time-outs.
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn node(nats: &Nats) -> Server {
     Server::start_with(&["--store", &nats.urls(), "--nats-replicas", "3"])
 }
@@ -170,6 +174,7 @@ async fn until_count(c: &reqwest::Client, node: &Server, channel: &str, n: usize
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_hold_one_conversation() {
+    let _one = ONE_CLUSTER.lock().await;
     let nats = Nats::start();
     let (a, b) = (node(&nats), node(&nats));
     let c = client();
@@ -288,6 +293,7 @@ async fn two_nodes_hold_one_conversation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
+    let _one = ONE_CLUSTER.lock().await;
     let mut nats = Nats::start();
     let a = node(&nats);
     let mut b = node(&nats);
@@ -382,6 +388,7 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns() {
+    let _one = ONE_CLUSTER.lock().await;
     let mut nats = Nats::start();
     let (a, b) = (node(&nats), node(&nats));
     let c = client();
@@ -442,6 +449,7 @@ async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_data_is_one_store_across_nodes() {
+    let _one = ONE_CLUSTER.lock().await;
     let nats = Nats::start();
     let (a, b) = (node(&nats), node(&nats));
     let c = client();
@@ -461,22 +469,92 @@ async fn shared_data_is_one_store_across_nodes() {
     assert_eq!(status, 403, "{err}");
     let (status, v2) = share(&b, "alice", "draft 2").await;
     assert_eq!((status, v2["version"].as_u64()), (201, Some(2)), "{v2}");
-    // Two writers at once on two nodes: both land, as versions 3 and 4, none lost.
-    let (r3, r4) = tokio::join!(share(&a, "alice", "draft 3a"), share(&b, "alice", "draft 3b"));
-    let mut versions = [r3.1["version"].as_u64().unwrap(), r4.1["version"].as_u64().unwrap()];
+    // Eight writers at once, four on each node: all land, as versions 3 to 10, none lost.
+    let writes = (0..8).map(|i| {
+        let node = if i % 2 == 0 { &a } else { &b };
+        share(node, "alice", if i % 2 == 0 { "draft from A" } else { "draft from B" })
+    });
+    let results = futures_util::future::join_all(writes).await;
+    let mut versions: Vec<u64> = results
+        .iter()
+        .map(|(status, v)| {
+            assert_eq!(*status, 201, "{v}");
+            v["version"].as_u64().unwrap()
+        })
+        .collect();
     versions.sort_unstable();
-    assert_eq!(versions, [3, 4], "{r3:?} {r4:?}");
-    for v in 1..=4u64 {
+    assert_eq!(versions, (3..=10).collect::<Vec<_>>());
+    for v in 1..=10u64 {
         let (status, old) = send(&c, "GET", &a.url(&format!("/api/data/{key}?version={v}")), None).await;
         assert_eq!((status, old["version"].as_u64()), (200, Some(v)), "{old}");
     }
     let (_, list) = send(&c, "GET", &b.url("/api/data"), None).await;
     assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
-    assert_eq!(list[0]["version"], 4, "{list}");
+    assert_eq!(list[0]["version"], 10, "{list}");
     let (status, _) = send(&c, "DELETE", &a.url(&format!("/api/data/{key}?owner=alice")), None).await;
     assert_eq!(status, 200);
     let (status, _) = send(&c, "GET", &b.url(&format!("/api/data/{key}")), None).await;
     assert_eq!(status, 404);
     let (status, old) = send(&c, "GET", &b.url(&format!("/api/data/{key}?version=2")), None).await;
     assert_eq!((status, old["content"].as_str()), (200, Some("draft 2")), "{old}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_registered_on_one_node_is_bound_on_every_node() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Nats::start();
+    let (a, b) = (node(&nats), node(&nats));
+    let c = client();
+    let with_session = |method: &str, url: String, body: Option<Value>, session: Option<String>| {
+        let c = c.clone();
+        let method = method.to_owned();
+        async move {
+            let mut r = c.request(method.parse().unwrap(), url);
+            if let Some(b) = body {
+                r = r.json(&b);
+            }
+            if let Some(s) = session {
+                r = r.header("X-Crosstalk-Session", s);
+            }
+            let r = r.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, reg) = send(
+        &c,
+        "POST",
+        &a.url("/api/register"),
+        Some(json!({"instance_id": "builder", "kind": "agent"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{reg}");
+    let token = reg["session"].as_str().unwrap().to_owned();
+
+    // Node B learns the binding: it lists the identity online and refuses it to others.
+    let deadline = Instant::now() + T;
+    loop {
+        let (_, list) = send(&c, "GET", &b.url("/api/instances"), None).await;
+        let found = list
+            .as_array()
+            .and_then(|l| l.iter().find(|i| i["instance_id"] == "builder").cloned());
+        if found.as_ref().is_some_and(|i| i["status"] == "online") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node B never listed builder online: {list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, err) = send(
+        &c,
+        "POST",
+        &b.url("/api/register"),
+        Some(json!({"instance_id": "builder", "kind": "agent"})),
+    )
+    .await;
+    assert_eq!(status, 409, "a live id cannot be taken over on another node: {err}");
+    let post_as = json!({"sender": "builder", "body": "built"});
+    let (status, err) = with_session("POST", b.url("/api/channels/ci/messages"), Some(post_as.clone()), None).await;
+    assert_eq!(status, 403, "acting as a bound identity without its session: {err}");
+    let (status, ok) = with_session("POST", b.url("/api/channels/ci/messages"), Some(post_as), Some(token)).await;
+    assert_eq!(status, 200, "its session works on any node: {ok}");
 }

@@ -116,6 +116,44 @@ impl Identities {
         Ok(())
     }
 
+    /// Takes in what another node of the cluster says about an identity: its binding, and
+    /// when it was last heard from (or signed off). For the same binding the later of the two
+    /// times wins; a different binding replaces this node's.
+    pub(crate) fn merge(&self, instance: Instance, session: Option<String>, seen: i64) {
+        let mut map = self.map.write();
+        if let Some(cur) = map.get(&instance.instance_id).filter(|c| c.session == session) {
+            if seen.abs() > cur.seen.load(Ordering::Relaxed).abs() {
+                cur.seen.store(seen, Ordering::Relaxed);
+            }
+            return;
+        }
+        let id = instance.instance_id.clone();
+        map.insert(
+            id,
+            Arc::new(Identity {
+                instance,
+                session,
+                seen: AtomicI64::new(seen),
+            }),
+        );
+    }
+
+    /// Identities bound to a session whose last-heard time changed since `published` says
+    /// it was told to the cluster: `(id, session, seen)`. Updates `published`.
+    pub(crate) fn heard_since(&self, published: &mut HashMap<String, i64>) -> Vec<(String, String, i64)> {
+        let mut out = Vec::new();
+        for (id, i) in self.map.read().iter() {
+            let (Some(session), seen) = (&i.session, i.seen.load(Ordering::Relaxed)) else {
+                continue;
+            };
+            if seen != 0 && published.get(id) != Some(&seen) {
+                published.insert(id.clone(), seen);
+                out.push((id.clone(), session.clone(), seen));
+            }
+        }
+        out
+    }
+
     /// Inserts (or replaces) an identity; returns the one it replaced.
     pub(crate) fn insert(&self, id: Identity) -> Option<Arc<Identity>> {
         self.map.write().insert(id.instance.instance_id.clone(), Arc::new(id))

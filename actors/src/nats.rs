@@ -16,7 +16,7 @@ use crate::error::RelayError;
 use crate::store::{EventStore, Space};
 use async_nats::jetstream::{self, consumer, kv, stream};
 use bytes::Bytes;
-use crosstalk_schema::{codec, ChannelName, Record, SharedData};
+use crosstalk_schema::{codec, ChannelName, Instance, Record, SharedData, Timestamp};
 use futures_util::StreamExt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -106,6 +106,7 @@ pub struct NatsLog {
     stream: String,
     prefix: String,
     shared: SharedBuckets,
+    registrations: Registrations,
 }
 
 impl std::fmt::Debug for NatsLog {
@@ -160,6 +161,25 @@ fn subject(prefix: &str, channel: &ChannelName) -> String {
 fn channel_of(prefix: &str, subject: &str) -> Option<ChannelName> {
     let name = subject.strip_prefix(prefix)?.replace('~', ".");
     ChannelName::parse(&name).ok()
+}
+
+/// Retries a start-up call to JetStream until it succeeds, fails for good, or `deadline`.
+async fn until_ready<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+    what: &str,
+    deadline: tokio::time::Instant,
+    mut call: impl FnMut() -> F,
+    permanent: impl Fn(&E) -> bool,
+) -> Result<T, RelayError> {
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tokio::time::Instant::now() < deadline && !permanent(&e) => {
+                tracing::info!(error = %e, "waiting for JetStream: {what}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => return Err(unavailable(what, e)),
+        }
+    }
 }
 
 /// A stream creation error that retrying cannot mend.
@@ -224,27 +244,44 @@ impl NatsLog {
             allow_direct: true,
             ..Default::default()
         };
+        // A new cluster answers "no suitable peers" or times out until it has a leader; a
+        // stream that clashes with another stays refused.
         let deadline = tokio::time::Instant::now() + STREAM_READY_TIMEOUT;
-        loop {
-            match js.get_or_create_stream(wanted.clone()).await {
-                Ok(_) => break,
-                // A new cluster answers "no suitable peers" or times out until it has a leader;
-                // a stream that clashes with another stays refused.
-                Err(e) if tokio::time::Instant::now() < deadline && !permanent(&e) => {
-                    tracing::info!(error = %e, "waiting for JetStream to create the stream");
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-                Err(e) => return Err(unavailable("creating the stream", e)),
-            }
-        }
-        let shared = SharedBuckets::open(&js, &config.stream, config.replicas.max(1)).await?;
+        until_ready(
+            "creating the stream",
+            deadline,
+            || js.get_or_create_stream(wanted.clone()),
+            permanent,
+        )
+        .await?;
+        let replicas = config.replicas.max(1);
+        let shared = until_ready(
+            "creating the shared data buckets",
+            deadline,
+            || SharedBuckets::open(&js, &config.stream, replicas),
+            |_| false,
+        )
+        .await?;
+        let registrations = until_ready(
+            "creating the instances bucket",
+            deadline,
+            || Registrations::open(&js, &config.stream, replicas),
+            |_| false,
+        )
+        .await?;
         Ok(NatsLog {
             client,
             js,
             stream: config.stream.clone(),
             prefix,
             shared,
+            registrations,
         })
+    }
+
+    /// The cluster's registered identities.
+    pub fn registrations(&self) -> &Registrations {
+        &self.registrations
     }
 
     /// The cluster's shared data.
@@ -337,6 +374,13 @@ pub struct SharedBuckets {
     versions: kv::Store,
 }
 
+/// Whether a compare-and-set failed because another writer came first. The server answers
+/// a lost race with one of two "wrong last sequence" codes (10071, and 10164 when the key's
+/// subject had a newer message); the client library gives only the first its own kind.
+fn lost_race(e: &impl std::fmt::Display) -> bool {
+    e.to_string().contains("wrong last sequence")
+}
+
 /// Compare-and-set attempts before a change of shared data is refused as contended.
 const CAS_ATTEMPTS: usize = 16;
 
@@ -389,12 +433,12 @@ impl SharedBuckets {
         match revision {
             None => match self.current.create(&key, value).await {
                 Ok(_) => Ok(true),
-                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists || lost_race(&e) => Ok(false),
                 Err(e) => Err(unavailable("writing shared data", e)),
             },
             Some(rev) => match self.current.update(&key, value, rev).await {
                 Ok(_) => Ok(true),
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(false),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || lost_race(&e) => Ok(false),
                 Err(e) => Err(unavailable("writing shared data", e)),
             },
         }
@@ -469,6 +513,137 @@ impl SharedBuckets {
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
+    }
+}
+
+/// A registered identity as the cluster shares it: its binding to a session, and when it was
+/// last heard from on any node (µs since the epoch; negative: signed off at that time).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Registration {
+    pub instance: Instance,
+    pub session: Option<String>,
+    pub seen: i64,
+}
+
+impl Registration {
+    fn live(&self, ttl: Duration) -> bool {
+        self.seen > 0 && Timestamp::now().0 - self.seen < ttl.as_micros() as i64
+    }
+}
+
+/// Registered identities of a relay cluster, in a JetStream key-value bucket
+/// (`<STREAM>_INSTANCES`). A registration is a compare-and-set, so two nodes cannot bind one
+/// live id to two sessions; every node mirrors the bucket into its own [`crate::identities`]
+/// and publishes, every few seconds, when it last heard from the identities bound on it.
+#[derive(Clone)]
+pub struct Registrations {
+    bucket: kv::Store,
+}
+
+impl Registrations {
+    async fn open(js: &jetstream::Context, stream: &str, replicas: usize) -> Result<Registrations, RelayError> {
+        let bucket = js
+            .create_or_update_key_value(kv::Config {
+                bucket: format!("{stream}_INSTANCES"),
+                history: 1,
+                num_replicas: replicas,
+                storage: stream::StorageType::File,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| unavailable("creating the instances bucket", e))?;
+        Ok(Registrations { bucket })
+    }
+
+    async fn entry(&self, id: &str) -> Result<Option<(Registration, u64)>, RelayError> {
+        let entry = self
+            .bucket
+            .entry(kv_key(id))
+            .await
+            .map_err(|e| unavailable("reading a registration", e))?;
+        match entry {
+            Some(e) if e.operation == kv::Operation::Put => Ok(codec::decode(&e.value).ok().map(|r| (r, e.revision))),
+            _ => Ok(None),
+        }
+    }
+
+    async fn swap(&self, revision: Option<u64>, reg: &Registration) -> Result<bool, RelayError> {
+        let (key, value) = (kv_key(&reg.instance.instance_id), Bytes::from(codec::encode(reg)));
+        match revision {
+            None => match self.bucket.create(&key, value).await {
+                Ok(_) => Ok(true),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists || lost_race(&e) => Ok(false),
+                Err(e) => Err(unavailable("writing a registration", e)),
+            },
+            Some(rev) => match self.bucket.update(&key, value, rev).await {
+                Ok(_) => Ok(true),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || lost_race(&e) => Ok(false),
+                Err(e) => Err(unavailable("writing a registration", e)),
+            },
+        }
+    }
+
+    /// Binds `reg`'s id to its session across the cluster, unless another session holds it
+    /// and was heard from within `ttl` on any node. Returns the registration as stored (its
+    /// first registration time is the cluster's).
+    pub async fn claim(&self, mut reg: Registration, ttl: Duration) -> Result<Registration, RelayError> {
+        let id = reg.instance.instance_id.clone();
+        for _ in 0..CAS_ATTEMPTS {
+            let current = self.entry(&id).await?;
+            if let Some((held, _)) = &current {
+                if held.session.is_some() && held.session != reg.session && held.live(ttl) {
+                    return Err(RelayError::Conflict(format!(
+                        "instance id {id:?} is in use by another live session; pick another id, or wait until it \
+                         has been silent for {} s",
+                        ttl.as_secs()
+                    )));
+                }
+                reg.instance.registered_at = held.instance.registered_at;
+            }
+            if self.swap(current.map(|(_, rev)| rev), &reg).await? {
+                return Ok(reg);
+            }
+        }
+        Err(RelayError::Conflict(format!(
+            "instance id {id:?} is being registered elsewhere; try again"
+        )))
+    }
+
+    /// Records that `id`, bound to `session`, was heard from at `seen` (or signed off), if it
+    /// is still bound to that session and the cluster has nothing newer.
+    pub async fn heard(&self, id: &str, session: &str, seen: i64) -> Result<(), RelayError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some((mut reg, rev)) = self.entry(id).await? else {
+                return Ok(());
+            };
+            if reg.session.as_deref() != Some(session) || reg.seen.abs() >= seen.abs() {
+                return Ok(());
+            }
+            reg.seen = seen;
+            if self.swap(Some(rev), &reg).await? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Every registration, then each change as it happens.
+    pub async fn watch(&self) -> Result<impl futures_util::Stream<Item = Registration> + Unpin, RelayError> {
+        let watch = self
+            .bucket
+            .watch_with_history(">")
+            .await
+            .map_err(|e| unavailable("watching the instances bucket", e))?;
+        Ok(watch.filter_map(|e| {
+            std::future::ready(match e {
+                Ok(e) if e.operation == kv::Operation::Put => codec::decode::<Registration>(&e.value).ok(),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching registrations");
+                    None
+                }
+            })
+        }))
     }
 }
 

@@ -305,6 +305,16 @@ impl Handler<Register> for Registry {
                 registered_at,
             };
             let record = codec::encode(&instance);
+            // On a cluster, the binding must also win the cluster's compare-and-set.
+            let claim = self.channel_config.log.as_ref().map(|log| {
+                let registration = crate::nats::Registration {
+                    instance: instance.clone(),
+                    session: Some(session.clone()),
+                    seen: now.0,
+                };
+                let (registrations, ttl) = (log.registrations().clone(), self.identities.ttl());
+                async move { registrations.claim(registration, ttl).await }
+            });
             let identity = Identity::new(instance, Some(session.clone()), Some(now));
             let view = self.identities.view(&identity);
             // Bound at once, so a second registration racing this one sees it; taken back if
@@ -322,11 +332,23 @@ impl Handler<Register> for Registry {
                 id,
                 before,
                 ticket,
+                claim,
             ))
         })();
         let identities = self.identities.clone();
         Box::pin(async move {
-            let (registered, id, before, ticket) = result?;
+            let (mut registered, id, before, ticket, claim) = result?;
+            if let Some(claim) = claim {
+                match claim.await {
+                    Ok(stored) => {
+                        registered.instance.registered_at = stored.instance.registered_at.to_rfc3339();
+                    }
+                    Err(e) => {
+                        identities.restore(&id, before);
+                        return Err(e);
+                    }
+                }
+            }
             match ticket.durable().await {
                 Ok(()) => Ok(registered),
                 Err(e) => {

@@ -1,13 +1,16 @@
-//! The node's projection of a cluster's shared log ([`crate::nats`]): one task follows the log
+//! The node's projection of a cluster's shared state ([`crate::nats`]). One task follows the log
 //! from its start and hands each event, in order, to its channel's actor ([`Apply`]), which
 //! folds it exactly as every other node does. Events a channel has already folded (after a
 //! restart, everything up to its stored last id) are skipped by the actor, so following from
-//! the start is safe; it costs a read of the log at start-up.
+//! the start is safe; it costs a read of the log at start-up. Another mirrors the cluster's
+//! registered identities into this node's and publishes when this node last heard from the
+//! identities bound on it.
 
 use super::Relay;
 use crate::channel::Apply;
 use crate::nats::{LogEvent, NatsLog};
 use futures_util::StreamExt;
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// Backoff between attempts to follow the log after it failed.
@@ -68,4 +71,45 @@ async fn deliver(relay: &Relay, event: LogEvent) {
     }
     // This node stays behind for the channel until a restart replays the log.
     tracing::error!(channel = %event.channel, seq = event.seq, "an event of the shared log could not be folded on this node");
+}
+
+/// Mirrors the cluster's registrations into this node's identities, and tells the cluster
+/// when this node last heard from each identity (every quarter of the presence TTL, at most
+/// every 5 s), so liveness and sign-off are the cluster's, not one node's.
+pub(super) async fn share_identities(relay: Relay, log: NatsLog) {
+    let identities = relay.inner.identities.clone();
+    let mirror = {
+        let (relay, log, identities) = (relay.clone(), log.clone(), identities.clone());
+        async move {
+            let mut backoff = RETRY_FIRST;
+            while !relay.inner.shutdown.is_cancelled() {
+                match log.registrations().watch().await {
+                    Ok(mut changes) => {
+                        backoff = RETRY_FIRST;
+                        while let Some(r) = changes.next().await {
+                            identities.merge(r.instance, r.session, r.seen);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot watch the cluster's registrations yet; retrying"),
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RETRY_MAX);
+            }
+        }
+    };
+    actix::spawn(mirror);
+    let every = (identities.ttl() / 4).clamp(Duration::from_millis(250), Duration::from_secs(5));
+    let mut published: HashMap<String, i64> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = relay.inner.shutdown.cancelled() => return,
+        }
+        for (id, session, seen) in identities.heard_since(&mut published) {
+            if let Err(e) = log.registrations().heard(&id, &session, seen).await {
+                tracing::debug!(%id, error = %e, "publishing a heartbeat failed; next round");
+                published.remove(&id);
+            }
+        }
+    }
 }
