@@ -79,33 +79,35 @@ pub struct Post(pub NewMessage);
 
 /// A post the channel has accepted (or recognised as an idempotent retry).
 pub struct PostTicket {
-    durable: oneshot::Receiver<Result<(), RelayError>>,
     answer: Answer,
 }
 
+type Durable = oneshot::Receiver<Result<(), RelayError>>;
+
 enum Answer {
-    New(Option<Arc<Posted>>),
+    /// The message, once `Durable` says so.
+    New(Durable, Option<Arc<Posted>>),
     /// An idempotent retry: the original, read back once it is durable.
-    Retry(u64, Arc<ChannelView>),
-    /// Proposed to the shared log: what the fold decides (`durable` is unused).
+    Retry(Durable, u64, Arc<ChannelView>),
+    /// Proposed to the shared log: what the fold decides.
     Logged(oneshot::Receiver<Result<logged::Outcome, RelayError>>, Arc<ChannelView>),
 }
 
 impl PostTicket {
     /// The message once durable; the store's error if it was refused.
     pub async fn posted(self) -> Result<Arc<Posted>, RelayError> {
-        if let Answer::Logged(verdict, view) = self.answer {
-            return logged::posted(verdict, view).await;
-        }
-        self.durable
-            .await
-            .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
+        let durable = |rx: Durable| async { rx.await.unwrap_or(Err(RelayError::Unavailable("channel stopped"))) };
         match self.answer {
-            Answer::New(posted) => posted.ok_or(RelayError::Unavailable("not a message")),
-            Answer::Retry(id, view) => view
-                .get(id)?
-                .ok_or(RelayError::Unavailable("the original message is no longer stored")),
-            Answer::Logged(..) => unreachable!("answered above"),
+            Answer::New(rx, posted) => {
+                durable(rx).await?;
+                posted.ok_or(RelayError::Unavailable("not a message"))
+            }
+            Answer::Retry(rx, id, view) => {
+                durable(rx).await?;
+                view.get(id)?
+                    .ok_or(RelayError::Unavailable("the original message is no longer stored"))
+            }
+            Answer::Logged(verdict, view) => logged::posted(verdict, view).await,
         }
     }
 }
@@ -219,7 +221,11 @@ impl ChannelActor {
             }
             _ => self.next_state_dirty = true,
         }
-        let now = Timestamp::now();
+        // The event's own time, not this node's clock: every node of a cluster folds the same.
+        let now = match &record {
+            Record::Message(m) => m.created_at,
+            Record::SessionStarted { at, .. } | Record::SessionEnded { at, .. } | Record::Described { at, .. } => *at,
+        };
         self.meta.last_id = id;
         if let Record::Message(m) = &record {
             // The summary's last message and its time are the message's own.
@@ -312,8 +318,7 @@ impl Handler<Post> for ChannelActor {
             if let Some(existing) = self.idempotent(k)? {
                 // An idempotent retry: answer with the original once it is durable.
                 return Ok(PostTicket {
-                    durable: self.when_durable(existing),
-                    answer: Answer::Retry(existing, self.view.clone()),
+                    answer: Answer::Retry(self.when_durable(existing), existing, self.view.clone()),
                 });
             }
         }
@@ -322,7 +327,6 @@ impl Handler<Post> for ChannelActor {
             // Idempotency, the reply's parent and the session are the fold's to decide.
             let verdict = self.propose(Record::Message(record), idem, ctx);
             return Ok(PostTicket {
-                durable: oneshot::channel().1,
                 answer: Answer::Logged(verdict, self.view.clone()),
             });
         }
@@ -343,8 +347,7 @@ impl Handler<Post> for ChannelActor {
         let durable = self.when_durable(id);
         self.start_commit(ctx);
         Ok(PostTicket {
-            durable,
-            answer: Answer::New(posted),
+            answer: Answer::New(durable, posted),
         })
     }
 }
