@@ -558,3 +558,79 @@ async fn an_identity_registered_on_one_node_is_bound_on_every_node() {
     let (status, ok) = with_session("POST", b.url("/api/channels/ci/messages"), Some(post_as), Some(token)).await;
     assert_eq!(status, 200, "its session works on any node: {ok}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_is_the_clusters_whichever_node_serves_it() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Nats::start();
+    let (a, b) = (node(&nats), node(&nats));
+    let c = client();
+    let req = |method: &str, url: String, body: Option<Value>, session: Option<String>| {
+        let (c, method) = (c.clone(), method.to_owned());
+        async move {
+            let mut r = c.request(method.parse().unwrap(), url);
+            if let Some(b) = body {
+                r = r.json(&b);
+            }
+            if let Some(s) = session {
+                r = r.header("X-Crosstalk-Session", s);
+            }
+            let r = r.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, reg) = send(&c, "POST", &a.url("/api/register"), Some(json!({"instance_id": "me"}))).await;
+    assert_eq!(status, 201, "{reg}");
+    let token = reg["session"].as_str().unwrap().to_owned();
+    // Joining (posting) on A; news arrives through B.
+    let (status, _) = req(
+        "POST",
+        a.url("/api/channels/news/messages"),
+        Some(msg("me", "joining")),
+        Some(token.clone()),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let first = post(&c, &b, "news", msg("bob", "one")).await;
+    let second = post(&c, &b, "news", msg("bob", "two")).await;
+    until_count(&c, &a, "news", 3).await;
+    until_count(&c, &b, "news", 3).await;
+
+    // Waits until `node` counts "me" among the readers of message `id` (its mirror of the
+    // cluster's cursors has the move), failing after a while.
+    let read_by_me = |node: &Server, id: Value| {
+        let (c, url) = (
+            c.clone(),
+            node.url(&format!("/api/channels/news/messages/{id}/readers")),
+        );
+        async move {
+            let deadline = Instant::now() + T;
+            loop {
+                let (_, r) = send(&c, "GET", &url, None).await;
+                if r["read_by"].as_array().is_some_and(|l| l.contains(&json!("me"))) {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "the move never reached this node: {r}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    // The inbox on A hands both out; B learns the move and has nothing more to give.
+    let (status, got) = req("GET", a.url("/api/inbox?instance_id=me"), None, Some(token.clone())).await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got, json!([first, second]));
+    read_by_me(&b, second["id"].clone()).await;
+    let (status, again) = req("GET", b.url("/api/inbox?instance_id=me"), None, Some(token.clone())).await;
+    assert_eq!((status, again), (200, json!([])), "node B handed out again what A did");
+
+    // Something new, read on B: handed out once, and not again on A.
+    let third = post(&c, &a, "news", msg("bob", "three")).await;
+    until_count(&c, &b, "news", 4).await;
+    let (_, got) = req("GET", b.url("/api/inbox?instance_id=me"), None, Some(token.clone())).await;
+    assert_eq!(got, json!([third]));
+    read_by_me(&a, third["id"].clone()).await;
+    let (_, again) = req("GET", a.url("/api/inbox?instance_id=me"), None, Some(token.clone())).await;
+    assert_eq!(again, json!([]), "node A handed out again what B did");
+}

@@ -107,6 +107,7 @@ pub struct NatsLog {
     prefix: String,
     shared: SharedBuckets,
     registrations: Registrations,
+    cursors: SharedCursors,
 }
 
 impl std::fmt::Debug for NatsLog {
@@ -269,6 +270,13 @@ impl NatsLog {
             |_| false,
         )
         .await?;
+        let cursors = until_ready(
+            "creating the cursors bucket",
+            deadline,
+            || SharedCursors::open(&js, &config.stream, replicas),
+            |_| false,
+        )
+        .await?;
         Ok(NatsLog {
             client,
             js,
@@ -276,7 +284,13 @@ impl NatsLog {
             prefix,
             shared,
             registrations,
+            cursors,
         })
+    }
+
+    /// The cluster's read cursors.
+    pub fn cursors(&self) -> &SharedCursors {
+        &self.cursors
     }
 
     /// The cluster's registered identities.
@@ -645,6 +659,123 @@ impl Registrations {
             })
         }))
     }
+}
+
+/// Read cursors of a relay cluster (how far each identity has read each channel: the inbox,
+/// "read by…"), in a JetStream key-value bucket (`<STREAM>_CURSORS`). A cursor only moves
+/// forward (compare-and-set keeps the larger); every node mirrors the bucket.
+#[derive(Clone)]
+pub struct SharedCursors {
+    bucket: kv::Store,
+}
+
+/// One cursor as the bucket holds it; `id: None` when it was removed (the identity left).
+#[derive(Debug, Clone)]
+pub struct CursorChange {
+    pub who: String,
+    pub channel: ChannelName,
+    pub id: Option<u64>,
+}
+
+fn cursor_kv_key(who: &str, channel: &ChannelName) -> String {
+    format!("{}.{}", kv_key(who), kv_key(channel.as_str()))
+}
+
+fn from_hex(hex: &str) -> Option<String> {
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+impl SharedCursors {
+    async fn open(js: &jetstream::Context, stream: &str, replicas: usize) -> Result<SharedCursors, RelayError> {
+        let bucket = js
+            .create_or_update_key_value(kv::Config {
+                bucket: format!("{stream}_CURSORS"),
+                history: 1,
+                num_replicas: replicas,
+                storage: stream::StorageType::File,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| unavailable("creating the cursors bucket", e))?;
+        Ok(SharedCursors { bucket })
+    }
+
+    /// Moves `who`'s cursor on `channel` to `id` unless it is already there or beyond.
+    pub async fn advance(&self, who: &str, channel: &ChannelName, id: u64) -> Result<(), RelayError> {
+        let key = cursor_kv_key(who, channel);
+        for _ in 0..CAS_ATTEMPTS {
+            let entry = self
+                .bucket
+                .entry(&key)
+                .await
+                .map_err(|e| unavailable("reading a cursor", e))?;
+            let current = entry.filter(|e| e.operation == kv::Operation::Put);
+            if let Some(e) = &current {
+                let at = <[u8; 8]>::try_from(e.value.as_ref()).map_or(0, u64::from_be_bytes);
+                if at >= id && at != 0 {
+                    return Ok(());
+                }
+            }
+            let value = Bytes::copy_from_slice(&id.to_be_bytes());
+            let done = match current {
+                None => match self.bucket.create(&key, value).await {
+                    Ok(_) => true,
+                    Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists || lost_race(&e) => false,
+                    Err(e) => return Err(unavailable("writing a cursor", e)),
+                },
+                Some(e) => match self.bucket.update(&key, value, e.revision).await {
+                    Ok(_) => true,
+                    Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || lost_race(&e) => false,
+                    Err(e) => return Err(unavailable("writing a cursor", e)),
+                },
+            };
+            if done {
+                return Ok(());
+            }
+        }
+        Err(RelayError::Conflict(format!(
+            "the cursor of {who:?} on {channel} is being moved elsewhere; try again"
+        )))
+    }
+
+    /// Removes `who`'s cursor on `channel`.
+    pub async fn forget(&self, who: &str, channel: &ChannelName) -> Result<(), RelayError> {
+        self.bucket
+            .delete(cursor_kv_key(who, channel))
+            .await
+            .map_err(|e| unavailable("removing a cursor", e))
+    }
+
+    /// Every cursor, then each change as it happens.
+    pub async fn watch(&self) -> Result<impl futures_util::Stream<Item = CursorChange> + Unpin, RelayError> {
+        let watch = self
+            .bucket
+            .watch_with_history(">")
+            .await
+            .map_err(|e| unavailable("watching the cursors bucket", e))?;
+        Ok(watch.filter_map(|e| std::future::ready(cursor_change(e))))
+    }
+}
+
+fn cursor_change(e: Result<kv::Entry, kv::WatcherError>) -> Option<CursorChange> {
+    let e = match e {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %e, "watching cursors");
+            return None;
+        }
+    };
+    let (who, channel) = e.key.split_once('.')?;
+    let (who, channel) = (from_hex(who)?, ChannelName::parse(&from_hex(channel)?).ok()?);
+    let id = match e.operation {
+        kv::Operation::Put => Some(<[u8; 8]>::try_from(e.value.as_ref()).map_or(0, u64::from_be_bytes)),
+        _ => None,
+    };
+    Some(CursorChange { who, channel, id })
 }
 
 /// One stream message as an event of the log; `None` (logged) for one that is not.

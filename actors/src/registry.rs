@@ -383,11 +383,55 @@ impl Handler<AdvanceCursor> for Registry {
         let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
             store.write_aux(Space::Cursors, &writes)
         }));
+        let id = *cursor;
+        if let Some(shared) = self.shared_cursors() {
+            let (who, channel) = (msg.instance_id.clone(), msg.channel.clone());
+            actix::spawn(async move {
+                if let Err(e) = shared.advance(&who, &channel, id).await {
+                    tracing::warn!(error = %e, "sharing a cursor failed");
+                }
+            });
+        }
         actix::spawn(async move {
             if let Err(e) = ticket.durable().await {
                 tracing::warn!(error = %e, "cursor write failed");
             }
         });
+    }
+}
+
+impl Registry {
+    /// The cluster's cursors, on a node of one.
+    fn shared_cursors(&self) -> Option<crate::nats::SharedCursors> {
+        self.channel_config.log.as_ref().map(|log| log.cursors().clone())
+    }
+}
+
+/// A cursor as another node of the cluster moved it (`id: None`: removed).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct MergeCursor(pub crate::nats::CursorChange);
+
+impl Handler<MergeCursor> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, MergeCursor(change): MergeCursor, _: &mut Context<Self>) {
+        match change.id {
+            Some(id) => {
+                let at = self
+                    .cursors
+                    .entry(change.who)
+                    .or_default()
+                    .entry(change.channel)
+                    .or_insert(0);
+                *at = (*at).max(id);
+            }
+            None => {
+                if let Some(mine) = self.cursors.get_mut(&change.who) {
+                    mine.remove(&change.channel);
+                }
+            }
+        }
     }
 }
 
@@ -426,14 +470,31 @@ impl Handler<MoveCursors> for Registry {
             store.write_aux(Space::Cursors, &writes)
         }));
         let who = msg.instance_id;
-        Box::pin(ticket.durable().into_actor(self).map(move |result, act, _| {
+        let shared = self.shared_cursors().map(|s| {
+            let moves: Vec<(ChannelName, u64)> = before
+                .iter()
+                .filter_map(|(c, _)| self.cursors.get(&who).and_then(|m| m.get(c)).map(|id| (c.clone(), *id)))
+                .collect();
+            (s, who.clone(), moves)
+        });
+        let durable = async move {
+            ticket.durable().await?;
+            // On a cluster, moved only once every node can see it.
+            if let Some((s, who, moves)) = shared {
+                for (channel, id) in moves {
+                    s.advance(&who, &channel, id).await?;
+                }
+            }
+            Ok::<(), RelayError>(())
+        };
+        Box::pin(durable.into_actor(self).map(move |result, act, _| {
             if let Err(e) = result {
                 if let Some(mine) = act.cursors.get_mut(&who) {
                     for (channel, at) in before {
                         mine.insert(channel, at);
                     }
                 }
-                return Err(e.into());
+                return Err(e);
             }
             Ok(())
         }))
@@ -460,12 +521,21 @@ impl Handler<ForgetCursor> for Registry {
         let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
             store.write_aux(Space::Cursors, &writes)
         }));
-        Box::pin(ticket.durable().into_actor(self).map(move |result, act, _| {
+        let shared = self.shared_cursors();
+        let (who, channel) = (msg.instance_id.clone(), msg.channel.clone());
+        let durable = async move {
+            ticket.durable().await?;
+            if let Some(s) = shared {
+                s.forget(&who, &channel).await?;
+            }
+            Ok::<(), RelayError>(())
+        };
+        Box::pin(durable.into_actor(self).map(move |result, act, _| {
             if let Err(e) = result {
                 if let Some(at) = before {
                     act.cursors.entry(msg.instance_id).or_default().insert(msg.channel, at);
                 }
-                return Err(e.into());
+                return Err(e);
             }
             Ok(())
         }))

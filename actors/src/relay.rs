@@ -205,7 +205,8 @@ impl Relay {
         };
         if let Some(log) = config.log {
             actix::spawn(projector::project(relay.clone(), log.clone()));
-            actix::spawn(projector::share_identities(relay.clone(), log));
+            actix::spawn(projector::share_identities(relay.clone(), log.clone()));
+            actix::spawn(projector::share_cursors(relay.clone(), log));
         }
         Ok((relay, repairs))
     }

@@ -113,3 +113,22 @@ pub(super) async fn share_identities(relay: Relay, log: NatsLog) {
         }
     }
 }
+
+/// Mirrors the cluster's read cursors into this node's registry (moves on other nodes, and
+/// removals), so the inbox and "read by…" are the cluster's.
+pub(super) async fn share_cursors(relay: Relay, log: NatsLog) {
+    let mut backoff = RETRY_FIRST;
+    while !relay.inner.shutdown.is_cancelled() {
+        match log.cursors().watch().await {
+            Ok(mut changes) => {
+                backoff = RETRY_FIRST;
+                while let Some(change) = changes.next().await {
+                    relay.inner.registry.do_send(crate::registry::MergeCursor(change));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot watch the cluster's cursors yet; retrying"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RETRY_MAX);
+    }
+}
