@@ -234,7 +234,9 @@ pub async fn serve(
         handle.stop(true).await;
     });
     server.await?;
-    relay.shutdown().map_err(ServeError::Flush)?;
+    let flushed = relay.shutdown();
+    relay.wind_down().await;
+    flushed.map_err(ServeError::Flush)?;
     tracing::info!("store flushed; bye");
     Ok(())
 }

@@ -176,7 +176,7 @@ async fn until_count(c: &reqwest::Client, node: &Server, channel: &str, n: usize
 async fn two_nodes_hold_one_conversation() {
     let _one = ONE_CLUSTER.lock().await;
     let nats = Nats::start();
-    let (a, b) = (node(&nats), node(&nats));
+    let (mut a, b) = (node(&nats), node(&nats));
     let c = client();
 
     // A post on A is on B, with the same id.
@@ -289,6 +289,10 @@ async fn two_nodes_hold_one_conversation() {
     let (la, lb) = (all_messages(&c, &a, "pair").await, all_messages(&c, &b, "pair").await);
     assert_eq!(la, lb);
     assert_eq!(la.len(), 6);
+
+    // A node stops cleanly on SIGTERM (its NATS subscriptions end before its runtime does).
+    let (_, clean) = a.terminate();
+    assert!(clean, "node A did not exit cleanly:\n{}", a.stderr());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -355,9 +359,19 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
         acked_b.len()
     );
 
-    // The reader resumes on A where B left it.
+    // The reader resumes on A where B left it, once A has folded everything acknowledged
+    // (B's posts reach A through the log, a moment after B answered them).
     let last = seen_on_b.last().map_or(0, |m| m["id"].as_u64().unwrap());
-    let log = all_messages(&c, &a, "busy").await;
+    let newest_acked = acked_a.iter().chain(&acked_b).map(|(id, _)| *id).max().unwrap();
+    let deadline = Instant::now() + T;
+    let log = loop {
+        let log = all_messages(&c, &a, "busy").await;
+        if log.last().and_then(|m| m["id"].as_u64()) >= Some(newest_acked) {
+            break log;
+        }
+        assert!(Instant::now() < deadline, "node A never folded up to {newest_acked}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let mut resumed = SseReader::open(&c, &a.url("/api/channels/busy/stream"), Some(last)).await;
     let mut read = seen_on_b.clone();
     while read.len() < log.len() {

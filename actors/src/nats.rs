@@ -183,6 +183,16 @@ async fn until_ready<T, E: std::fmt::Display, F: std::future::Future<Output = Re
     }
 }
 
+/// Whether stream `name` has a leader (a stream on a single server always has).
+async fn has_leader(js: &jetstream::Context, name: &str) -> Result<(), String> {
+    let stream = js.get_stream(name).await.map_err(|e| e.to_string())?;
+    let info = stream.get_info().await.map_err(|e| e.to_string())?;
+    match info.cluster {
+        Some(c) if c.leader.is_none() => Err(format!("stream {name} has no leader yet")),
+        _ => Ok(()),
+    }
+}
+
 /// A stream creation error that retrying cannot mend.
 fn permanent(e: &jetstream::context::CreateStreamError) -> bool {
     use jetstream::context::CreateStreamErrorKind as K;
@@ -277,6 +287,23 @@ impl NatsLog {
             |_| false,
         )
         .await?;
+        // Created is not yet usable: on a new cluster a stream answers "no stream found"
+        // until its replicas have elected a leader.
+        for name in [
+            config.stream.clone(),
+            format!("KV_{}_DATA", config.stream),
+            format!("KV_{}_DATA_VERSIONS", config.stream),
+            format!("KV_{}_INSTANCES", config.stream),
+            format!("KV_{}_CURSORS", config.stream),
+        ] {
+            until_ready(
+                "waiting for a stream's leader",
+                deadline,
+                || has_leader(&js, &name),
+                |_| false,
+            )
+            .await?;
+        }
         Ok(NatsLog {
             client,
             js,

@@ -112,6 +112,8 @@ struct Inner {
     committer: Committer,
     shutdown: CancellationToken,
     log: Option<crate::nats::NatsLog>,
+    /// A cluster node's tasks following the shared log and buckets; they end on shutdown.
+    cluster_tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Largest shared data content, in bytes.
     max_shared_bytes: usize,
     /// When the search index last had every committed message.
@@ -198,15 +200,18 @@ impl Relay {
                 committer,
                 shutdown: CancellationToken::new(),
                 log: config.log.clone(),
+                cluster_tasks: Default::default(),
                 max_shared_bytes: config.max_shared_bytes,
                 heartbeats: Default::default(),
                 index_caught_up: caught_up,
             }),
         };
         if let Some(log) = config.log {
-            actix::spawn(projector::project(relay.clone(), log.clone()));
-            actix::spawn(projector::share_identities(relay.clone(), log.clone()));
-            actix::spawn(projector::share_cursors(relay.clone(), log));
+            relay.inner.cluster_tasks.lock().extend([
+                actix::spawn(projector::project(relay.clone(), log.clone())),
+                actix::spawn(projector::share_identities(relay.clone(), log.clone())),
+                actix::spawn(projector::share_cursors(relay.clone(), log)),
+            ]);
         }
         Ok((relay, repairs))
     }
@@ -359,6 +364,16 @@ impl Relay {
             log.health()?;
         }
         self.inner.committer.health().check()
+    }
+
+    /// After [`shutdown`](Self::shutdown), on a cluster node: lets the tasks following the
+    /// shared log end while the runtime still runs (their NATS subscriptions unsubscribe on
+    /// tasks of their own as they are dropped), for at most a second.
+    pub async fn wind_down(&self) {
+        let tasks = std::mem::take(&mut *self.inner.cluster_tasks.lock());
+        for t in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
+        }
     }
 
     /// Stops taking work, ends streams and waits, and flushes the store — for at most

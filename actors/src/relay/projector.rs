@@ -86,7 +86,12 @@ pub(super) async fn share_identities(relay: Relay, log: NatsLog) {
                 match log.registrations().watch().await {
                     Ok(mut changes) => {
                         backoff = RETRY_FIRST;
-                        while let Some(r) = changes.next().await {
+                        // Ends on shutdown while the runtime still runs: the watch's
+                        // subscription unsubscribes on a task of its own when dropped.
+                        while let Some(r) = tokio::select! {
+                            r = changes.next() => r,
+                            _ = relay.inner.shutdown.cancelled() => return,
+                        } {
                             identities.merge(r.instance, r.session, r.seen);
                         }
                     }
@@ -122,7 +127,10 @@ pub(super) async fn share_cursors(relay: Relay, log: NatsLog) {
         match log.cursors().watch().await {
             Ok(mut changes) => {
                 backoff = RETRY_FIRST;
-                while let Some(change) = changes.next().await {
+                while let Some(change) = tokio::select! {
+                    c = changes.next() => c,
+                    _ = relay.inner.shutdown.cancelled() => return,
+                } {
                     relay.inner.registry.do_send(crate::registry::MergeCursor(change));
                 }
             }
