@@ -137,14 +137,27 @@ fn node(nats: &Nats) -> Server {
 }
 
 async fn send(c: &reqwest::Client, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+    call(c, method, url, body, None).await
+}
+
+/// A request acting with an identity's session token (`X-Crosstalk-Session`).
+async fn call(
+    c: &reqwest::Client,
+    method: &str,
+    url: &str,
+    body: Option<Value>,
+    session: Option<&str>,
+) -> (u16, Value) {
     let mut r = c.request(method.parse().unwrap(), url);
     if let Some(b) = body {
         r = r.json(&b);
     }
+    if let Some(s) = session {
+        r = r.header("X-Crosstalk-Session", s);
+    }
     let r = r.send().await.unwrap();
     let status = r.status().as_u16();
-    let v = r.json().await.unwrap_or(Value::Null);
-    (status, v)
+    (status, r.json().await.unwrap_or(Value::Null))
 }
 
 /// Every message of a channel on a node, oldest first.
@@ -519,22 +532,6 @@ async fn an_identity_registered_on_one_node_is_bound_on_every_node() {
     let nats = Nats::start();
     let (a, b) = (node(&nats), node(&nats));
     let c = client();
-    let with_session = |method: &str, url: String, body: Option<Value>, session: Option<String>| {
-        let c = c.clone();
-        let method = method.to_owned();
-        async move {
-            let mut r = c.request(method.parse().unwrap(), url);
-            if let Some(b) = body {
-                r = r.json(&b);
-            }
-            if let Some(s) = session {
-                r = r.header("X-Crosstalk-Session", s);
-            }
-            let r = r.send().await.unwrap();
-            let status = r.status().as_u16();
-            (status, r.json::<Value>().await.unwrap_or(Value::Null))
-        }
-    };
     let (status, reg) = send(
         &c,
         "POST",
@@ -567,9 +564,23 @@ async fn an_identity_registered_on_one_node_is_bound_on_every_node() {
     .await;
     assert_eq!(status, 409, "a live id cannot be taken over on another node: {err}");
     let post_as = json!({"sender": "builder", "body": "built"});
-    let (status, err) = with_session("POST", b.url("/api/channels/ci/messages"), Some(post_as.clone()), None).await;
+    let (status, err) = call(
+        &c,
+        "POST",
+        &b.url("/api/channels/ci/messages"),
+        Some(post_as.clone()),
+        None,
+    )
+    .await;
     assert_eq!(status, 403, "acting as a bound identity without its session: {err}");
-    let (status, ok) = with_session("POST", b.url("/api/channels/ci/messages"), Some(post_as), Some(token)).await;
+    let (status, ok) = call(
+        &c,
+        "POST",
+        &b.url("/api/channels/ci/messages"),
+        Some(post_as),
+        Some(&token),
+    )
+    .await;
     assert_eq!(status, 200, "its session works on any node: {ok}");
 }
 
@@ -579,30 +590,16 @@ async fn the_inbox_is_the_clusters_whichever_node_serves_it() {
     let nats = Nats::start();
     let (a, b) = (node(&nats), node(&nats));
     let c = client();
-    let req = |method: &str, url: String, body: Option<Value>, session: Option<String>| {
-        let (c, method) = (c.clone(), method.to_owned());
-        async move {
-            let mut r = c.request(method.parse().unwrap(), url);
-            if let Some(b) = body {
-                r = r.json(&b);
-            }
-            if let Some(s) = session {
-                r = r.header("X-Crosstalk-Session", s);
-            }
-            let r = r.send().await.unwrap();
-            let status = r.status().as_u16();
-            (status, r.json::<Value>().await.unwrap_or(Value::Null))
-        }
-    };
     let (status, reg) = send(&c, "POST", &a.url("/api/register"), Some(json!({"instance_id": "me"}))).await;
     assert_eq!(status, 201, "{reg}");
     let token = reg["session"].as_str().unwrap().to_owned();
     // Joining (posting) on A; news arrives through B.
-    let (status, _) = req(
+    let (status, _) = call(
+        &c,
         "POST",
-        a.url("/api/channels/news/messages"),
+        &a.url("/api/channels/news/messages"),
         Some(msg("me", "joining")),
-        Some(token.clone()),
+        Some(&token),
     )
     .await;
     assert_eq!(status, 200);
@@ -632,19 +629,19 @@ async fn the_inbox_is_the_clusters_whichever_node_serves_it() {
     };
 
     // The inbox on A hands both out; B learns the move and has nothing more to give.
-    let (status, got) = req("GET", a.url("/api/inbox?instance_id=me"), None, Some(token.clone())).await;
+    let (status, got) = call(&c, "GET", &a.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
     assert_eq!(status, 200, "{got}");
     assert_eq!(got, json!([first, second]));
     read_by_me(&b, second["id"].clone()).await;
-    let (status, again) = req("GET", b.url("/api/inbox?instance_id=me"), None, Some(token.clone())).await;
+    let (status, again) = call(&c, "GET", &b.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
     assert_eq!((status, again), (200, json!([])), "node B handed out again what A did");
 
     // Something new, read on B: handed out once, and not again on A.
     let third = post(&c, &a, "news", msg("bob", "three")).await;
     until_count(&c, &b, "news", 4).await;
-    let (_, got) = req("GET", b.url("/api/inbox?instance_id=me"), None, Some(token.clone())).await;
+    let (_, got) = call(&c, "GET", &b.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
     assert_eq!(got, json!([third]));
     read_by_me(&a, third["id"].clone()).await;
-    let (_, again) = req("GET", a.url("/api/inbox?instance_id=me"), None, Some(token.clone())).await;
+    let (_, again) = call(&c, "GET", &a.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
     assert_eq!(again, json!([]), "node A handed out again what B did");
 }

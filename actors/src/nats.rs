@@ -422,6 +422,29 @@ fn lost_race(e: &impl std::fmt::Display) -> bool {
     e.to_string().contains("wrong last sequence")
 }
 
+/// Writes `value` under `key` if the key is still at `revision` (`None`: if it does not
+/// exist); `false` if another writer came first.
+async fn compare_and_set(
+    bucket: &kv::Store,
+    key: &str,
+    revision: Option<u64>,
+    value: Bytes,
+    what: &str,
+) -> Result<bool, RelayError> {
+    match revision {
+        None => match bucket.create(key, value).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists || lost_race(&e) => Ok(false),
+            Err(e) => Err(unavailable(what, e)),
+        },
+        Some(rev) => match bucket.update(key, value, rev).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || lost_race(&e) => Ok(false),
+            Err(e) => Err(unavailable(what, e)),
+        },
+    }
+}
+
 /// Compare-and-set attempts before a change of shared data is refused as contended.
 const CAS_ATTEMPTS: usize = 16;
 
@@ -470,19 +493,15 @@ impl SharedBuckets {
     /// Writes `next` over the current version read at `revision` (`None`: there was none);
     /// `false` if another change came first.
     async fn swap(&self, revision: Option<u64>, next: &SharedData) -> Result<bool, RelayError> {
-        let (key, value) = (kv_key(&next.key), Bytes::from(codec::encode(next)));
-        match revision {
-            None => match self.current.create(&key, value).await {
-                Ok(_) => Ok(true),
-                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists || lost_race(&e) => Ok(false),
-                Err(e) => Err(unavailable("writing shared data", e)),
-            },
-            Some(rev) => match self.current.update(&key, value, rev).await {
-                Ok(_) => Ok(true),
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || lost_race(&e) => Ok(false),
-                Err(e) => Err(unavailable("writing shared data", e)),
-            },
-        }
+        let value = Bytes::from(codec::encode(next));
+        compare_and_set(
+            &self.current,
+            &kv_key(&next.key),
+            revision,
+            value,
+            "writing shared data",
+        )
+        .await
     }
 
     /// Applies `change` to the current version of `key` (compare-and-set, retried), then
@@ -610,18 +629,7 @@ impl Registrations {
 
     async fn swap(&self, revision: Option<u64>, reg: &Registration) -> Result<bool, RelayError> {
         let (key, value) = (kv_key(&reg.instance.instance_id), Bytes::from(codec::encode(reg)));
-        match revision {
-            None => match self.bucket.create(&key, value).await {
-                Ok(_) => Ok(true),
-                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists || lost_race(&e) => Ok(false),
-                Err(e) => Err(unavailable("writing a registration", e)),
-            },
-            Some(rev) => match self.bucket.update(&key, value, rev).await {
-                Ok(_) => Ok(true),
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || lost_race(&e) => Ok(false),
-                Err(e) => Err(unavailable("writing a registration", e)),
-            },
-        }
+        compare_and_set(&self.bucket, &key, revision, value, "writing a registration").await
     }
 
     /// Binds `reg`'s id to its session across the cluster, unless another session holds it
@@ -748,18 +756,8 @@ impl SharedCursors {
                 }
             }
             let value = Bytes::copy_from_slice(&id.to_be_bytes());
-            let done = match current {
-                None => match self.bucket.create(&key, value).await {
-                    Ok(_) => true,
-                    Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists || lost_race(&e) => false,
-                    Err(e) => return Err(unavailable("writing a cursor", e)),
-                },
-                Some(e) => match self.bucket.update(&key, value, e.revision).await {
-                    Ok(_) => true,
-                    Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || lost_race(&e) => false,
-                    Err(e) => return Err(unavailable("writing a cursor", e)),
-                },
-            };
+            let revision = current.map(|e| e.revision);
+            let done = compare_and_set(&self.bucket, &key, revision, value, "writing a cursor").await?;
             if done {
                 return Ok(());
             }
