@@ -6,29 +6,6 @@ use common::*;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-async fn send(
-    c: &reqwest::Client,
-    method: &str,
-    url: &str,
-    body: Option<Value>,
-    session: Option<&str>,
-) -> (u16, Value) {
-    let mut req = c.request(method.parse().unwrap(), url);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    if let Some(s) = session {
-        req = req.header("X-Crosstalk-Session", s);
-    }
-    let r = req.send().await.unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}")),
-    )
-}
-
 async fn until<F: Fn(&Value) -> bool>(c: &reqwest::Client, url: &str, ok: F) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -44,7 +21,7 @@ async fn until<F: Fn(&Value) -> bool>(c: &reqwest::Client, url: &str, ok: F) -> 
 async fn identities_are_bound_to_the_session_that_registered_them() {
     let s = Server::start();
     let c = client();
-    let (status, reg) = send(
+    let (status, reg) = request(
         &c,
         "POST",
         &s.url("/api/register"),
@@ -56,7 +33,7 @@ async fn identities_are_bound_to_the_session_that_registered_them() {
     let token = reg["session"].as_str().unwrap().to_owned();
     assert_eq!(reg["status"], "online");
     // Someone else cannot take the live id over.
-    let (status, err) = send(
+    let (status, err) = request(
         &c,
         "POST",
         &s.url("/api/register"),
@@ -66,7 +43,7 @@ async fn identities_are_bound_to_the_session_that_registered_them() {
     .await;
     assert_eq!(status, 409, "{err}");
     // The owner can re-register (update its description).
-    let (status, _) = send(
+    let (status, _) = request(
         &c,
         "POST",
         &s.url("/api/register"),
@@ -77,11 +54,11 @@ async fn identities_are_bound_to_the_session_that_registered_them() {
     assert_eq!(status, 201);
     // Posting as it needs its session; other names are free.
     let url = s.url("/api/channels/dev/messages");
-    let (status, err) = send(&c, "POST", &url, Some(msg("builder", "forged")), None).await;
+    let (status, err) = request(&c, "POST", &url, Some(msg("builder", "forged")), None).await;
     assert_eq!(status, 403, "{err}");
-    let (status, _) = send(&c, "POST", &url, Some(msg("builder", "real")), Some(&token)).await;
+    let (status, _) = request(&c, "POST", &url, Some(msg("builder", "real")), Some(&token)).await;
     assert_eq!(status, 200);
-    let (status, _) = send(&c, "POST", &url, Some(msg("visitor", "hello")), None).await;
+    let (status, _) = request(&c, "POST", &url, Some(msg("visitor", "hello")), None).await;
     assert_eq!(status, 200);
     let (_, list) = get_json(&c, &s.url("/api/instances")).await;
     let me = list
@@ -94,7 +71,7 @@ async fn identities_are_bound_to_the_session_that_registered_them() {
         (me["description"].as_str(), me["status"].as_str()),
         (Some("v2"), Some("online"))
     );
-    let (status, _) = send(
+    let (status, _) = request(
         &c,
         "POST",
         &s.url("/api/register"),
@@ -241,7 +218,7 @@ async fn threads_questions_directives_and_ask() {
     let s = Server::start();
     let c = client();
     let url = s.url("/api/channels/ops/messages");
-    let (status, err) = send(
+    let (status, err) = request(
         &c,
         "POST",
         &url,
@@ -319,7 +296,7 @@ async fn threads_questions_directives_and_ask() {
         let c = c.clone();
         let url = s.url("/api/channels/ops/ask");
         tokio::spawn(async move {
-            send(
+            request(
                 &c,
                 "POST",
                 &url,
@@ -348,7 +325,7 @@ async fn threads_questions_directives_and_ask() {
         (answered["answered"].as_bool(), answered["answer"]["body"].as_str()),
         (Some(true), Some("no"))
     );
-    let (_, timed_out) = send(
+    let (_, timed_out) = request(
         &c,
         "POST",
         &s.url("/api/channels/ops/ask"),
@@ -364,7 +341,7 @@ async fn sessions_count_turns_end_by_rule_and_survive_a_restart() {
     let mut s = Server::start();
     let c = client();
     let sess = s.url("/api/channels/pair/session");
-    let (status, st) = send(&c, "POST", &sess, Some(json!({"max_turns": 3})), None).await;
+    let (status, st) = request(&c, "POST", &sess, Some(json!({"max_turns": 3})), None).await;
     assert_eq!(status, 200);
     assert_eq!(
         (st["status"].as_str(), st["turn_count"].as_u64()),
@@ -383,7 +360,7 @@ async fn sessions_count_turns_end_by_rule_and_survive_a_restart() {
         "{st}"
     );
 
-    let (_, st) = send(&c, "POST", &sess, None, None).await;
+    let (_, st) = request(&c, "POST", &sess, None, None).await;
     assert_eq!(st["status"], "active");
     post(&c, &s, "pair", json!({"sender": "a", "type": "DONE", "body": "done"})).await;
     let (_, mid) = get_json(&c, &sess).await;
@@ -402,7 +379,7 @@ async fn sessions_count_turns_end_by_rule_and_survive_a_restart() {
         "two dones end it"
     );
 
-    let (_, st) = send(&c, "POST", &sess, Some(json!({"max_turns": 10})), None).await;
+    let (_, st) = request(&c, "POST", &sess, Some(json!({"max_turns": 10})), None).await;
     post(&c, &s, "pair", msg("a", "in progress")).await;
     let q = post(&c, &s, "pair", json!({"sender": "a", "type": "question", "body": "?"})).await;
     post(
@@ -453,12 +430,12 @@ async fn sessions_count_turns_end_by_rule_and_survive_a_restart() {
         (Some("answered"), Some(1)),
         "overlays survive a restart"
     );
-    let (status, ended) = send(&c, "DELETE", &sess, None, None).await;
+    let (status, ended) = request(&c, "DELETE", &sess, None, None).await;
     assert_eq!(
         (status, ended["status"].as_str(), &ended["session_id"]),
         (200, Some("ended"), &st["session_id"])
     );
-    let (status, none) = send(&c, "DELETE", &sess, None, None).await;
+    let (status, none) = request(&c, "DELETE", &sess, None, None).await;
     assert_eq!(
         (status, none["status"].as_str(), none["channel"].as_str()),
         (200, Some("no_active_session"), Some("pair"))
@@ -482,7 +459,7 @@ async fn shared_data_belongs_to_its_owner_and_keeps_versions() {
     let s = Server::start();
     let c = client();
     let data = s.url("/api/data");
-    let (status, v1) = send(
+    let (status, v1) = request(
         &c,
         "POST",
         &data,
@@ -491,7 +468,7 @@ async fn shared_data_belongs_to_its_owner_and_keeps_versions() {
     )
     .await;
     assert_eq!((status, v1["version"].as_u64()), (201, Some(1)));
-    let (status, _) = send(
+    let (status, _) = request(
         &c,
         "POST",
         &data,
@@ -500,7 +477,7 @@ async fn shared_data_belongs_to_its_owner_and_keeps_versions() {
     )
     .await;
     assert_eq!(status, 403, "another identity cannot overwrite");
-    let (_, v2) = send(
+    let (_, v2) = request(
         &c,
         "POST",
         &data,
@@ -523,7 +500,7 @@ async fn shared_data_belongs_to_its_owner_and_keeps_versions() {
     let (_, list) = get_json(&c, &data).await;
     assert_eq!(list[0]["size"], 7);
     let big = "x".repeat(1024 * 1024 + 1);
-    let (status, _) = send(
+    let (status, _) = request(
         &c,
         "POST",
         &data,
@@ -532,9 +509,9 @@ async fn shared_data_belongs_to_its_owner_and_keeps_versions() {
     )
     .await;
     assert!(status == 400 || status == 413, "{status}");
-    let (status, _) = send(&c, "DELETE", &s.url("/api/data/spec?owner=bob"), None, None).await;
+    let (status, _) = request(&c, "DELETE", &s.url("/api/data/spec?owner=bob"), None, None).await;
     assert_eq!(status, 403);
-    let (status, _) = send(&c, "DELETE", &s.url("/api/data/spec?owner=alice"), None, None).await;
+    let (status, _) = request(&c, "DELETE", &s.url("/api/data/spec?owner=alice"), None, None).await;
     assert_eq!(status, 200);
     let (status, _) = get_json(&c, &s.url("/api/data/spec")).await;
     assert_eq!(status, 404);
@@ -546,7 +523,7 @@ async fn shared_data_belongs_to_its_owner_and_keeps_versions() {
 async fn channels_are_created_found_and_searched() {
     let s = Server::start();
     let c = client();
-    let (status, ch) = send(
+    let (status, ch) = request(
         &c,
         "POST",
         &s.url("/api/channels"),
@@ -570,7 +547,7 @@ async fn channels_are_created_found_and_searched() {
         "{listed}"
     );
     let first = post(&c, &s, "misc", msg("a", "unrelated")).await;
-    send(&c, "POST", &s.url("/api/channels/misc/session"), None, None).await;
+    request(&c, "POST", &s.url("/api/channels/misc/session"), None, None).await;
     let (_, listed) = get_json(&c, &s.url("/api/channels")).await;
     let misc = listed
         .as_array()
@@ -643,7 +620,7 @@ async fn channels_are_created_found_and_searched() {
 async fn the_inbox_hands_out_each_message_once() {
     let s = Server::start();
     let c = client();
-    let (_, reg) = send(
+    let (_, reg) = request(
         &c,
         "POST",
         &s.url("/api/register"),
@@ -653,14 +630,16 @@ async fn the_inbox_hands_out_each_message_once() {
     .await;
     let token = reg["session"].as_str().unwrap().to_owned();
     let inbox_url = s.url("/api/inbox?instance_id=me");
-    let inbox = || send(&c, "GET", &inbox_url, None, Some(&token));
+    let inbox = || request(&c, "GET", &inbox_url, None, Some(&token));
     let (one, two) = (s.url("/api/channels/one/messages"), s.url("/api/channels/two/messages"));
     assert_eq!(
-        send(&c, "POST", &one, Some(msg("me", "joining")), Some(&token)).await.0,
+        request(&c, "POST", &one, Some(msg("me", "joining")), Some(&token))
+            .await
+            .0,
         200
     );
     assert_eq!(
-        send(&c, "POST", &two, Some(msg("me", "joining too")), Some(&token))
+        request(&c, "POST", &two, Some(msg("me", "joining too")), Some(&token))
             .await
             .0,
         200
@@ -749,7 +728,7 @@ async fn retention_removes_old_messages_and_replies_to_them_keep_working() {
 async fn an_sse_reader_with_an_identity_moves_its_cursor_and_needs_its_session() {
     let s = Server::start();
     let c = client();
-    let (_, reg) = send(
+    let (_, reg) = request(
         &c,
         "POST",
         &s.url("/api/register"),
@@ -786,7 +765,7 @@ async fn an_sse_reader_with_an_identity_moves_its_cursor_and_needs_its_session()
         Some(()),
         "the inbox also needs the session: {inbox}"
     );
-    let (status, inbox) = send(&c, "GET", &s.url("/api/inbox?instance_id=watcher"), None, Some(&token)).await;
+    let (status, inbox) = request(&c, "GET", &s.url("/api/inbox?instance_id=watcher"), None, Some(&token)).await;
     assert_eq!((status, inbox), (200, json!([])), "what the stream delivered is read");
 }
 

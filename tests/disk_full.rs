@@ -20,7 +20,7 @@ async fn a_full_disk_never_acknowledges_a_lost_write() {
     let mut acknowledged = BTreeSet::new();
     let mut refused = BTreeSet::new();
     {
-        let mut s = Server::start_file_limited(tmp.path(), LIMIT);
+        let mut s = Server::start_file_limited(tmp.path(), LIMIT, &[]);
         let url = s.url("/api/channels/full/messages");
         for i in 0..POSTS {
             let body = format!("{i:04} {}", "x".repeat(2048));

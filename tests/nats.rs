@@ -136,48 +136,11 @@ fn node(nats: &Nats) -> Server {
     Server::start_with(&["--store", &nats.urls(), "--nats-replicas", "3"])
 }
 
-async fn send(c: &reqwest::Client, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
-    call(c, method, url, body, None).await
-}
-
-/// A request acting with an identity's session token (`X-Crosstalk-Session`).
-async fn call(
-    c: &reqwest::Client,
-    method: &str,
-    url: &str,
-    body: Option<Value>,
-    session: Option<&str>,
-) -> (u16, Value) {
-    let mut r = c.request(method.parse().unwrap(), url);
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    if let Some(s) = session {
-        r = r.header("X-Crosstalk-Session", s);
-    }
-    let r = r.send().await.unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
-/// Every message of a channel on a node, oldest first.
-async fn all_messages(c: &reqwest::Client, s: &Server, channel: &str) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    loop {
-        let since = out.last().map_or(0, |m| m["id"].as_u64().unwrap());
-        let page = messages(c, s, channel, since).await;
-        if page.is_empty() {
-            return out;
-        }
-        out.extend(page);
-    }
-}
-
 /// Waits until `node` holds at least `n` messages of `channel`.
 async fn until_count(c: &reqwest::Client, node: &Server, channel: &str, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + T;
     loop {
-        let got = all_messages(c, node, channel).await;
+        let got = messages(c, node, channel, 0).await;
         if got.len() >= n || Instant::now() > deadline {
             return got;
         }
@@ -208,7 +171,7 @@ async fn two_nodes_hold_one_conversation() {
             c.clone(),
             b.url(&format!("/api/channels/pair/wait?since_id={id}&timeout_s=10")),
         );
-        tokio::spawn(async move { send(&c, "GET", &url, None).await })
+        tokio::spawn(async move { request(&c, "GET", &url, None, None).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let second = post(&c, &a, "pair", msg("alice", "are you there, B?")).await;
@@ -250,10 +213,11 @@ async fn two_nodes_hold_one_conversation() {
     .await;
     for n in [&a, &b] {
         until_count(&c, n, "pair", 5).await;
-        let (_, m) = send(
+        let (_, m) = request(
             &c,
             "GET",
             &n.url(&format!("/api/channels/pair/messages/{}", q["id"])),
+            None,
             None,
         )
         .await;
@@ -271,22 +235,24 @@ async fn two_nodes_hold_one_conversation() {
     assert_eq!(first["id"], again["id"], "{first} {again}");
 
     // A reply to a message that does not exist is refused by the fold, with a clear error.
-    let (status, err) = send(
+    let (status, err) = request(
         &c,
         "POST",
         &b.url("/api/channels/pair/messages"),
         Some(json!({"sender": "bob", "body": "?", "reply_to": 999_999})),
+        None,
     )
     .await;
     assert_eq!(status, 400, "{err}");
     assert!(err["error"].as_str().unwrap().contains("reply_to"), "{err}");
 
     // A session started on A ends at max_turns on both nodes, whichever node took the turns.
-    let (status, st) = send(
+    let (status, st) = request(
         &c,
         "POST",
         &a.url("/api/channels/duo/session"),
         Some(json!({"max_turns": 2})),
+        None,
     )
     .await;
     assert_eq!(status, 200, "{st}");
@@ -294,12 +260,12 @@ async fn two_nodes_hold_one_conversation() {
     post(&c, &b, "duo", msg("bob", "turn 2")).await;
     for n in [&a, &b] {
         until_count(&c, n, "duo", 2).await;
-        let (status, s) = send(&c, "GET", &n.url("/api/channels/duo/session"), None).await;
+        let (status, s) = request(&c, "GET", &n.url("/api/channels/duo/session"), None, None).await;
         assert_eq!((status, s["status"].as_str()), (404, Some("no_active_session")), "{s}");
     }
 
     // Both nodes end up holding exactly the same log.
-    let (la, lb) = (all_messages(&c, &a, "pair").await, all_messages(&c, &b, "pair").await);
+    let (la, lb) = (messages(&c, &a, "pair", 0).await, messages(&c, &b, "pair", 0).await);
     assert_eq!(la, lb);
     assert_eq!(la.len(), 6);
 
@@ -380,9 +346,9 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
     let newest_acked = acked_a.iter().chain(&acked_b).map(|(id, _)| *id).max().unwrap();
     let deadline = Instant::now() + T;
     let log = loop {
-        let before = all_messages(&c, &a, "busy").await;
+        let before = messages(&c, &a, "busy", 0).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let log = all_messages(&c, &a, "busy").await;
+        let log = messages(&c, &a, "busy", 0).await;
         let newest = log.last().and_then(|m| m["id"].as_u64());
         if log.len() == before.len() && newest >= Some(newest_acked) {
             break log;
@@ -436,11 +402,12 @@ async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns()
     // The client notices the lost connection at once on loopback; give it a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
-    let (status, err) = send(
+    let (status, err) = request(
         &c,
         "POST",
         &a.url("/api/channels/ops/messages"),
         Some(msg("a", "lost?")),
+        None,
     )
     .await;
     assert_eq!(status, 503, "{err}");
@@ -450,7 +417,7 @@ async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns()
         started.elapsed()
     );
     assert!(err["error"].as_str().unwrap().contains("NATS"), "{err}");
-    let (status, health) = send(&c, "GET", &a.url("/healthz"), None).await;
+    let (status, health) = request(&c, "GET", &a.url("/healthz"), None, None).await;
     assert_eq!(status, 503, "{health}");
     assert!(health["reason"].as_str().unwrap().contains("NATS"), "{health}");
     // Reads go on from the node's own copy.
@@ -462,11 +429,12 @@ async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns()
     // Both nodes reconnect by themselves; a post on A reaches B again.
     let deadline = Instant::now() + Duration::from_secs(30);
     let after = loop {
-        let (status, v) = send(
+        let (status, v) = request(
             &c,
             "POST",
             &a.url("/api/channels/ops/messages"),
             Some(msg("a", "after")),
+            None,
         )
         .await;
         if status == 200 {
@@ -475,7 +443,7 @@ async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns()
         assert!(Instant::now() < deadline, "writes did not come back: {status} {v}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
-    let (status, health) = send(&c, "GET", &a.url("/healthz"), None).await;
+    let (status, health) = request(&c, "GET", &a.url("/healthz"), None, None).await;
     assert_eq!(status, 200, "{health}");
     let on_b = until_count(&c, &b, "ops", 2).await;
     let ids: Vec<_> = on_b.iter().map(|m| m["id"].clone()).collect();
@@ -491,13 +459,13 @@ async fn shared_data_is_one_store_across_nodes() {
     let share = |n: &Server, owner: &str, content: &str| {
         let (c, url) = (c.clone(), n.url("/api/data"));
         let body = json!({"key": "spec v1 ü", "content": content, "owner": owner, "description": "the spec"});
-        async move { send(&c, "POST", &url, Some(body)).await }
+        async move { request(&c, "POST", &url, Some(body), None).await }
     };
     let (status, v1) = share(&a, "alice", "draft 1").await;
     assert_eq!((status, v1["version"].as_u64()), (201, Some(1)), "{v1}");
     // Published on A, read on B at once: no fold to wait for.
     let key = "spec%20v1%20%C3%BC";
-    let (status, got) = send(&c, "GET", &b.url(&format!("/api/data/{key}")), None).await;
+    let (status, got) = request(&c, "GET", &b.url(&format!("/api/data/{key}")), None, None).await;
     assert_eq!((status, got["content"].as_str()), (200, Some("draft 1")), "{got}");
     // Its owner's rule holds on the other node.
     let (status, err) = share(&b, "bob", "mine now").await;
@@ -520,17 +488,24 @@ async fn shared_data_is_one_store_across_nodes() {
     versions.sort_unstable();
     assert_eq!(versions, (3..=10).collect::<Vec<_>>());
     for v in 1..=10u64 {
-        let (status, old) = send(&c, "GET", &a.url(&format!("/api/data/{key}?version={v}")), None).await;
+        let (status, old) = request(&c, "GET", &a.url(&format!("/api/data/{key}?version={v}")), None, None).await;
         assert_eq!((status, old["version"].as_u64()), (200, Some(v)), "{old}");
     }
-    let (_, list) = send(&c, "GET", &b.url("/api/data"), None).await;
+    let (_, list) = request(&c, "GET", &b.url("/api/data"), None, None).await;
     assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
     assert_eq!(list[0]["version"], 10, "{list}");
-    let (status, _) = send(&c, "DELETE", &a.url(&format!("/api/data/{key}?owner=alice")), None).await;
+    let (status, _) = request(
+        &c,
+        "DELETE",
+        &a.url(&format!("/api/data/{key}?owner=alice")),
+        None,
+        None,
+    )
+    .await;
     assert_eq!(status, 200);
-    let (status, _) = send(&c, "GET", &b.url(&format!("/api/data/{key}")), None).await;
+    let (status, _) = request(&c, "GET", &b.url(&format!("/api/data/{key}")), None, None).await;
     assert_eq!(status, 404);
-    let (status, old) = send(&c, "GET", &b.url(&format!("/api/data/{key}?version=2")), None).await;
+    let (status, old) = request(&c, "GET", &b.url(&format!("/api/data/{key}?version=2")), None, None).await;
     assert_eq!((status, old["content"].as_str()), (200, Some("draft 2")), "{old}");
 }
 
@@ -540,11 +515,12 @@ async fn an_identity_registered_on_one_node_is_bound_on_every_node() {
     let nats = Nats::start();
     let (a, b) = (node(&nats), node(&nats));
     let c = client();
-    let (status, reg) = send(
+    let (status, reg) = request(
         &c,
         "POST",
         &a.url("/api/register"),
         Some(json!({"instance_id": "builder", "kind": "agent"})),
+        None,
     )
     .await;
     assert_eq!(status, 201, "{reg}");
@@ -553,7 +529,7 @@ async fn an_identity_registered_on_one_node_is_bound_on_every_node() {
     // Node B learns the binding: it lists the identity online and refuses it to others.
     let deadline = Instant::now() + T;
     loop {
-        let (_, list) = send(&c, "GET", &b.url("/api/instances"), None).await;
+        let (_, list) = request(&c, "GET", &b.url("/api/instances"), None, None).await;
         let found = list
             .as_array()
             .and_then(|l| l.iter().find(|i| i["instance_id"] == "builder").cloned());
@@ -563,16 +539,17 @@ async fn an_identity_registered_on_one_node_is_bound_on_every_node() {
         assert!(Instant::now() < deadline, "node B never listed builder online: {list}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (status, err) = send(
+    let (status, err) = request(
         &c,
         "POST",
         &b.url("/api/register"),
         Some(json!({"instance_id": "builder", "kind": "agent"})),
+        None,
     )
     .await;
     assert_eq!(status, 409, "a live id cannot be taken over on another node: {err}");
     let post_as = json!({"sender": "builder", "body": "built"});
-    let (status, err) = call(
+    let (status, err) = request(
         &c,
         "POST",
         &b.url("/api/channels/ci/messages"),
@@ -581,7 +558,7 @@ async fn an_identity_registered_on_one_node_is_bound_on_every_node() {
     )
     .await;
     assert_eq!(status, 403, "acting as a bound identity without its session: {err}");
-    let (status, ok) = call(
+    let (status, ok) = request(
         &c,
         "POST",
         &b.url("/api/channels/ci/messages"),
@@ -598,11 +575,18 @@ async fn the_inbox_is_the_clusters_whichever_node_serves_it() {
     let nats = Nats::start();
     let (a, b) = (node(&nats), node(&nats));
     let c = client();
-    let (status, reg) = send(&c, "POST", &a.url("/api/register"), Some(json!({"instance_id": "me"}))).await;
+    let (status, reg) = request(
+        &c,
+        "POST",
+        &a.url("/api/register"),
+        Some(json!({"instance_id": "me"})),
+        None,
+    )
+    .await;
     assert_eq!(status, 201, "{reg}");
     let token = reg["session"].as_str().unwrap().to_owned();
     // Joining (posting) on A; news arrives through B.
-    let (status, _) = call(
+    let (status, _) = request(
         &c,
         "POST",
         &a.url("/api/channels/news/messages"),
@@ -626,7 +610,7 @@ async fn the_inbox_is_the_clusters_whichever_node_serves_it() {
         async move {
             let deadline = Instant::now() + T;
             loop {
-                let (_, r) = send(&c, "GET", &url, None).await;
+                let (_, r) = request(&c, "GET", &url, None, None).await;
                 if r["read_by"].as_array().is_some_and(|l| l.contains(&json!("me"))) {
                     return;
                 }
@@ -637,19 +621,345 @@ async fn the_inbox_is_the_clusters_whichever_node_serves_it() {
     };
 
     // The inbox on A hands both out; B learns the move and has nothing more to give.
-    let (status, got) = call(&c, "GET", &a.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
+    let (status, got) = request(&c, "GET", &a.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
     assert_eq!(status, 200, "{got}");
     assert_eq!(got, json!([first, second]));
     read_by_me(&b, second["id"].clone()).await;
-    let (status, again) = call(&c, "GET", &b.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
+    let (status, again) = request(&c, "GET", &b.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
     assert_eq!((status, again), (200, json!([])), "node B handed out again what A did");
 
     // Something new, read on B: handed out once, and not again on A.
     let third = post(&c, &a, "news", msg("bob", "three")).await;
     until_count(&c, &b, "news", 4).await;
-    let (_, got) = call(&c, "GET", &b.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
+    let (_, got) = request(&c, "GET", &b.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
     assert_eq!(got, json!([third]));
     read_by_me(&a, third["id"].clone()).await;
-    let (_, again) = call(&c, "GET", &a.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
+    let (_, again) = request(&c, "GET", &a.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
     assert_eq!(again, json!([]), "node A handed out again what B did");
+}
+
+/// One nats-server with JetStream, from `conf` (its `listen` and `store_dir` are added); for
+/// the settings of a single node (credentials, TLS, data directories). Stopped on drop.
+struct Single {
+    _dir: tempfile::TempDir,
+    port: u16,
+    child: Child,
+}
+
+impl Single {
+    fn start(conf: &str) -> Single {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_base_port();
+        let path = dir.path().join("server.conf");
+        let store = dir.path().join("js");
+        std::fs::write(
+            &path,
+            format!(
+                "listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: \"{}\"\n  sync_interval: always\n}}\n{conf}\n",
+                store.display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let child = Command::new(nats_server())
+            .arg("-c")
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn nats-server");
+        wait_for_port(port);
+        Single { _dir: dir, port, child }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Single {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `crosstalk serve` on `dir` with `args`, expecting it to refuse to start: answers its
+/// exit status, what it wrote to stderr, and how long it took.
+fn refused_start(dir: &Path, args: &[&str]) -> (std::process::ExitStatus, String, Duration) {
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+        .arg("serve")
+        .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
+        .arg(dir)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn crosstalk");
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            return (status, err, started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(45) {
+            let _ = child.kill();
+            panic!("crosstalk {args:?} did not stop by itself");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A node on `server` with `args` (credentials, TLS) answers a post.
+async fn posts_through(server: &Single, args: &[&str]) {
+    let url = server.url();
+    let mut all = vec!["--store", url.as_str()];
+    all.extend_from_slice(args);
+    let node = Server::start_with(&all);
+    let c = client();
+    let m = post(&c, &node, "guarded", msg("a", "through")).await;
+    assert_eq!(m["body"], "through");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_signs_in_to_nats_and_stops_at_once_when_refused() {
+    let _one = ONE_CLUSTER.lock().await;
+    let users = Single::start("authorization { user: relay, password: \"s3cret pass\" }");
+    let url = users.url();
+    for args in [
+        vec!["--store", &url],
+        vec!["--store", &url, "--nats-user", "relay", "--nats-password", "wrong"],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (status, err, took) = refused_start(dir.path(), &args);
+        assert!(!status.success(), "{args:?} started");
+        assert!(
+            err.contains("NATS refused the connection: authorization violation"),
+            "{args:?}: {err}"
+        );
+        assert!(took < Duration::from_secs(10), "{args:?}: refused only after {took:?}");
+    }
+    posts_through(&users, &["--nats-user", "relay", "--nats-password", "s3cret pass"]).await;
+
+    let token = Single::start("authorization { token: \"t0ken\" }");
+    let dir = tempfile::tempdir().unwrap();
+    let (status, err, _) = refused_start(dir.path(), &["--store", &token.url(), "--nats-token", "nope"]);
+    assert!(!status.success() && err.contains("authorization violation"), "{err}");
+    posts_through(&token, &["--nats-token", "t0ken"]).await;
+}
+
+/// `openssl` with `args` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reaches_nats_over_tls_with_its_ca_and_client_certificate() {
+    let _one = ONE_CLUSTER.lock().await;
+    // A test CA, a server certificate for 127.0.0.1 and a client certificate, all from it.
+    let pki = tempfile::tempdir().unwrap();
+    let p = pki.path();
+    let day = ["-days", "1"];
+    openssl(
+        p,
+        &[
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-subj",
+                "/CN=crosstalk test CA",
+            ][..],
+            &day,
+        ]
+        .concat(),
+    );
+    for (name, ext) in [
+        (
+            "server",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        ),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ] {
+        std::fs::write(
+            p.join(format!("{name}.ext")),
+            format!("basicConstraints=CA:FALSE\n{ext}"),
+        )
+        .unwrap();
+        let (key, csr, pem, extfile) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+            format!("{name}.ext"),
+        );
+        openssl(
+            p,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        openssl(
+            p,
+            &[
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.pem",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-out",
+                    &pem,
+                    "-extfile",
+                    &extfile,
+                ][..],
+                &day,
+            ]
+            .concat(),
+        );
+    }
+    let file = |n: &str| p.join(n).display().to_string();
+    let server = Single::start(&format!(
+        "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n  ca_file: \"{}\"\n  verify: true\n}}",
+        file("server.pem"),
+        file("server.key"),
+        file("ca.pem")
+    ));
+    let url = server.url();
+    let ca = file("ca.pem");
+    let cert = format!("{},{}", file("client.pem"), file("client.key"));
+
+    // Without the CA the server's certificate is not trusted: refused at once.
+    let dir = tempfile::tempdir().unwrap();
+    let (status, err, took) = refused_start(dir.path(), &["--store", &url, "--nats-tls-required"]);
+    assert!(
+        !status.success() && err.contains("NATS refused the connection"),
+        "{err}"
+    );
+    assert!(err.contains("certificate"), "{err}");
+    assert!(took < Duration::from_secs(10), "refused only after {took:?}");
+    // With the CA but no client certificate, a server that verifies clients refuses it.
+    let dir = tempfile::tempdir().unwrap();
+    let (status, err, took) = refused_start(dir.path(), &["--store", &url, "--nats-tls-ca", &ca]);
+    assert!(
+        !status.success() && err.contains("NATS refused the connection"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(10), "refused only after {took:?}");
+    // With both, the node works.
+    posts_through(
+        &server,
+        &["--nats-tls-ca", &ca, "--nats-tls-cert", &cert, "--nats-tls-required"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relays_own_store_and_a_nodes_copy_are_never_mixed() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Single::start("");
+    let c = client();
+    // A relay's own (sled) data directory, with a channel in it.
+    let mut own = Server::start();
+    post(&c, &own, "mine", msg("a", "kept")).await;
+    own.terminate();
+    let own_dir = own.take_dir().unwrap();
+    let (status, err, _) = refused_start(own_dir.path(), &["--store", &nats.url()]);
+    assert!(
+        !status.success() && err.contains("holds a relay's own channels"),
+        "{err}"
+    );
+    // A node's copy of the stream.
+    let mut n = Server::start_with(&["--store", &nats.url()]);
+    post(&c, &n, "shared", msg("a", "in the log")).await;
+    n.terminate();
+    let node_dir = n.take_dir().unwrap();
+    let (status, err, _) = refused_start(node_dir.path(), &[]);
+    assert!(
+        !status.success() && err.contains("a cluster node's copy of the NATS stream CROSSTALK"),
+        "{err}"
+    );
+    let (status, err, _) = refused_start(node_dir.path(), &["--store", &nats.url(), "--nats-stream", "OTHER"]);
+    assert!(!status.success() && err.contains("not OTHER"), "{err}");
+    // Neither was touched: each still starts as what it is, with its message.
+    let own = Server::start_in(own_dir.path(), &[]);
+    assert_eq!(messages(&c, &own, "mine", 0).await.len(), 1);
+    drop(own);
+    let n = Server::start_in(node_dir.path(), &["--store", &nats.url()]);
+    assert_eq!(messages(&c, &n, "shared", 0).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_disk_fills_stops_and_catches_up_from_the_log() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Single::start("");
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let c = client();
+    let mut acknowledged = Vec::new();
+    {
+        let mut n = Server::start_file_limited(dir.path(), 2 * 1024 * 1024, &["--store", &url]);
+        let target = n.url("/api/channels/full/messages");
+        for i in 0..400 {
+            let body = format!("{i:04} {}", "x".repeat(2048));
+            let Ok(r) = c.post(&target).json(&json!({"sender": "w", "body": body})).send().await else {
+                break;
+            };
+            if r.status() == 200 {
+                acknowledged.push(body);
+            }
+        }
+        // Its copy can no longer follow the log: the node stops rather than leave a hole.
+        let deadline = Instant::now() + T;
+        let status = loop {
+            if let Some(s) = n.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the node kept running with a store that refuses writes"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(status.code(), Some(75), "{}", n.stderr());
+    }
+    assert!(!acknowledged.is_empty());
+    // Restarted without the limit, it folds the rest of the log: every acknowledged post.
+    let n = Server::start_in(dir.path(), &["--store", &url]);
+    let got = until_count(&c, &n, "full", acknowledged.len()).await;
+    let bodies: std::collections::HashSet<&str> = got.iter().map(|m| m["body"].as_str().unwrap()).collect();
+    for b in &acknowledged {
+        assert!(bodies.contains(b.as_str()), "acknowledged post {} missing", &b[..4]);
+    }
+    assert_eq!(bodies.len(), got.len(), "a post is there twice");
 }

@@ -108,6 +108,22 @@ pub struct NatsLog {
     shared: SharedBuckets,
     registrations: Registrations,
     cursors: SharedCursors,
+    link: Link,
+}
+
+/// What the client last saw of its connection: the last failed attempt's reason, cleared
+/// once connected, for `/healthz` to say why NATS is down.
+#[derive(Clone, Default)]
+struct Link(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+
+impl Link {
+    fn set(&self, why: Option<String>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = why;
+    }
+
+    fn last_error(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 impl std::fmt::Debug for NatsLog {
@@ -193,6 +209,36 @@ async fn has_leader(js: &jetstream::Context, name: &str) -> Result<(), String> {
     }
 }
 
+/// Creates (or opens) the KV bucket `<stream>_<suffix>` and waits until it has a leader:
+/// on a new cluster a created bucket answers "no stream found" until its replicas elect one.
+async fn bucket(
+    js: &jetstream::Context,
+    stream: &str,
+    suffix: &str,
+    replicas: usize,
+    deadline: tokio::time::Instant,
+) -> Result<kv::Store, RelayError> {
+    let config = kv::Config {
+        bucket: format!("{stream}_{suffix}"),
+        history: 1,
+        num_replicas: replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    let what = format!("creating the {} bucket", config.bucket);
+    let store = until_ready(
+        &what,
+        deadline,
+        || js.create_or_update_key_value(config.clone()),
+        |_| false,
+    )
+    .await?;
+    let what = format!("waiting for the {} bucket's leader", config.bucket);
+    let name = format!("KV_{}", config.bucket);
+    until_ready(&what, deadline, || has_leader(js, &name), |_| false).await?;
+    Ok(store)
+}
+
 /// A stream creation error that retrying cannot mend.
 fn permanent(e: &jetstream::context::CreateStreamError) -> bool {
     use jetstream::context::CreateStreamErrorKind as K;
@@ -211,39 +257,96 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> RelayError {
     RelayError::StoreUnavailable(format!("NATS: {what}: {e}"))
 }
 
+/// The client's settings from `config`; its connection events go to `link`. Once connected,
+/// the client reconnects by itself, for as long as the relay runs.
+async fn connect_options(config: &NatsConfig, link: &Link) -> Result<async_nats::ConnectOptions, RelayError> {
+    let mut options = async_nats::ConnectOptions::new()
+        .name("crosstalk")
+        .connection_timeout(Duration::from_secs(2));
+    if let Some(path) = &config.creds {
+        options = options
+            .credentials_file(path)
+            .await
+            .map_err(|e| unavailable("reading the credentials file", e))?;
+    }
+    if let Some((user, password)) = &config.user {
+        options = options.user_and_password(user.clone(), password.clone());
+    }
+    if let Some(token) = &config.token {
+        options = options.token(token.clone());
+    }
+    if let Some(ca) = &config.tls_ca {
+        options = options.add_root_certificates(ca.clone());
+    }
+    if let Some((cert, key)) = &config.tls_cert {
+        options = options.add_client_certificate(cert.clone(), key.clone());
+    }
+    if config.tls_required {
+        options = options.require_tls(true);
+    }
+    let link = link.clone();
+    Ok(options.event_callback(move |event| {
+        let link = link.clone();
+        async move {
+            match event {
+                async_nats::Event::Connected => link.set(None),
+                async_nats::Event::ClientError(async_nats::ClientError::Other(why)) => link.set(Some(why)),
+                async_nats::Event::ServerError(async_nats::ServerError::AuthorizationViolation) => {
+                    link.set(Some("authorization violation".into()))
+                }
+                _ => {}
+            }
+        }
+    }))
+}
+
+/// A failed first connection that retrying will not mend: the server refused the
+/// credentials, or TLS failed (a certificate not trusted or not presented; rustls' reason
+/// arrives inside an IO error).
+fn refused(e: &async_nats::ConnectError) -> bool {
+    use async_nats::ConnectErrorKind as K;
+    match e.kind() {
+        K::AuthorizationViolation | K::Authentication | K::Tls => true,
+        K::Io => {
+            let why = e.to_string().to_ascii_lowercase();
+            ["certificate", "tls", "handshake", "alert"]
+                .iter()
+                .any(|w| why.contains(w))
+        }
+        _ => false,
+    }
+}
+
 impl NatsLog {
     /// Connects (retrying in the background while no server answers) and makes sure the
     /// stream exists with the configured replicas.
     pub async fn connect(config: &NatsConfig) -> Result<NatsLog, RelayError> {
-        let mut options = async_nats::ConnectOptions::new()
-            .name("crosstalk")
-            .retry_on_initial_connect()
-            .connection_timeout(Duration::from_secs(2));
-        if let Some(path) = &config.creds {
-            options = options
-                .credentials_file(path)
-                .await
-                .map_err(|e| unavailable("reading the credentials file", e))?;
-        }
-        if let Some((user, password)) = &config.user {
-            options = options.user_and_password(user.clone(), password.clone());
-        }
-        if let Some(token) = &config.token {
-            options = options.token(token.clone());
-        }
-        if let Some(ca) = &config.tls_ca {
-            options = options.add_root_certificates(ca.clone());
-        }
-        if let Some((cert, key)) = &config.tls_cert {
-            options = options.add_client_certificate(cert.clone(), key.clone());
-        }
-        if config.tls_required {
-            options = options.require_tls(true);
-        }
-        let client = options
-            .connect(config.urls.clone())
-            .await
-            .map_err(|e| unavailable("connecting", e))?;
+        let link = Link::default();
+        // Servers may start after the relay: until one answers, start-up tries again, but
+        // refused credentials or a failed TLS handshake end it at once, with the reason.
+        let deadline = tokio::time::Instant::now() + STREAM_READY_TIMEOUT;
+        let client = loop {
+            match connect_options(config, &link).await?.connect(config.urls.clone()).await {
+                Ok(client) => break client,
+                Err(e) if refused(&e) => {
+                    return Err(RelayError::StoreUnavailable(format!(
+                        "NATS refused the connection: {e} (check --nats-creds, --nats-user/--nats-password, \
+                         --nats-token and the --nats-tls-* settings)"
+                    )))
+                }
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    return Err(RelayError::StoreUnavailable(format!(
+                        "NATS: no server of {} answered within {}s: {e}",
+                        config.urls.join(","),
+                        STREAM_READY_TIMEOUT.as_secs()
+                    )))
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "waiting for a NATS server");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+        };
         let js = jetstream::new(client.clone());
         let prefix = subject_prefix(&config.stream);
         let wanted = stream::Config {
@@ -257,7 +360,6 @@ impl NatsLog {
         };
         // A new cluster answers "no suitable peers" or times out until it has a leader; a
         // stream that clashes with another stays refused.
-        let deadline = tokio::time::Instant::now() + STREAM_READY_TIMEOUT;
         until_ready(
             "creating the stream",
             deadline,
@@ -265,45 +367,25 @@ impl NatsLog {
             permanent,
         )
         .await?;
+        until_ready(
+            "waiting for the stream's leader",
+            deadline,
+            || has_leader(&js, &config.stream),
+            |_| false,
+        )
+        .await?;
         let replicas = config.replicas.max(1);
-        let shared = until_ready(
-            "creating the shared data buckets",
-            deadline,
-            || SharedBuckets::open(&js, &config.stream, replicas),
-            |_| false,
-        )
-        .await?;
-        let registrations = until_ready(
-            "creating the instances bucket",
-            deadline,
-            || Registrations::open(&js, &config.stream, replicas),
-            |_| false,
-        )
-        .await?;
-        let cursors = until_ready(
-            "creating the cursors bucket",
-            deadline,
-            || SharedCursors::open(&js, &config.stream, replicas),
-            |_| false,
-        )
-        .await?;
-        // Created is not yet usable: on a new cluster a stream answers "no stream found"
-        // until its replicas have elected a leader.
-        for name in [
-            config.stream.clone(),
-            format!("KV_{}_DATA", config.stream),
-            format!("KV_{}_DATA_VERSIONS", config.stream),
-            format!("KV_{}_INSTANCES", config.stream),
-            format!("KV_{}_CURSORS", config.stream),
-        ] {
-            until_ready(
-                "waiting for a stream's leader",
-                deadline,
-                || has_leader(&js, &name),
-                |_| false,
-            )
-            .await?;
-        }
+        let open = |suffix| bucket(&js, &config.stream, suffix, replicas, deadline);
+        let shared = SharedBuckets {
+            current: open("DATA").await?,
+            versions: open("DATA_VERSIONS").await?,
+        };
+        let registrations = Registrations {
+            bucket: open("INSTANCES").await?,
+        };
+        let cursors = SharedCursors {
+            bucket: open("CURSORS").await?,
+        };
         Ok(NatsLog {
             client,
             js,
@@ -312,6 +394,7 @@ impl NatsLog {
             shared,
             registrations,
             cursors,
+            link,
         })
     }
 
@@ -334,7 +417,10 @@ impl NatsLog {
     pub fn health(&self) -> Result<(), String> {
         match self.client.connection_state() {
             async_nats::connection::State::Connected => Ok(()),
-            state => Err(format!("NATS is unreachable ({state:?}); reconnecting")),
+            state => Err(match self.link.last_error() {
+                Some(why) => format!("NATS is unreachable ({state:?}; last attempt: {why}); reconnecting"),
+                None => format!("NATS is unreachable ({state:?}); reconnecting"),
+            }),
         }
     }
 
@@ -458,25 +544,6 @@ fn decode_shared(bytes: &[u8], what: &str) -> Result<SharedData, RelayError> {
 }
 
 impl SharedBuckets {
-    async fn open(js: &jetstream::Context, stream: &str, replicas: usize) -> Result<SharedBuckets, RelayError> {
-        let bucket = |suffix: &str| kv::Config {
-            bucket: format!("{stream}_{suffix}"),
-            history: 1,
-            num_replicas: replicas,
-            storage: stream::StorageType::File,
-            ..Default::default()
-        };
-        let current = js
-            .create_or_update_key_value(bucket("DATA"))
-            .await
-            .map_err(|e| unavailable("creating the shared data bucket", e))?;
-        let versions = js
-            .create_or_update_key_value(bucket("DATA_VERSIONS"))
-            .await
-            .map_err(|e| unavailable("creating the shared data versions bucket", e))?;
-        Ok(SharedBuckets { current, versions })
-    }
-
     /// The current version of `key` and its revision in the bucket.
     async fn current(&self, key: &str) -> Result<Option<(SharedData, u64)>, RelayError> {
         let entry = self
@@ -601,20 +668,6 @@ pub struct Registrations {
 }
 
 impl Registrations {
-    async fn open(js: &jetstream::Context, stream: &str, replicas: usize) -> Result<Registrations, RelayError> {
-        let bucket = js
-            .create_or_update_key_value(kv::Config {
-                bucket: format!("{stream}_INSTANCES"),
-                history: 1,
-                num_replicas: replicas,
-                storage: stream::StorageType::File,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| unavailable("creating the instances bucket", e))?;
-        Ok(Registrations { bucket })
-    }
-
     async fn entry(&self, id: &str) -> Result<Option<(Registration, u64)>, RelayError> {
         let entry = self
             .bucket
@@ -725,20 +778,6 @@ fn from_hex(hex: &str) -> Option<String> {
 }
 
 impl SharedCursors {
-    async fn open(js: &jetstream::Context, stream: &str, replicas: usize) -> Result<SharedCursors, RelayError> {
-        let bucket = js
-            .create_or_update_key_value(kv::Config {
-                bucket: format!("{stream}_CURSORS"),
-                history: 1,
-                num_replicas: replicas,
-                storage: stream::StorageType::File,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| unavailable("creating the cursors bucket", e))?;
-        Ok(SharedCursors { bucket })
-    }
-
     /// Moves `who`'s cursor on `channel` to `id` unless it is already there or beyond.
     pub async fn advance(&self, who: &str, channel: &ChannelName, id: u64) -> Result<(), RelayError> {
         let key = cursor_kv_key(who, channel);

@@ -92,8 +92,8 @@ impl Server {
 
     /// Starts a relay whose files may grow to at most `bytes` each (`ulimit -f`), as a full
     /// disk would stop them.
-    pub fn start_file_limited(dir: &Path, bytes: u64) -> Server {
-        Self::spawn(dir, &[], Some(bytes))
+    pub fn start_file_limited(dir: &Path, bytes: u64, args: &[&str]) -> Server {
+        Self::spawn(dir, args, Some(bytes))
     }
 
     fn spawn(dir: &Path, args: &[&str], file_limit: Option<u64>) -> Server {
@@ -265,6 +265,32 @@ pub async fn get_json(c: &reqwest::Client, url: &str) -> (u16, Value) {
     let r = c.get(url).send().await.expect("get");
     let status = r.status().as_u16();
     let text = r.text().await.expect("body");
+    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    (status, v)
+}
+
+/// Any request, with an optional JSON body and an optional identity session token
+/// (`X-Crosstalk-Session`); answers the status and the JSON body (`null` when empty).
+pub async fn request(
+    c: &reqwest::Client,
+    method: &str,
+    url: &str,
+    body: Option<Value>,
+    session: Option<&str>,
+) -> (u16, Value) {
+    let mut req = c.request(method.parse().expect("method"), url);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    if let Some(s) = session {
+        req = req.header("X-Crosstalk-Session", s);
+    }
+    let r = req.send().await.expect("request");
+    let status = r.status().as_u16();
+    let text = r.text().await.expect("body");
+    if text.is_empty() {
+        return (status, Value::Null);
+    }
     let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
     (status, v)
 }

@@ -11,6 +11,7 @@ use crate::channel::Apply;
 use crate::nats::{LogEvent, NatsLog};
 use futures_util::StreamExt;
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Duration;
 
 /// Backoff between attempts to follow the log after it failed.
@@ -81,25 +82,13 @@ pub(super) async fn share_identities(relay: Relay, log: NatsLog) {
     let mirror = {
         let (relay, log, identities) = (relay.clone(), log.clone(), identities.clone());
         async move {
-            let mut backoff = RETRY_FIRST;
-            while !relay.inner.shutdown.is_cancelled() {
-                match log.registrations().watch().await {
-                    Ok(mut changes) => {
-                        backoff = RETRY_FIRST;
-                        // Ends on shutdown while the runtime still runs: the watch's
-                        // subscription unsubscribes on a task of its own when dropped.
-                        while let Some(r) = tokio::select! {
-                            r = changes.next() => r,
-                            _ = relay.inner.shutdown.cancelled() => return,
-                        } {
-                            identities.merge(r.instance, r.session, r.seen);
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "cannot watch the cluster's registrations yet; retrying"),
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(RETRY_MAX);
-            }
+            follow(
+                &relay,
+                "registrations",
+                || log.registrations().watch(),
+                |r| identities.merge(r.instance, r.session, r.seen),
+            )
+            .await
         }
     };
     actix::spawn(mirror);
@@ -122,19 +111,37 @@ pub(super) async fn share_identities(relay: Relay, log: NatsLog) {
 /// Mirrors the cluster's read cursors into this node's registry (moves on other nodes, and
 /// removals), so the inbox and "read by…" are the cluster's.
 pub(super) async fn share_cursors(relay: Relay, log: NatsLog) {
+    follow(
+        &relay,
+        "cursors",
+        || log.cursors().watch(),
+        |change| relay.inner.registry.do_send(crate::registry::MergeCursor(change)),
+    )
+    .await
+}
+
+/// Follows one of the cluster's buckets from its history on, handing each change to `apply`,
+/// and watches it again (backing off) whenever the watch fails or ends, until shutdown. Ends
+/// on shutdown while the runtime still runs: a watch's subscription unsubscribes on a task of
+/// its own when dropped.
+async fn follow<S, F, T>(relay: &Relay, what: &str, mut watch: impl FnMut() -> F, mut apply: impl FnMut(T))
+where
+    F: Future<Output = Result<S, crate::RelayError>>,
+    S: futures_util::Stream<Item = T> + Unpin,
+{
     let mut backoff = RETRY_FIRST;
     while !relay.inner.shutdown.is_cancelled() {
-        match log.cursors().watch().await {
+        match watch().await {
             Ok(mut changes) => {
                 backoff = RETRY_FIRST;
                 while let Some(change) = tokio::select! {
                     c = changes.next() => c,
                     _ = relay.inner.shutdown.cancelled() => return,
                 } {
-                    relay.inner.registry.do_send(crate::registry::MergeCursor(change));
+                    apply(change);
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "cannot watch the cluster's cursors yet; retrying"),
+            Err(e) => tracing::warn!(error = %e, "cannot watch the cluster's {what} yet; retrying"),
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(RETRY_MAX);
