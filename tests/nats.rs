@@ -963,3 +963,92 @@ async fn a_node_whose_disk_fills_stops_and_catches_up_from_the_log() {
     }
     assert_eq!(bodies.len(), got.len(), "a post is there twice");
 }
+
+/// The presence event after `reader`'s next ones, skipping messages; `None` if none comes.
+async fn next_presence(reader: &mut SseReader) -> Option<Value> {
+    let deadline = Instant::now() + T;
+    while Instant::now() < deadline {
+        let e = reader.next(T).await?;
+        if e.event == "presence" {
+            return serde_json::from_str(&e.data).ok();
+        }
+    }
+    None
+}
+
+async fn present(c: &reqwest::Client, node: &Server, channel: &str) -> Vec<String> {
+    let (status, p) = get_json(c, &node.url(&format!("/api/channels/{channel}/presence"))).await;
+    assert_eq!(status, 200, "{p}");
+    p.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["participant_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn who_is_on_a_channel_is_the_clusters() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Single::start("");
+    let args = ["--store", &nats.url(), "--presence-ttl-secs", "3"];
+    let (mut a, b) = (Server::start_with(&args), Server::start_with(&args));
+    let c = client();
+    let mut watcher = SseReader::open(&c, &b.url("/api/channels/room/stream"), None).await;
+    assert_eq!(watcher.next(T).await.unwrap().event, "ready");
+
+    // A person streaming on A joins, for B's readers too, and leaves when the stream closes.
+    let url = a.url("/api/channels/room/stream?participant_id=carol&kind=human");
+    let carol = SseReader::open(&c, &url, None).await;
+    let joined = next_presence(&mut watcher).await.expect("B's reader told of carol");
+    assert_eq!(
+        (
+            joined["event"].as_str(),
+            joined["participant"]["participant_id"].as_str()
+        ),
+        (Some("joined"), Some("carol"))
+    );
+    assert_eq!(joined["participant"]["kind"], "human");
+    assert_eq!(present(&c, &b, "room").await, ["carol"]);
+    drop(carol);
+    let left = next_presence(&mut watcher).await.expect("B's reader told carol left");
+    assert_eq!(
+        (left["event"].as_str(), left["participant_id"].as_str()),
+        (Some("left"), Some("carol"))
+    );
+    assert!(present(&c, &b, "room").await.is_empty());
+
+    // One participant heard on both nodes is listed once.
+    post(&c, &a, "room", msg("erin", "from A")).await;
+    post(&c, &b, "room", msg("erin", "from B")).await;
+    let deadline = Instant::now() + T;
+    while present(&c, &a, "room").await != ["erin"] {
+        assert!(
+            Instant::now() < deadline,
+            "A never listed erin once: {:?}",
+            present(&c, &a, "room").await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(present(&c, &b, "room").await, ["erin"]);
+
+    // A poster on a node that dies is dropped by the others within the TTL.
+    post(&c, &a, "room", msg("dave", "then A dies")).await;
+    let deadline = Instant::now() + T;
+    while !present(&c, &b, "room").await.contains(&"dave".to_owned()) {
+        assert!(Instant::now() < deadline, "B never listed dave");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.kill();
+    let killed = Instant::now();
+    loop {
+        let on_b = present(&c, &b, "room").await;
+        if !on_b.contains(&"dave".to_owned()) {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(8),
+            "dave still listed on B: {on_b:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

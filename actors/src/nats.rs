@@ -109,6 +109,9 @@ pub struct NatsLog {
     registrations: Registrations,
     cursors: SharedCursors,
     link: Link,
+    replicas: usize,
+    /// This node, among the cluster's (a random id for the process's lifetime).
+    node: String,
 }
 
 /// What the client last saw of its connection: the last failed attempt's reason, cleared
@@ -209,13 +212,15 @@ async fn has_leader(js: &jetstream::Context, name: &str) -> Result<(), String> {
     }
 }
 
-/// Creates (or opens) the KV bucket `<stream>_<suffix>` and waits until it has a leader:
+/// Creates (or opens) the KV bucket `<stream>_<suffix>`, whose entries expire after
+/// `max_age` (`ZERO`: never), and waits until it has a leader:
 /// on a new cluster a created bucket answers "no stream found" until its replicas elect one.
 async fn bucket(
     js: &jetstream::Context,
     stream: &str,
     suffix: &str,
     replicas: usize,
+    max_age: Duration,
     deadline: tokio::time::Instant,
 ) -> Result<kv::Store, RelayError> {
     let config = kv::Config {
@@ -223,6 +228,7 @@ async fn bucket(
         history: 1,
         num_replicas: replicas,
         storage: stream::StorageType::File,
+        max_age,
         ..Default::default()
     };
     let what = format!("creating the {} bucket", config.bucket);
@@ -375,7 +381,7 @@ impl NatsLog {
         )
         .await?;
         let replicas = config.replicas.max(1);
-        let open = |suffix| bucket(&js, &config.stream, suffix, replicas, deadline);
+        let open = |suffix| bucket(&js, &config.stream, suffix, replicas, Duration::ZERO, deadline);
         let shared = SharedBuckets {
             current: open("DATA").await?,
             versions: open("DATA_VERSIONS").await?,
@@ -395,6 +401,19 @@ impl NatsLog {
             registrations,
             cursors,
             link,
+            replicas,
+            node: uuid::Uuid::new_v4().simple().to_string(),
+        })
+    }
+
+    /// The cluster's per-channel presence (`<STREAM>_PRESENCE`), whose entries expire after
+    /// `ttl` unless their node refreshes them; created if missing.
+    pub async fn presence(&self, ttl: Duration) -> Result<SharedPresence, RelayError> {
+        let deadline = tokio::time::Instant::now() + STREAM_READY_TIMEOUT;
+        let bucket = bucket(&self.js, &self.stream, "PRESENCE", self.replicas, ttl, deadline).await?;
+        Ok(SharedPresence {
+            bucket,
+            node: self.node.clone(),
         })
     }
 
@@ -840,6 +859,101 @@ fn cursor_change(e: Result<kv::Entry, kv::WatcherError>) -> Option<CursorChange>
         _ => None,
     };
     Some(CursorChange { who, channel, id })
+}
+
+/// Who is on which channel across a relay cluster, in a JetStream key-value bucket
+/// (`<STREAM>_PRESENCE`, key `<channel>.<participant>.<node>`, entries expiring after the
+/// presence TTL). Each node publishes the participants it hears from, refreshing them while
+/// they stay, and deletes them when they leave; every node mirrors the others' into its
+/// presence supervisor.
+#[derive(Clone)]
+pub struct SharedPresence {
+    bucket: kv::Store,
+    node: String,
+}
+
+/// One participant on one channel as a node last published it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PresenceRecord {
+    pub channel: String,
+    pub participant: crate::presence::Participant,
+    /// When that node last heard from it, µs since the epoch.
+    pub seen: i64,
+}
+
+/// A change in the cluster's presence, as the bucket shows it.
+#[derive(Debug, Clone)]
+pub enum PresenceChange {
+    /// A participant heard from on `node`.
+    Here { node: String, record: PresenceRecord },
+    /// A participant that left, or whose node stopped refreshing it.
+    Gone {
+        node: String,
+        channel: ChannelName,
+        participant_id: String,
+    },
+}
+
+impl SharedPresence {
+    /// This node's id in the keys.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    fn key(&self, channel: &str, participant_id: &str) -> String {
+        format!("{}.{}.{}", kv_key(channel), kv_key(participant_id), self.node)
+    }
+
+    /// Publishes a participant heard from on this node.
+    pub async fn here(&self, record: &PresenceRecord) -> Result<(), RelayError> {
+        let key = self.key(&record.channel, &record.participant.participant_id);
+        self.bucket
+            .put(key, Bytes::from(codec::encode(record)))
+            .await
+            .map(|_| ())
+            .map_err(|e| unavailable("publishing presence", e))
+    }
+
+    /// Withdraws a participant that left this node's channel.
+    pub async fn gone(&self, channel: &ChannelName, participant_id: &str) -> Result<(), RelayError> {
+        self.bucket
+            .delete(self.key(channel.as_str(), participant_id))
+            .await
+            .map_err(|e| unavailable("withdrawing presence", e))
+    }
+
+    /// Every live entry, then each change as it happens.
+    pub async fn watch(&self) -> Result<impl futures_util::Stream<Item = PresenceChange> + Unpin, RelayError> {
+        let watch = self
+            .bucket
+            .watch_with_history(">")
+            .await
+            .map_err(|e| unavailable("watching the presence bucket", e))?;
+        Ok(watch.filter_map(|e| std::future::ready(presence_change(e))))
+    }
+}
+
+fn presence_change(e: Result<kv::Entry, kv::WatcherError>) -> Option<PresenceChange> {
+    let e = match e {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %e, "watching presence");
+            return None;
+        }
+    };
+    let mut parts = e.key.splitn(3, '.');
+    let (channel, participant_id, node) = (parts.next()?, parts.next()?, parts.next()?.to_owned());
+    match e.operation {
+        kv::Operation::Put => Some(PresenceChange::Here {
+            node,
+            record: codec::decode(&e.value).ok()?,
+        }),
+        _ => Some(PresenceChange::Gone {
+            node,
+            channel: ChannelName::parse(&from_hex(channel)?).ok()?,
+            participant_id: from_hex(participant_id)?,
+        }),
+    }
 }
 
 /// One stream message as an event of the log; `None` (logged) for one that is not.

@@ -1,13 +1,19 @@
 //! The presence supervisor: who is on which channel. Every call from a participant is a
 //! heartbeat; a participant not heard from within the TTL is dropped. Arrivals and departures
 //! are broadcast per channel, for the streams to show.
+//!
+//! On a cluster node ([`crate::nats`]) it also publishes the participants heard on this node
+//! (on arrival, when who they are changes, and every quarter TTL while they stay) and mirrors
+//! the other nodes' ([`MergePresence`]): a channel's presence is the cluster's, a participant
+//! is listed once (as last heard on any node), and leaves when no node has it any more.
 
+use crate::nats::{PresenceChange, PresenceRecord};
 use actix::prelude::*;
 use crosstalk_schema::{ChannelName, Timestamp};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 /// Presence changes buffered per channel for slow streams; a stream that falls further
 /// behind skips changes (presence is a snapshot away, `ListPresence`).
@@ -18,7 +24,7 @@ const MAX_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// One participant on one channel, as `GET /api/channels/{channel}/presence` shows it:
 /// crosstalk-mcp's fields (`id`, `display_name`, `kind`, `side`, `last_seen` in epoch
 /// seconds) and crosstalk's (`participant_id`, `activity`, `last_seen_at`).
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Participant {
     pub id: String,
     pub participant_id: String,
@@ -49,7 +55,30 @@ struct Entry {
     participant: Participant,
     seen: Instant,
     at: Timestamp,
+    /// When this node last published it to the cluster (local entries on a cluster node).
+    published: Option<Instant>,
 }
+
+/// What a cluster node tells the others about its own participants.
+#[derive(Debug)]
+pub enum Outgoing {
+    Here(PresenceRecord),
+    Gone(ChannelName, String),
+}
+
+/// Publish this node's presence to `tx` and mirror the other nodes' (`node` is this node's
+/// id in the shared bucket, whose own entries are skipped when they come back).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Share {
+    pub tx: mpsc::UnboundedSender<Outgoing>,
+    pub node: String,
+}
+
+/// A change in the cluster's presence, from the shared bucket.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct MergePresence(pub PresenceChange);
 
 /// A participant was heard from on a channel.
 #[derive(Message)]
@@ -83,7 +112,11 @@ pub struct WatchPresence(pub ChannelName);
 
 pub struct PresenceSupervisor {
     ttl: Duration,
+    /// Participants heard on this node.
     channels: HashMap<ChannelName, HashMap<String, Entry>>,
+    /// On a cluster node, participants heard on the others: by channel, participant, node.
+    remote: HashMap<ChannelName, HashMap<String, HashMap<String, Entry>>>,
+    share: Option<Share>,
     events: HashMap<ChannelName, broadcast::Sender<PresenceEvent>>,
 }
 
@@ -92,7 +125,67 @@ impl PresenceSupervisor {
         PresenceSupervisor {
             ttl,
             channels: HashMap::new(),
+            remote: HashMap::new(),
+            share: None,
             events: HashMap::new(),
+        }
+    }
+
+    /// Whether another node has `participant_id` on `channel`.
+    fn elsewhere(&self, channel: &ChannelName, participant_id: &str) -> bool {
+        self.remote
+            .get(channel)
+            .and_then(|m| m.get(participant_id))
+            .is_some_and(|nodes| !nodes.is_empty())
+    }
+
+    /// Whether this node has `participant_id` on `channel`.
+    fn here(&self, channel: &ChannelName, participant_id: &str) -> bool {
+        self.channels
+            .get(channel)
+            .is_some_and(|m| m.contains_key(participant_id))
+    }
+
+    /// Tells the cluster about a participant of this node (a no-op on a relay of its own).
+    fn publish(&mut self, channel: &ChannelName, participant_id: &str) {
+        let Some(share) = &self.share else { return };
+        let Some(e) = self.channels.get_mut(channel).and_then(|m| m.get_mut(participant_id)) else {
+            return;
+        };
+        e.published = Some(Instant::now());
+        let record = PresenceRecord {
+            channel: channel.to_string(),
+            participant: e.participant.clone(),
+            seen: e.at.0,
+        };
+        let _ = share.tx.send(Outgoing::Here(record));
+    }
+
+    /// Tells the cluster a participant left this node's channel.
+    fn withdraw(&self, channel: &ChannelName, participant_id: &str) {
+        if let Some(share) = &self.share {
+            let _ = share
+                .tx
+                .send(Outgoing::Gone(channel.clone(), participant_id.to_owned()));
+        }
+    }
+
+    /// Refreshes, in the cluster, this node's participants heard from since last published.
+    fn refresh(&mut self) {
+        if self.share.is_none() {
+            return;
+        }
+        let due: Vec<(ChannelName, String)> = self
+            .channels
+            .iter()
+            .flat_map(|(c, m)| {
+                m.iter()
+                    .filter(|(_, e)| e.published.is_none_or(|p| e.seen > p))
+                    .map(move |(id, _)| (c.clone(), id.clone()))
+            })
+            .collect();
+        for (channel, id) in due {
+            self.publish(&channel, &id);
         }
     }
 
@@ -117,7 +210,27 @@ impl PresenceSupervisor {
             });
         }
         self.channels.retain(|_, m| !m.is_empty());
+        for (channel, participant_id) in &gone {
+            self.withdraw(channel, participant_id);
+        }
+        for (channel, members) in &mut self.remote {
+            members.retain(|id, nodes| {
+                nodes.retain(|_, e| e.seen.elapsed() < ttl);
+                if nodes.is_empty() {
+                    gone.push((channel.clone(), id.clone()));
+                }
+                !nodes.is_empty()
+            });
+        }
+        self.remote.retain(|_, m| !m.is_empty());
+        let mut told = std::collections::HashSet::new();
         for (channel, participant_id) in gone {
+            if !told.insert((channel.clone(), participant_id.clone())) {
+                continue;
+            }
+            if self.here(&channel, &participant_id) || self.elsewhere(&channel, &participant_id) {
+                continue;
+            }
             tracing::debug!(channel = %channel, participant = %participant_id, "presence expired");
             self.emit(
                 &channel,
@@ -136,7 +249,10 @@ impl Actor for PresenceSupervisor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(4096);
         let every = (self.ttl / 4).clamp(Duration::from_millis(100), MAX_SWEEP_INTERVAL);
-        ctx.run_interval(every, |act, _| act.sweep());
+        ctx.run_interval(every, |act, _| {
+            act.sweep();
+            act.refresh();
+        });
     }
 }
 
@@ -180,6 +296,7 @@ impl Handler<Heartbeat> for PresenceSupervisor {
                     let participant = e.participant.clone();
                     let channel = hb.channel.to_string();
                     self.emit(&hb.channel, PresenceEvent::Joined { channel, participant });
+                    self.publish(&hb.channel, &hb.participant_id);
                 }
             }
             None => {
@@ -194,15 +311,19 @@ impl Handler<Heartbeat> for PresenceSupervisor {
                     last_seen_at: now.to_rfc3339(),
                 };
                 members.insert(
-                    hb.participant_id,
+                    hb.participant_id.clone(),
                     Entry {
                         participant: participant.clone(),
                         seen: Instant::now(),
                         at: now,
+                        published: None,
                     },
                 );
-                let channel = hb.channel.to_string();
-                self.emit(&hb.channel, PresenceEvent::Joined { channel, participant });
+                if !self.elsewhere(&hb.channel, &hb.participant_id) {
+                    let channel = hb.channel.to_string();
+                    self.emit(&hb.channel, PresenceEvent::Joined { channel, participant });
+                }
+                self.publish(&hb.channel, &hb.participant_id);
             }
         }
     }
@@ -245,6 +366,9 @@ impl Handler<Leave> for PresenceSupervisor {
             .and_then(|m| m.remove(&leave.participant_id))
             .is_some();
         if removed {
+            self.withdraw(&leave.channel, &leave.participant_id);
+        }
+        if removed && !self.elsewhere(&leave.channel, &leave.participant_id) {
             self.emit(
                 &leave.channel,
                 PresenceEvent::Left {
@@ -261,22 +385,130 @@ impl Handler<ListPresence> for PresenceSupervisor {
 
     fn handle(&mut self, ListPresence(channel): ListPresence, _: &mut Context<Self>) -> Self::Result {
         let ttl = self.ttl;
-        let mut list: Vec<Participant> = self
-            .channels
+        let here = self.channels.get(&channel).into_iter().flat_map(|m| m.values());
+        let elsewhere = self
+            .remote
             .get(&channel)
-            .map(|m| {
-                m.values()
-                    .filter(|e| e.seen.elapsed() < ttl)
-                    .map(|e| Participant {
-                        last_seen: e.at.0 as f64 / 1e6,
-                        last_seen_at: e.at.to_rfc3339(),
-                        ..e.participant.clone()
-                    })
-                    .collect()
+            .into_iter()
+            .flat_map(|m| m.values().flat_map(|nodes| nodes.values()));
+        // A participant heard on several nodes is listed once, as it was last heard.
+        let mut latest: HashMap<&str, &Entry> = HashMap::new();
+        for e in here.chain(elsewhere).filter(|e| e.seen.elapsed() < ttl) {
+            let slot = latest.entry(e.participant.participant_id.as_str()).or_insert(e);
+            if e.at > slot.at {
+                *slot = e;
+            }
+        }
+        let mut list: Vec<Participant> = latest
+            .into_values()
+            .map(|e| Participant {
+                last_seen: e.at.0 as f64 / 1e6,
+                last_seen_at: e.at.to_rfc3339(),
+                ..e.participant.clone()
             })
-            .unwrap_or_default();
+            .collect();
         list.sort_by(|a, b| a.participant_id.cmp(&b.participant_id));
         MessageResult(list)
+    }
+}
+
+impl Handler<Share> for PresenceSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, share: Share, _: &mut Context<Self>) {
+        self.share = Some(share);
+        for m in self.channels.values_mut() {
+            for e in m.values_mut() {
+                e.published = None;
+            }
+        }
+        self.refresh();
+    }
+}
+
+impl Handler<MergePresence> for PresenceSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, MergePresence(change): MergePresence, _: &mut Context<Self>) {
+        let own = self.share.as_ref().map(|s| s.node.as_str());
+        match change {
+            PresenceChange::Here { node, record } => {
+                if Some(node.as_str()) == own {
+                    return;
+                }
+                let Ok(channel) = ChannelName::parse(&record.channel) else {
+                    return;
+                };
+                // Its age by the other node's clock: an entry from the bucket's history may be
+                // nearly expired already.
+                let age = Duration::from_micros((Timestamp::now().0 - record.seen).max(0) as u64);
+                if age >= self.ttl {
+                    return;
+                }
+                let id = record.participant.participant_id.clone();
+                let before = self.here(&channel, &id) || self.elsewhere(&channel, &id);
+                let nodes = self
+                    .remote
+                    .entry(channel.clone())
+                    .or_default()
+                    .entry(id.clone())
+                    .or_default();
+                let who = |p: &Participant| (p.display_name.clone(), p.kind.clone(), p.side.clone());
+                let changed = nodes
+                    .get(&node)
+                    .is_some_and(|e| who(&e.participant) != who(&record.participant));
+                let participant = record.participant.clone();
+                nodes.insert(
+                    node,
+                    Entry {
+                        participant: record.participant,
+                        seen: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
+                        at: Timestamp(record.seen),
+                        published: None,
+                    },
+                );
+                if !before || changed {
+                    let name = channel.to_string();
+                    self.emit(
+                        &channel,
+                        PresenceEvent::Joined {
+                            channel: name,
+                            participant,
+                        },
+                    );
+                }
+            }
+            PresenceChange::Gone {
+                node,
+                channel,
+                participant_id,
+            } => {
+                if Some(node.as_str()) == own {
+                    return;
+                }
+                let removed = self
+                    .remote
+                    .get_mut(&channel)
+                    .and_then(|m| m.get_mut(&participant_id))
+                    .and_then(|nodes| nodes.remove(&node))
+                    .is_some();
+                if let Some(m) = self.remote.get_mut(&channel) {
+                    m.retain(|_, nodes| !nodes.is_empty());
+                    if m.is_empty() {
+                        self.remote.remove(&channel);
+                    }
+                }
+                if removed && !self.here(&channel, &participant_id) && !self.elsewhere(&channel, &participant_id) {
+                    self.emit(
+                        &channel,
+                        PresenceEvent::Left {
+                            channel: channel.to_string(),
+                            participant_id,
+                        },
+                    );
+                }
+            }
+        }
     }
 }
 

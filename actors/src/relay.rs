@@ -210,6 +210,7 @@ impl Relay {
             relay.inner.cluster_tasks.lock().extend([
                 actix::spawn(projector::project(relay.clone(), log.clone())),
                 actix::spawn(projector::share_identities(relay.clone(), log.clone())),
+                actix::spawn(projector::share_presence(relay.clone(), log.clone())),
                 actix::spawn(projector::share_cursors(relay.clone(), log)),
             ]);
         }

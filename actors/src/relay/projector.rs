@@ -4,11 +4,12 @@
 //! restart, everything up to its stored last id) are skipped by the actor, so following from
 //! the start is safe; it costs a read of the log at start-up. Another mirrors the cluster's
 //! registered identities into this node's and publishes when this node last heard from the
-//! identities bound on it.
+//! identities bound on it; others share read cursors and per-channel presence.
 
 use super::Relay;
 use crate::channel::Apply;
 use crate::nats::{LogEvent, NatsLog};
+use crate::presence::{MergePresence, Outgoing, Share};
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -104,6 +105,57 @@ pub(super) async fn share_identities(relay: Relay, log: NatsLog) {
                 tracing::debug!(%id, error = %e, "publishing a heartbeat failed; next round");
                 published.remove(&id);
             }
+        }
+    }
+}
+
+/// Shares per-channel presence across the cluster: publishes the participants this node's
+/// supervisor hands over (arrivals, refreshes, departures) and mirrors the other nodes'.
+pub(super) async fn share_presence(relay: Relay, log: NatsLog) {
+    let ttl = relay.inner.identities.ttl();
+    let mut backoff = RETRY_FIRST;
+    let shared = loop {
+        match log.presence(ttl).await {
+            Ok(p) => break p,
+            Err(e) => tracing::warn!(error = %e, "cannot open the cluster's presence bucket yet; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = relay.inner.shutdown.cancelled() => return,
+        }
+        backoff = (backoff * 2).min(RETRY_MAX);
+    };
+    let (tx, mut out) = tokio::sync::mpsc::unbounded_channel();
+    let node = shared.node().to_owned();
+    relay.inner.presence.do_send(Share { tx, node });
+    let mirror = {
+        let (relay, shared) = (relay.clone(), shared.clone());
+        async move {
+            let presence = relay.inner.presence.clone();
+            follow(
+                &relay,
+                "presence",
+                || shared.watch(),
+                |change| presence.do_send(MergePresence(change)),
+            )
+            .await
+        }
+    };
+    actix::spawn(mirror);
+    loop {
+        let next = tokio::select! {
+            next = out.recv() => next,
+            _ = relay.inner.shutdown.cancelled() => return,
+        };
+        let Some(next) = next else { return };
+        let published = match &next {
+            Outgoing::Here(record) => shared.here(record).await,
+            Outgoing::Gone(channel, id) => shared.gone(channel, id).await,
+        };
+        if let Err(e) = published {
+            // Presence is advisory: the next refresh publishes it again, and the bucket
+            // expires what is not refreshed.
+            tracing::debug!(error = %e, "publishing presence failed");
         }
     }
 }
