@@ -25,8 +25,9 @@ use std::time::Duration;
 const IDEMPOTENCY_HEADER: &str = "Crosstalk-Idempotency-Key";
 /// Longest an append waits for JetStream's acknowledgement.
 const APPEND_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long creating the stream is retried at start-up (a new cluster elects its leader first).
-const STREAM_READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long start-up waits for a server, the stream and the buckets (a new cluster elects its
+/// leaders first; on a small machine, with several nodes starting at once, that takes a while).
+const STREAM_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where the cluster's log is, and how to reach it.
 #[derive(Debug, Clone)]
@@ -217,6 +218,7 @@ async fn has_leader(js: &jetstream::Context, name: &str) -> Result<(), String> {
 /// on a new cluster a created bucket answers "no stream found" until its replicas elect one.
 async fn bucket(
     js: &jetstream::Context,
+    setup: &jetstream::Context,
     stream: &str,
     suffix: &str,
     replicas: usize,
@@ -232,17 +234,18 @@ async fn bucket(
         ..Default::default()
     };
     let what = format!("creating the {} bucket", config.bucket);
-    let store = until_ready(
+    until_ready(
         &what,
         deadline,
-        || js.create_or_update_key_value(config.clone()),
+        || setup.create_or_update_key_value(config.clone()),
         |_| false,
     )
     .await?;
     let what = format!("waiting for the {} bucket's leader", config.bucket);
     let name = format!("KV_{}", config.bucket);
-    until_ready(&what, deadline, || has_leader(js, &name), |_| false).await?;
-    Ok(store)
+    until_ready(&what, deadline, || has_leader(setup, &name), |_| false).await?;
+    // Opened again on `js`, whose requests wait as long as the relay's own.
+    until_ready(&what, deadline, || js.get_key_value(&config.bucket), |_| false).await
 }
 
 /// A stream creation error that retrying cannot mend.
@@ -366,22 +369,33 @@ impl NatsLog {
         };
         // A new cluster answers "no suitable peers" or times out until it has a leader; a
         // stream that clashes with another stays refused.
+        // Start-up's requests go on a connection of their own whose requests time out after
+        // 2 s, not the usual 10: one sent while a new cluster elects its leaders, or while
+        // another node creates the same bucket, gets no answer and is better sent again soon.
+        let setup = jetstream::new(
+            connect_options(config, &Link::default())
+                .await?
+                .request_timeout(Some(Duration::from_secs(2)))
+                .connect(config.urls.clone())
+                .await
+                .map_err(|e| unavailable("connecting", e))?,
+        );
         until_ready(
             "creating the stream",
             deadline,
-            || js.get_or_create_stream(wanted.clone()),
+            || setup.get_or_create_stream(wanted.clone()),
             permanent,
         )
         .await?;
         until_ready(
             "waiting for the stream's leader",
             deadline,
-            || has_leader(&js, &config.stream),
+            || has_leader(&setup, &config.stream),
             |_| false,
         )
         .await?;
         let replicas = config.replicas.max(1);
-        let open = |suffix| bucket(&js, &config.stream, suffix, replicas, Duration::ZERO, deadline);
+        let open = |suffix| bucket(&js, &setup, &config.stream, suffix, replicas, Duration::ZERO, deadline);
         let shared = SharedBuckets {
             current: open("DATA").await?,
             versions: open("DATA_VERSIONS").await?,
@@ -410,7 +424,16 @@ impl NatsLog {
     /// `ttl` unless their node refreshes them; created if missing.
     pub async fn presence(&self, ttl: Duration) -> Result<SharedPresence, RelayError> {
         let deadline = tokio::time::Instant::now() + STREAM_READY_TIMEOUT;
-        let bucket = bucket(&self.js, &self.stream, "PRESENCE", self.replicas, ttl, deadline).await?;
+        let bucket = bucket(
+            &self.js,
+            &self.js,
+            &self.stream,
+            "PRESENCE",
+            self.replicas,
+            ttl,
+            deadline,
+        )
+        .await?;
         Ok(SharedPresence {
             bucket,
             node: self.node.clone(),

