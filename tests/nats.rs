@@ -624,9 +624,11 @@ async fn the_inbox_is_the_clusters_whichever_node_serves_it() {
     let (status, got) = request(&c, "GET", &a.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
     assert_eq!(status, 200, "{got}");
     assert_eq!(got, json!([first, second]));
-    read_by_me(&b, second["id"].clone()).await;
+    // At once on B (each node's inbox claims its range in the cluster's cursor, not in its
+    // mirror of it): nothing more to give.
     let (status, again) = request(&c, "GET", &b.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
     assert_eq!((status, again), (200, json!([])), "node B handed out again what A did");
+    read_by_me(&b, second["id"].clone()).await;
 
     // Something new, read on B: handed out once, and not again on A.
     let third = post(&c, &a, "news", msg("bob", "three")).await;
@@ -636,6 +638,56 @@ async fn the_inbox_is_the_clusters_whichever_node_serves_it() {
     read_by_me(&a, third["id"].clone()).await;
     let (_, again) = request(&c, "GET", &a.url("/api/inbox?instance_id=me"), None, Some(&token)).await;
     assert_eq!(again, json!([]), "node A handed out again what B did");
+
+    // Both nodes' inboxes called at once, over and over, while forty more arrive on both:
+    // every one handed out exactly once.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drain = |node: &Server| {
+        let (c, url, token, done) = (
+            c.clone(),
+            node.url("/api/inbox?instance_id=me&limit=3"),
+            token.clone(),
+            done.clone(),
+        );
+        tokio::spawn(async move {
+            let (mut got, mut empty_after_done) = (Vec::new(), 0);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while empty_after_done < 3 && Instant::now() < deadline {
+                let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                let (status, page) = request(&c, "GET", &url, None, Some(&token)).await;
+                assert_eq!(status, 200, "{page}");
+                let page = page.as_array().unwrap().clone();
+                if page.is_empty() && finished {
+                    empty_after_done += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                got.extend(ids(&page));
+            }
+            got
+        })
+    };
+    let (on_a, on_b) = (drain(&a), drain(&b));
+    let mut posted = Vec::new();
+    for i in 0..40 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        posted.push(
+            post(&c, node, "news", msg("bob", &format!("n{i}"))).await["id"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (on_a, on_b) = (on_a.await.unwrap(), on_b.await.unwrap());
+    let mut all: Vec<u64> = on_a.iter().chain(&on_b).copied().collect();
+    all.sort_unstable();
+    let handed = all.len();
+    all.dedup();
+    assert_eq!(handed, all.len(), "handed out twice: A {on_a:?}, B {on_b:?}");
+    assert_eq!(all, posted, "A {on_a:?}, B {on_b:?}");
+    assert!(
+        !on_a.is_empty() && !on_b.is_empty(),
+        "one node handed out everything: A {on_a:?}, B {on_b:?}"
+    );
 }
 
 /// One nats-server with JetStream, from `conf` (its `listen` and `store_dir` are added); for

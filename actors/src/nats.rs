@@ -848,6 +848,47 @@ impl SharedCursors {
         )))
     }
 
+    /// Claims what `who`'s inbox hands out of `channel`: moves its cursor from exactly `from`
+    /// (0: none yet) to `to`. `Ok(Err(Some(at)))` when the cluster's cursor is at `at` instead
+    /// (another node's inbox moved it first, or a move of this node's is still on its way),
+    /// `Ok(Err(None))` when the identity left the channel. Two nodes' inboxes therefore never
+    /// hand out one message twice.
+    pub async fn claim(
+        &self,
+        who: &str,
+        channel: &ChannelName,
+        from: u64,
+        to: u64,
+    ) -> Result<Result<(), Option<u64>>, RelayError> {
+        let key = cursor_kv_key(who, channel);
+        for _ in 0..CAS_ATTEMPTS {
+            let entry = self
+                .bucket
+                .entry(&key)
+                .await
+                .map_err(|e| unavailable("reading a cursor", e))?;
+            let (at, revision) = match &entry {
+                Some(e) if e.operation == kv::Operation::Put => (
+                    <[u8; 8]>::try_from(e.value.as_ref()).map_or(0, u64::from_be_bytes),
+                    Some(e.revision),
+                ),
+                // Removed: the identity left the channel.
+                Some(_) => return Ok(Err(None)),
+                None => (0, None),
+            };
+            if at != from {
+                return Ok(Err(Some(at)));
+            }
+            let value = Bytes::copy_from_slice(&to.to_be_bytes());
+            if compare_and_set(&self.bucket, &key, revision, value, "writing a cursor").await? {
+                return Ok(Ok(()));
+            }
+        }
+        Err(RelayError::Conflict(format!(
+            "the cursor of {who:?} on {channel} is being moved elsewhere; try again"
+        )))
+    }
+
     /// Removes `who`'s cursor on `channel`.
     pub async fn forget(&self, who: &str, channel: &ChannelName) -> Result<(), RelayError> {
         self.bucket

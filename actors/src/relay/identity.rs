@@ -3,12 +3,31 @@
 use super::{Relay, ACTOR_CALL_TIMEOUT};
 use crate::error::RelayError;
 use crate::identities::InstanceView;
+use crate::nats::CursorChange;
 use crate::presence::LeaveAll;
-use crate::registry::{AdvanceCursor, ChannelCursors, Cursors, ForgetCursor, MoveCursors, Register, Registered};
+use crate::registry::{
+    AdvanceCursor, ChannelCursors, Cursors, ForgetCursor, MergeCursor, MoveCursors, Register, Registered,
+};
 use crate::view::Posted;
 use crosstalk_schema::message::ANY_HUMAN;
 use crosstalk_schema::{ChannelName, InstanceKind};
 use std::sync::Arc;
+
+/// Times a cluster node's inbox reads a channel again after another node claimed its range
+/// first; past them the channel waits for the next call.
+const CLAIM_ATTEMPTS: usize = 5;
+
+/// Whether `p` belongs in `who`'s inbox: from someone else, to it or to everyone (`any-human`
+/// only to humans).
+fn for_inbox(p: &Posted, who: &str, kind: InstanceKind) -> bool {
+    let m = &p.message;
+    m.sender != who
+        && match m.recipient.as_deref() {
+            None => true,
+            Some(r) if r.eq_ignore_ascii_case(ANY_HUMAN) => kind == InstanceKind::Human,
+            Some(r) => r == who,
+        }
+}
 
 impl Relay {
     /// Records that `who` has read `channel` up to `id` (its cursor never moves back).
@@ -35,6 +54,9 @@ impl Relay {
             .get(who)
             .map_or(InstanceKind::Agent, |i| i.instance.kind);
         let cursors = self.cursors(who).await?;
+        if let Some(log) = &self.inner.log {
+            return self.claim_inbox(log.cursors(), who, kind, cursors, limit).await;
+        }
         let mut out = Vec::new();
         let mut moves = Vec::new();
         for (channel, cursor) in cursors {
@@ -43,15 +65,7 @@ impl Relay {
             }
             let view = self.channel(&channel).await?.view;
             let (batch, scanned) = view.read_scanned(cursor, limit - out.len())?;
-            out.extend(batch.into_iter().filter(|p| {
-                let m = &p.message;
-                m.sender != who
-                    && match m.recipient.as_deref() {
-                        None => true,
-                        Some(r) if r.eq_ignore_ascii_case(ANY_HUMAN) => kind == InstanceKind::Human,
-                        Some(r) => r == who,
-                    }
-            }));
+            out.extend(batch.into_iter().filter(|p| for_inbox(p, who, kind)));
             moves.push((channel, scanned));
         }
         // Answer only once the cursors are durable; if they are not, they go back and
@@ -65,6 +79,66 @@ impl Relay {
             .timeout(ACTOR_CALL_TIMEOUT)
             .await??;
         Ok(out)
+    }
+
+    /// The inbox on a cluster node: each channel's range is claimed in the cluster's cursor
+    /// bucket (moved from exactly where this node read from) before it is handed out, so two
+    /// nodes' inboxes called at the same moment never hand out one message twice; the one
+    /// that loses reads again from where the other stopped.
+    async fn claim_inbox(
+        &self,
+        shared: &crate::nats::SharedCursors,
+        who: &str,
+        kind: InstanceKind,
+        cursors: Vec<(ChannelName, u64)>,
+        limit: usize,
+    ) -> Result<Vec<Arc<Posted>>, RelayError> {
+        let mut out = Vec::new();
+        let mut failed = None;
+        'channels: for (channel, cursor) in cursors {
+            if out.len() >= limit {
+                break;
+            }
+            let view = self.channel(&channel).await?.view;
+            // Read from where this node knows the identity has read (its own posts move
+            // that too); claim from where the cluster's cursor is.
+            let (mut read_from, mut expected) = (cursor, cursor);
+            for _ in 0..CLAIM_ATTEMPTS {
+                let (batch, scanned) = view.read_scanned(read_from, limit - out.len())?;
+                if scanned <= read_from {
+                    continue 'channels;
+                }
+                match shared.claim(who, &channel, expected, scanned).await {
+                    Ok(Ok(())) => {
+                        // This node's mirror learns of the move now, not when the watch
+                        // brings it back.
+                        self.inner.registry.do_send(MergeCursor(CursorChange {
+                            who: who.to_owned(),
+                            channel: channel.clone(),
+                            id: Some(scanned),
+                        }));
+                        out.extend(batch.into_iter().filter(|p| for_inbox(p, who, kind)));
+                        continue 'channels;
+                    }
+                    Ok(Err(Some(at))) => {
+                        expected = at;
+                        read_from = read_from.max(at);
+                    }
+                    // It left the channel: the mirror removes the cursor.
+                    Ok(Err(None)) => continue 'channels,
+                    // What earlier channels claimed is handed out; this one waits for the
+                    // next call.
+                    Err(e) => {
+                        failed = Some(e);
+                        continue 'channels;
+                    }
+                }
+            }
+        }
+        match failed {
+            Some(e) if out.is_empty() => Err(e),
+            _ => Ok(out),
+        }
     }
 
     /// `who`'s read cursors: the channels it joined, and where it has read each up to.
