@@ -1104,3 +1104,58 @@ async fn who_is_on_a_channel_is_the_clusters() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_follows_the_log_from_where_it_had_folded() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Single::start("");
+    let url = nats.url();
+    let args = ["--store", url.as_str()];
+    let c = client();
+    let mut a = Server::start_with(&args);
+    let b = Server::start_with(&args);
+    let mut acked = Vec::new();
+    for i in 0..50 {
+        acked.push(
+            post(&c, &a, &format!("ch{}", i % 5), msg("w", &format!("m{i}"))).await["id"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    // The watermark is recorded about every second, once what it covers is committed.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let (_, clean) = a.terminate();
+    assert!(clean, "{}", a.stderr());
+    let dir = a.take_dir().unwrap();
+    // Posted while A is down: A folds them when it is back.
+    for i in 50..60 {
+        acked.push(
+            post(&c, &b, &format!("ch{}", i % 5), msg("w", &format!("m{i}"))).await["id"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    let a = Server::start_logging_in(dir.path(), &args);
+    for ch in 0..5 {
+        let want: Vec<u64> = acked
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 5 == ch)
+            .map(|(_, id)| *id)
+            .collect();
+        let got = ids(&until_count(&c, &a, &format!("ch{ch}"), want.len()).await);
+        assert_eq!(got, want, "channel ch{ch} on A after its restart");
+    }
+    // It read the log from past what it had folded, not from the start.
+    let log = a.stderr();
+    let from = log
+        .lines()
+        .find_map(|l| l.split("following the shared log from=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no start position logged:\n{log}"));
+    assert!(
+        from > 50 && from <= acked[50],
+        "followed from {from}; its last own post was {}",
+        acked[49]
+    );
+}

@@ -90,6 +90,11 @@ impl Server {
         s
     }
 
+    /// Starts a relay on an existing data directory with its default logging.
+    pub fn start_logging_in(dir: &Path, args: &[&str]) -> Server {
+        Self::spawn_logging(dir, args, None, None)
+    }
+
     /// Starts a relay whose files may grow to at most `bytes` each (`ulimit -f`), as a full
     /// disk would stop them.
     pub fn start_file_limited(dir: &Path, bytes: u64, args: &[&str]) -> Server {

@@ -24,8 +24,10 @@ use tokio::sync::oneshot;
 const RECENT_VERDICTS: usize = 4096;
 
 /// Fold one event of the shared log into this channel. Sent by the projector, in log order.
+/// Answers the id it is stored under, if the fold stored it (the channel's committed last id
+/// reaches it once it is durable).
 #[derive(Message)]
-#[rtype(result = "()")]
+#[rtype(result = "Option<u64>")]
 pub struct Apply(pub LogEvent);
 
 /// What the fold made of one event.
@@ -231,15 +233,20 @@ impl ChannelActor {
 }
 
 impl Handler<Apply> for ChannelActor {
-    type Result = ();
+    type Result = Option<u64>;
 
-    fn handle(&mut self, Apply(event): Apply, ctx: &mut Context<Self>) {
+    fn handle(&mut self, Apply(event): Apply, ctx: &mut Context<Self>) -> Option<u64> {
         let seq = event.seq;
-        // Folded before (the projector replays the log from its start after a restart).
+        // Folded before (after a restart the projector replays from its recorded watermark,
+        // which may be behind some channels).
         if seq <= self.meta.last_id {
-            return;
+            return None;
         }
         let folded = self.fold(event);
+        let stored = match &folded {
+            Folded::Stored(id, _) => Some(*id),
+            _ => None,
+        };
         for verdict in self.proposals.waiting.remove(&seq).unwrap_or_default() {
             let outcome = self.outcome(folded.clone());
             let _ = verdict.send(Ok(outcome));
@@ -249,5 +256,6 @@ impl Handler<Apply> for ChannelActor {
             self.proposals.recent.pop_front();
         }
         self.start_commit(ctx);
+        stored
     }
 }

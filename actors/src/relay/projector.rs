@@ -1,8 +1,8 @@
 //! The node's projection of a cluster's shared state ([`crate::nats`]). One task follows the log
-//! from its start and hands each event, in order, to its channel's actor ([`Apply`]), which
-//! folds it exactly as every other node does. Events a channel has already folded (after a
-//! restart, everything up to its stored last id) are skipped by the actor, so following from
-//! the start is safe; it costs a read of the log at start-up. Another mirrors the cluster's
+//! from the watermark this node recorded (how far its store has committed the fold) and hands
+//! each event, in order, to its channel's actor ([`Apply`]), which folds it exactly as every
+//! other node does. Events a channel has already folded (its stored last id) are skipped by
+//! the actor, so a watermark behind some channels is safe. Another mirrors the cluster's
 //! registered identities into this node's and publishes when this node last heard from the
 //! identities bound on it; others share read cursors and per-channel presence.
 
@@ -10,6 +10,8 @@ use super::Relay;
 use crate::channel::Apply;
 use crate::nats::{LogEvent, NatsLog};
 use crate::presence::{MergePresence, Outgoing, Share};
+use crate::store::{EventStore, Space};
+use crosstalk_schema::ChannelName;
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,8 +24,19 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 const DELIVERY_ATTEMPTS: usize = 20;
 
 pub(super) async fn project(relay: Relay, log: NatsLog) {
-    let mut next = 1;
+    let mut mark = match Watermark::read(&relay) {
+        Ok(mark) => mark,
+        Err(e) => {
+            // Without it, the whole log is read again; what is stored is skipped.
+            tracing::warn!(error = %e, "cannot read how far this node has folded the log; from its start");
+            Watermark::default()
+        }
+    };
+    let mut next = mark.recorded + 1;
+    tracing::info!(from = next, "following the shared log");
     let mut backoff = RETRY_FIRST;
+    let mut every = tokio::time::interval(WATERMARK_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !relay.inner.shutdown.is_cancelled() {
         match log.follow(next).await {
             Ok(mut events) => {
@@ -31,12 +44,20 @@ pub(super) async fn project(relay: Relay, log: NatsLog) {
                 loop {
                     let event = tokio::select! {
                         e = events.next() => e,
+                        _ = every.tick() => {
+                            mark.advance(&relay).await;
+                            continue;
+                        }
                         _ = relay.inner.shutdown.cancelled() => return,
                     };
                     match event {
                         Some(Ok(event)) => {
                             next = event.seq + 1;
-                            deliver(&relay, event).await;
+                            let (seq, channel) = (event.seq, event.channel.clone());
+                            match deliver(&relay, event).await {
+                                Ok(stored) => mark.delivered(seq, channel, stored),
+                                Err(()) => mark.lost(seq),
+                            }
                         }
                         Some(Err(e)) => {
                             tracing::warn!(error = %e, next, "following the shared log failed; following again");
@@ -53,14 +74,96 @@ pub(super) async fn project(relay: Relay, log: NatsLog) {
     }
 }
 
+/// How often a node records how far it has folded the log.
+const WATERMARK_EVERY: Duration = Duration::from_secs(1);
+/// Where a node records it, in its own store.
+const WATERMARK_KEY: &[u8] = b"folded-through";
+
+/// How far this node has folded the log, durably: every event up to `recorded` is in its store
+/// (or was refused by the fold, or is a duplicate). Recorded in the store, so a restart follows
+/// the log from there rather than from its start. An event's fold becomes durable when its
+/// channel's batch does, so a candidate is recorded only once every channel it touched has
+/// committed what it stored.
+#[derive(Default)]
+struct Watermark {
+    recorded: u64,
+    /// The last event delivered.
+    last: u64,
+    /// Channels given events since the candidate was taken, and the last id each stored.
+    touched: HashMap<ChannelName, u64>,
+    /// A position to record once its channels have committed what they stored up to it.
+    candidate: Option<(u64, HashMap<ChannelName, u64>)>,
+    /// The first event this node could not fold: nothing from it on is recorded, so a restart
+    /// folds it again.
+    lost: Option<u64>,
+}
+
+impl Watermark {
+    fn read(relay: &Relay) -> Result<Watermark, crate::RelayError> {
+        let recorded = relay
+            .inner
+            .store
+            .get_aux(Space::Jobs, WATERMARK_KEY)?
+            .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+            .map_or(0, u64::from_be_bytes);
+        Ok(Watermark {
+            recorded,
+            last: recorded,
+            ..Default::default()
+        })
+    }
+
+    fn delivered(&mut self, seq: u64, channel: ChannelName, stored: Option<u64>) {
+        self.last = seq;
+        if let Some(id) = stored {
+            let at = self.touched.entry(channel).or_default();
+            *at = (*at).max(id);
+        }
+    }
+
+    fn lost(&mut self, seq: u64) {
+        self.last = seq;
+        self.lost = Some(self.lost.map_or(seq, |l| l.min(seq)));
+    }
+
+    /// Records the candidate if its channels have committed; takes a new one if there is none.
+    async fn advance(&mut self, relay: &Relay) {
+        let limit = self.lost.map_or(self.last, |l| self.last.min(l - 1));
+        if self.candidate.is_none() && limit > self.recorded {
+            self.candidate = Some((limit, std::mem::take(&mut self.touched)));
+        }
+        let Some((at, waiting)) = &mut self.candidate else {
+            return;
+        };
+        waiting.retain(|channel, id| relay.channel_last_id(channel).map_or(true, |last| last < *id));
+        if !waiting.is_empty() {
+            return;
+        }
+        let at = *at;
+        let value = at.to_be_bytes().to_vec();
+        let ticket = relay.inner.committer.write(Box::new(move |store: &dyn EventStore| {
+            store.write_aux(Space::Jobs, &[(WATERMARK_KEY.to_vec(), Some(value.clone()))])
+        }));
+        match ticket.durable().await {
+            Ok(()) => {
+                self.recorded = at;
+                self.candidate = None;
+            }
+            // Tried again next time; until then a restart reads a little more of the log.
+            Err(e) => tracing::debug!(error = %e, "recording the fold's watermark failed"),
+        }
+    }
+}
+
 /// Hands one event to its channel's actor, and waits until the actor has folded it, so the
-/// next event of the channel comes after it.
-async fn deliver(relay: &Relay, event: LogEvent) {
+/// next event of the channel comes after it. Answers the id the fold stored it under, if any;
+/// `Err` if it could not be folded here.
+async fn deliver(relay: &Relay, event: LogEvent) -> Result<Option<u64>, ()> {
     for attempt in 1..=DELIVERY_ATTEMPTS {
         match relay.channel(&event.channel).await {
             // An actor that stopped between the lookup and the send is reopened next attempt.
             Ok(handle) => match handle.addr.send(Apply(event.clone())).await {
-                Ok(()) => return,
+                Ok(stored) => return Ok(stored),
                 Err(e) => {
                     tracing::debug!(channel = %event.channel, seq = event.seq, error = %e, attempt, "channel actor gone; retrying")
                 }
@@ -73,6 +176,7 @@ async fn deliver(relay: &Relay, event: LogEvent) {
     }
     // This node stays behind for the channel until a restart replays the log.
     tracing::error!(channel = %event.channel, seq = event.seq, "an event of the shared log could not be folded on this node");
+    Err(())
 }
 
 /// Mirrors the cluster's registrations into this node's identities, and tells the cluster
