@@ -1159,3 +1159,45 @@ async fn a_restarted_node_follows_the_log_from_where_it_had_folded() {
         acked[49]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parties_waiting_on_different_nodes_are_released_as_on_one() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Single::start("");
+    let args = ["--store", &nats.url(), "--release-grace-ms", "400"];
+    let (a, b) = (Server::start_with(&args), Server::start_with(&args));
+    let c = client();
+    for who in ["bob", "alice"] {
+        post(&c, &a, "pair", msg(who, "here")).await;
+    }
+    let mut since = until_count(&c, &b, "pair", 2).await[1]["id"].as_u64().unwrap();
+    let wait = |node: &Server, who: &str, since: u64| {
+        let (c, url) = (
+            c.clone(),
+            node.url(&format!(
+                "/api/channels/pair/wait?since_id={since}&timeout_s=15&instance_id={who}&role=active"
+            )),
+        );
+        tokio::spawn(async move { get_json(&c, &url).await.1 })
+    };
+    // Each way round: the smallest id (alice) is released, by the node holding her wait.
+    for (alice_on, bob_on) in [(&b, &a), (&a, &b)] {
+        let bob = wait(bob_on, "bob", since);
+        let alice = wait(alice_on, "alice", since);
+        let start = Instant::now();
+        let released = tokio::time::timeout(Duration::from_secs(10), alice)
+            .await
+            .expect("alice never released: each node saw only its own waiter")
+            .unwrap();
+        assert_eq!(released["outcome"], "speak_first", "{released}");
+        assert!(
+            start.elapsed() >= Duration::from_millis(350),
+            "only after the grace period"
+        );
+        assert!(!bob.is_finished(), "only one is released");
+        let spoken = post(&c, alice_on, "pair", msg("alice", "I'll start")).await;
+        let bob = bob.await.unwrap();
+        assert_eq!(bob["messages"][0]["id"], spoken["id"], "{bob}");
+        since = spoken["id"].as_u64().unwrap();
+    }
+}

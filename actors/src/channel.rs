@@ -41,7 +41,7 @@ pub use logged::Apply;
 pub use retention::Retention;
 pub use sessions::{Describe, EndSession, StartSession};
 use waits::Waiter;
-pub use waits::{BeginWait, EndWait, Role, WaitControl};
+pub use waits::{BeginWait, CheckRelease, ClusterWaits, EndWait, Role, WaitControl, WaitNews};
 
 /// Requests queued in a channel's mailbox before senders wait.
 const MAILBOX_CAPACITY: usize = 4096;
@@ -68,6 +68,8 @@ pub struct ChannelConfig {
     /// The shared log the channel's writes go through when several relay nodes serve it
     /// (see [`logged`]); `None`: this relay alone writes its channels.
     pub log: Option<crate::nats::NatsLog>,
+    /// On a cluster node, the other nodes' active waits (for the mutual-wait release).
+    pub cluster_waits: Option<Arc<ClusterWaits>>,
 }
 
 /// Post a message. The actor answers at once with a [`PostTicket`]; the ticket resolves on the

@@ -440,6 +440,28 @@ impl NatsLog {
         })
     }
 
+    /// Who waits actively on which channel across the cluster (`<STREAM>_WAITS`), for the
+    /// mutual-wait release; created if missing. An entry a node could not withdraw (it died)
+    /// expires after an hour.
+    pub async fn waits(&self) -> Result<SharedWaits, RelayError> {
+        let deadline = tokio::time::Instant::now() + STREAM_READY_TIMEOUT;
+        let max_age = Duration::from_secs(3600);
+        let bucket = bucket(
+            &self.js,
+            &self.js,
+            &self.stream,
+            "WAITS",
+            self.replicas,
+            max_age,
+            deadline,
+        )
+        .await?;
+        Ok(SharedWaits {
+            bucket,
+            node: self.node.clone(),
+        })
+    }
+
     /// The cluster's read cursors.
     pub fn cursors(&self) -> &SharedCursors {
         &self.cursors
@@ -1017,6 +1039,86 @@ fn presence_change(e: Result<kv::Entry, kv::WatcherError>) -> Option<PresenceCha
             channel: ChannelName::parse(&from_hex(channel)?).ok()?,
             participant_id: from_hex(participant_id)?,
         }),
+    }
+}
+
+/// Who waits actively on which channel across a relay cluster, in a JetStream key-value
+/// bucket (`<STREAM>_WAITS`, key `<channel>.<instance>.<node>`): each node publishes its own
+/// active waits and withdraws them when they end, and mirrors the others', so "every active
+/// party of the channel is waiting" is decided over the whole cluster.
+#[derive(Clone)]
+pub struct SharedWaits {
+    bucket: kv::Store,
+    node: String,
+}
+
+/// A change in who waits where, as the bucket shows it.
+#[derive(Debug, Clone)]
+pub struct WaitChange {
+    pub node: String,
+    pub channel: ChannelName,
+    pub instance: String,
+    /// `false`: the wait ended.
+    pub waiting: bool,
+}
+
+impl SharedWaits {
+    /// This node's id in the keys.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    fn key(&self, channel: &ChannelName, instance: &str) -> String {
+        format!("{}.{}.{}", kv_key(channel.as_str()), kv_key(instance), self.node)
+    }
+
+    /// Publishes that `instance` waits actively on `channel` on this node, or no longer does.
+    pub async fn set(&self, channel: &ChannelName, instance: &str, waiting: bool) -> Result<(), RelayError> {
+        let key = self.key(channel, instance);
+        if waiting {
+            self.bucket
+                .put(key, Bytes::from_static(b"1"))
+                .await
+                .map(|_| ())
+                .map_err(|e| unavailable("publishing a wait", e))
+        } else {
+            self.bucket
+                .delete(key)
+                .await
+                .map_err(|e| unavailable("withdrawing a wait", e))
+        }
+    }
+
+    /// Every wait, then each change as it happens.
+    pub async fn watch(&self) -> Result<impl futures_util::Stream<Item = WaitChange> + Unpin, RelayError> {
+        let watch = self
+            .bucket
+            .watch_with_history(">")
+            .await
+            .map_err(|e| unavailable("watching the waits bucket", e))?;
+        Ok(watch.filter_map(|e| {
+            std::future::ready(match e {
+                Ok(e) => {
+                    let mut parts = e.key.splitn(3, '.');
+                    match (parts.next(), parts.next(), parts.next()) {
+                        (Some(c), Some(i), Some(node)) => from_hex(c)
+                            .and_then(|c| ChannelName::parse(&c).ok())
+                            .zip(from_hex(i))
+                            .map(|(channel, instance)| WaitChange {
+                                node: node.to_owned(),
+                                channel,
+                                instance,
+                                waiting: e.operation == kv::Operation::Put,
+                            }),
+                        _ => None,
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching waits");
+                    None
+                }
+            })
+        }))
     }
 }
 

@@ -16,7 +16,7 @@ pub use channels::ChannelInfo;
 pub use directives::Directives;
 pub use wait::{WaitOptions, WaitOutcome, WaitResult};
 
-use crate::channel::{ChannelConfig, ChannelHandle, Post, Retention};
+use crate::channel::{ChannelConfig, ChannelHandle, ClusterWaits, Post, Retention};
 use crate::commit::{Committer, Durability};
 use crate::error::RelayError;
 use crate::identities::Identities;
@@ -145,6 +145,7 @@ impl Relay {
         let committer = Committer::start(store.clone(), config.durability)
             .map_err(|e| RelayError::Store(crate::StoreError::Io(e.to_string())))?;
         let directory = Directory::default();
+        let cluster_waits = config.log.as_ref().map(|_| ClusterWaits::new());
         let channel_config = ChannelConfig {
             limits: config.limits,
             presence_ttl: config.presence_ttl,
@@ -153,6 +154,7 @@ impl Relay {
             retention_every: config.retention_every,
             idle_after: config.idle_after,
             log: config.log.clone(),
+            cluster_waits: cluster_waits.as_ref().map(|(w, _)| w.clone()),
         };
         let per_channel = config.channel_retention.clone();
         let identities = Arc::new(Identities::new(config.presence_ttl));
@@ -207,6 +209,10 @@ impl Relay {
             }),
         };
         if let Some(log) = config.log {
+            if let Some((waits, news)) = cluster_waits {
+                let task = actix::spawn(projector::share_waits(relay.clone(), log.clone(), waits, news));
+                relay.inner.cluster_tasks.lock().push(task);
+            }
             relay.inner.cluster_tasks.lock().extend([
                 actix::spawn(projector::project(relay.clone(), log.clone())),
                 actix::spawn(projector::share_identities(relay.clone(), log.clone())),

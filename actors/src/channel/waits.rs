@@ -1,10 +1,97 @@
 //! Wait coordination on a channel: one wait per identity (a newer one supersedes the older),
-//! roles, and releasing one party when every active party is waiting and nobody speaks.
+//! roles, and releasing one party when every active party is waiting and nobody speaks. On a
+//! cluster node the other nodes' active waits count too ([`ClusterWaits`]): the party released
+//! is the same on every node, and the node holding its wait releases it.
 
 use super::ChannelActor;
+use crate::nats::WaitChange;
 use actix::prelude::*;
+use crosstalk_schema::ChannelName;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
+
+/// A change in this node's active waits, for the cluster: `(channel, instance, waiting)`.
+pub type WaitNews = (ChannelName, String, bool);
+
+/// On a cluster node: the active waits on the other nodes (channel → instance → nodes), as the
+/// shared bucket shows them, and the queue of this node's own changes to publish, in order.
+pub struct ClusterWaits {
+    others: parking_lot::Mutex<HashMap<ChannelName, HashMap<String, HashSet<String>>>>,
+    publish: mpsc::UnboundedSender<WaitNews>,
+}
+
+impl std::fmt::Debug for ClusterWaits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterWaits").finish_non_exhaustive()
+    }
+}
+
+impl ClusterWaits {
+    pub fn new() -> (Arc<ClusterWaits>, mpsc::UnboundedReceiver<WaitNews>) {
+        let (publish, rx) = mpsc::unbounded_channel();
+        let waits = ClusterWaits {
+            others: Default::default(),
+            publish,
+        };
+        (Arc::new(waits), rx)
+    }
+
+    fn publish(&self, channel: &ChannelName, instance: &str, waiting: bool) {
+        let _ = self.publish.send((channel.clone(), instance.to_owned(), waiting));
+    }
+
+    /// The instances waiting actively on `channel` on other nodes.
+    fn elsewhere(&self, channel: &ChannelName) -> Vec<String> {
+        self.others
+            .lock()
+            .get(channel)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Takes in a change from the bucket (this node's own, `own`, are skipped); answers
+    /// whether it changed who waits on its channel.
+    pub fn merge(&self, change: WaitChange, own: &str) -> bool {
+        if change.node == own {
+            return false;
+        }
+        let mut others = self.others.lock();
+        if change.waiting {
+            let nodes = others
+                .entry(change.channel)
+                .or_default()
+                .entry(change.instance)
+                .or_default();
+            return nodes.insert(change.node);
+        }
+        let Some(instances) = others.get_mut(&change.channel) else {
+            return false;
+        };
+        let removed = instances
+            .get_mut(&change.instance)
+            .is_some_and(|nodes| nodes.remove(&change.node));
+        instances.retain(|_, nodes| !nodes.is_empty());
+        if instances.is_empty() {
+            others.remove(&change.channel);
+        }
+        removed
+    }
+}
+
+/// Look again at whether every active party waits (another node's waits changed).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CheckRelease;
+
+impl Handler<CheckRelease> for ChannelActor {
+    type Result = ();
+
+    fn handle(&mut self, _: CheckRelease, ctx: &mut Context<Self>) {
+        self.check_release(ctx);
+    }
+}
 
 /// How a waiting party takes part in mutual-wait detection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -48,19 +135,48 @@ pub(super) struct Waiter {
 }
 
 impl ChannelActor {
+    /// Tells the other nodes that `instance` waits actively here, or no longer does.
+    fn tell_cluster(&self, instance: &str, waiting: bool) {
+        if let Some(cluster) = &self.config.cluster_waits {
+            cluster.publish(self.view.name(), instance, waiting);
+        }
+    }
+
+    /// The active parties, and whether each waits actively (here or on another node).
+    fn parties_waiting(&self) -> Vec<(String, bool)> {
+        let elsewhere: HashSet<String> = self
+            .config
+            .cluster_waits
+            .as_ref()
+            .map(|c| c.elsewhere(self.view.name()).into_iter().collect())
+            .unwrap_or_default();
+        let mut parties: Vec<(String, bool)> = self
+            .parties
+            .keys()
+            .map(|p| {
+                let here = self.waiters.get(p).is_some_and(|w| w.role == Role::Active);
+                (p.clone(), here || elsewhere.contains(p))
+            })
+            .collect();
+        parties.extend(
+            elsewhere
+                .into_iter()
+                .filter(|p| !self.parties.contains_key(p))
+                .map(|p| (p, true)),
+        );
+        parties
+    }
+
     pub(super) fn check_release(&mut self, ctx: &mut Context<Self>) {
         let ttl = self.config.presence_ttl;
         let waiters = &self.waiters;
         self.parties
             .retain(|p, seen| seen.elapsed() < ttl || waiters.contains_key(p));
-        if self.parties.len() < 2 || self.release_timer.is_some() {
+        if self.release_timer.is_some() {
             return;
         }
-        let all_waiting = self
-            .parties
-            .keys()
-            .all(|p| self.waiters.get(p).is_some_and(|w| w.role == Role::Active));
-        if !all_waiting {
+        let parties = self.parties_waiting();
+        if parties.len() < 2 || !parties.iter().all(|(_, waiting)| *waiting) {
             return;
         }
         let spoken = self.spoken;
@@ -69,19 +185,17 @@ impl ChannelActor {
             if act.spoken != spoken {
                 return act.check_release(ctx);
             }
-            let all_waiting = act.parties.len() >= 2
-                && act
-                    .parties
-                    .keys()
-                    .all(|p| act.waiters.get(p).is_some_and(|w| w.role == Role::Active));
-            if !all_waiting {
+            let parties = act.parties_waiting();
+            if parties.len() < 2 || !parties.iter().all(|(_, waiting)| *waiting) {
                 return;
             }
-            // Deterministic: the smallest instance id speaks first.
-            if let Some(first) = act.parties.keys().min().cloned() {
+            // Deterministic: the smallest instance id speaks first. Every node decides the
+            // same; the one holding its wait releases it.
+            if let Some(first) = parties.into_iter().map(|(p, _)| p).min() {
                 if let Some(w) = act.waiters.remove(&first) {
                     tracing::debug!(channel = %act.view.name(), instance = %first, "mutual wait: released to speak first");
                     let _ = w.control.send(WaitControl::SpeakFirst);
+                    act.tell_cluster(&first, false);
                 }
             }
         });
@@ -95,6 +209,12 @@ impl Handler<BeginWait> for ChannelActor {
     fn handle(&mut self, msg: BeginWait, ctx: &mut Context<Self>) -> Self::Result {
         if let Some(old) = self.waiters.remove(&msg.instance) {
             let _ = old.control.send(WaitControl::Superseded);
+            if old.role == Role::Active && msg.role != Role::Active {
+                self.tell_cluster(&msg.instance, false);
+            }
+        }
+        if msg.role == Role::Active {
+            self.tell_cluster(&msg.instance, true);
         }
         self.next_generation += 1;
         let generation = self.next_generation;
@@ -129,7 +249,11 @@ impl Handler<EndWait> for ChannelActor {
             .get(&msg.instance)
             .is_some_and(|w| w.generation == msg.generation)
         {
-            self.waiters.remove(&msg.instance);
+            if let Some(w) = self.waiters.remove(&msg.instance) {
+                if w.role == Role::Active {
+                    self.tell_cluster(&msg.instance, false);
+                }
+            }
         }
     }
 }

@@ -7,7 +7,7 @@
 //! identities bound on it; others share read cursors and per-channel presence.
 
 use super::Relay;
-use crate::channel::Apply;
+use crate::channel::{Apply, CheckRelease, ClusterWaits, WaitNews};
 use crate::nats::{LogEvent, NatsLog};
 use crate::presence::{MergePresence, Outgoing, Share};
 use crate::store::{EventStore, Space};
@@ -15,6 +15,7 @@ use crosstalk_schema::ChannelName;
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Backoff between attempts to follow the log after it failed.
@@ -260,6 +261,64 @@ pub(super) async fn share_presence(relay: Relay, log: NatsLog) {
             // Presence is advisory: the next refresh publishes it again, and the bucket
             // expires what is not refreshed.
             tracing::debug!(error = %e, "publishing presence failed");
+        }
+    }
+}
+
+/// Shares active waits across the cluster, for the mutual-wait release: publishes this node's
+/// (in the order its channel actors changed them) and mirrors the others', telling an open
+/// channel to look again when another node's waits on it change.
+pub(super) async fn share_waits(
+    relay: Relay,
+    log: NatsLog,
+    waits: Arc<ClusterWaits>,
+    mut news: tokio::sync::mpsc::UnboundedReceiver<WaitNews>,
+) {
+    let mut backoff = RETRY_FIRST;
+    let shared = loop {
+        match log.waits().await {
+            Ok(w) => break w,
+            Err(e) => tracing::warn!(error = %e, "cannot open the cluster's waits bucket yet; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = relay.inner.shutdown.cancelled() => return,
+        }
+        backoff = (backoff * 2).min(RETRY_MAX);
+    };
+    let mirror = {
+        let (relay, shared) = (relay.clone(), shared.clone());
+        async move {
+            let own = shared.node().to_owned();
+            follow(
+                &relay,
+                "waits",
+                || shared.watch(),
+                |change| {
+                    let channel = change.channel.clone();
+                    if waits.merge(change, &own) {
+                        if let Some(handle) = relay.inner.directory.read().get(&channel) {
+                            handle.addr.do_send(CheckRelease);
+                        }
+                    }
+                },
+            )
+            .await
+        }
+    };
+    actix::spawn(mirror);
+    loop {
+        let next = tokio::select! {
+            next = news.recv() => next,
+            _ = relay.inner.shutdown.cancelled() => return,
+        };
+        let Some((channel, instance, waiting)) = next else {
+            return;
+        };
+        if let Err(e) = shared.set(&channel, &instance, waiting).await {
+            // The other nodes go on without it: a wait they do not see is not counted as
+            // waiting, so nobody is released early.
+            tracing::debug!(error = %e, "publishing a wait failed");
         }
     }
 }
