@@ -1082,6 +1082,17 @@ async fn who_is_on_a_channel_is_the_clusters() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(present(&c, &b, "room").await, ["erin"]);
+    // Heard on A for longer than the TTL (3 s), gone quiet on B: B keeps listing her from A's
+    // refreshes.
+    for _ in 0..10 {
+        post(&c, &a, "room", msg("erin", "still here")).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            present(&c, &b, "room").await,
+            ["erin"],
+            "B dropped erin while A heard her"
+        );
+    }
 
     // A poster on a node that dies is dropped by the others within the TTL.
     post(&c, &a, "room", msg("dave", "then A dies")).await;

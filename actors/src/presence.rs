@@ -3,9 +3,10 @@
 //! are broadcast per channel, for the streams to show.
 //!
 //! On a cluster node ([`crate::nats`]) it also publishes the participants heard on this node
-//! (on arrival, when who they are changes, and every quarter TTL while they stay) and mirrors
-//! the other nodes' ([`MergePresence`]): a channel's presence is the cluster's, a participant
-//! is listed once (as last heard on any node), and leaves when no node has it any more.
+//! (on arrival, when who they are changes, and about every third of the TTL while they stay)
+//! and mirrors the other nodes' ([`MergePresence`]): a channel's presence is the cluster's, a
+//! participant is listed once (as last heard on any node), and leaves when no node has it any
+//! more.
 
 use crate::nats::{PresenceChange, PresenceRecord};
 use actix::prelude::*;
@@ -170,17 +171,21 @@ impl PresenceSupervisor {
         }
     }
 
-    /// Refreshes, in the cluster, this node's participants heard from since last published.
+    /// Refreshes, in the cluster, this node's participants heard from since they were last
+    /// published a third of the TTL ago or more: often enough that no other node (nor the
+    /// bucket) expires one still heard, rarely enough that thousands of participants cost
+    /// little.
     fn refresh(&mut self) {
         if self.share.is_none() {
             return;
         }
+        let every = self.ttl / 3;
         let due: Vec<(ChannelName, String)> = self
             .channels
             .iter()
             .flat_map(|(c, m)| {
                 m.iter()
-                    .filter(|(_, e)| e.published.is_none_or(|p| e.seen > p))
+                    .filter(|(_, e)| e.published.is_none_or(|p| e.seen > p && p.elapsed() >= every))
                     .map(move |(id, _)| (c.clone(), id.clone()))
             })
             .collect();
