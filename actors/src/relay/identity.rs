@@ -99,12 +99,26 @@ impl Relay {
             if out.len() >= limit {
                 break;
             }
-            let view = self.channel(&channel).await?.view;
+            // An error after earlier channels were claimed must not lose what they claimed:
+            // it is answered only if there is nothing to hand out.
+            let view = match self.channel(&channel).await {
+                Ok(handle) => handle.view,
+                Err(e) => {
+                    failed = Some(e);
+                    continue;
+                }
+            };
             // Read from where this node knows the identity has read (its own posts move
             // that too); claim from where the cluster's cursor is.
             let (mut read_from, mut expected) = (cursor, cursor);
             for _ in 0..CLAIM_ATTEMPTS {
-                let (batch, scanned) = view.read_scanned(read_from, limit - out.len())?;
+                let (batch, scanned) = match view.read_scanned(read_from, limit - out.len()) {
+                    Ok(read) => read,
+                    Err(e) => {
+                        failed = Some(e);
+                        continue 'channels;
+                    }
+                };
                 if scanned <= read_from {
                     continue 'channels;
                 }
@@ -126,8 +140,7 @@ impl Relay {
                     }
                     // It left the channel: the mirror removes the cursor.
                     Ok(Err(None)) => continue 'channels,
-                    // What earlier channels claimed is handed out; this one waits for the
-                    // next call.
+                    // This channel waits for the next call.
                     Err(e) => {
                         failed = Some(e);
                         continue 'channels;
