@@ -1212,3 +1212,30 @@ async fn parties_waiting_on_different_nodes_are_released_as_on_one() {
         since = spoken["id"].as_u64().unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_holds_every_channel_of_the_log_whatever_its_channel_limit() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Single::start("");
+    let a = Server::start_with(&["--store", &nats.url()]);
+    let b = Server::start_with(&["--store", &nats.url(), "--max-channels", "1"]);
+    let c = client();
+    for ch in ["one", "two", "three"] {
+        post(&c, &a, ch, msg("w", ch)).await;
+    }
+    // B folds all three (the limit was A's to enforce when it took the writes).
+    for ch in ["one", "two", "three"] {
+        let got = until_count(&c, &b, ch, 1).await;
+        assert_eq!(got.len(), 1, "B never folded {ch}");
+    }
+    // A new channel through B itself is still refused by B's limit.
+    let (status, err) = request(
+        &c,
+        "POST",
+        &b.url("/api/channels/four/messages"),
+        Some(msg("w", "four")),
+        None,
+    )
+    .await;
+    assert_eq!(status, 429, "{err}");
+}

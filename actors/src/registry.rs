@@ -43,7 +43,12 @@ pub(crate) struct ChannelsConfig {
 /// Open a channel, starting its actor if it is not running yet.
 #[derive(Message)]
 #[rtype(result = "Result<ChannelHandle, RelayError>")]
-pub struct OpenChannel(pub ChannelName);
+pub struct OpenChannel {
+    pub name: ChannelName,
+    /// To fold a cluster's log into: created even beyond `--max-channels`, which the node
+    /// that took the write enforced (every node holds every channel of the log).
+    pub to_fold: bool,
+}
 
 /// Register (or re-register) an instance. `session` is the caller's session (the MCP
 /// session id, or a REST session token); `None` asks for a new token.
@@ -222,14 +227,14 @@ impl Actor for Registry {
 impl Handler<OpenChannel> for Registry {
     type Result = Result<ChannelHandle, RelayError>;
 
-    fn handle(&mut self, OpenChannel(name): OpenChannel, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, OpenChannel { name, to_fold }: OpenChannel, _: &mut Context<Self>) -> Self::Result {
         if let Some(handle) = self.directory.read().get(&name) {
             return Ok(handle.clone());
         }
         let stored = self.store.meta(&name)?;
         if stored.is_none() {
             // A channel that does not exist yet: within the relay's limit, or refused.
-            if self.channels >= self.max_channels {
+            if self.channels >= self.max_channels && !to_fold {
                 return Err(RelayError::LimitReached(format!(
                     "this relay holds its maximum of {} channels (--max-channels); use an existing one",
                     self.max_channels

@@ -225,6 +225,11 @@ impl Relay {
 
     /// The channel's handle, starting its actor on first use.
     pub async fn channel(&self, name: &ChannelName) -> Result<ChannelHandle, RelayError> {
+        self.open_channel(name, false).await
+    }
+
+    /// As [`channel`](Self::channel); `to_fold`: for the projector, beyond `--max-channels`.
+    async fn open_channel(&self, name: &ChannelName, to_fold: bool) -> Result<ChannelHandle, RelayError> {
         if let Some(h) = self.inner.directory.read().get(name) {
             h.view.touch();
             return Ok(h.clone());
@@ -235,7 +240,10 @@ impl Relay {
         let handle = self
             .inner
             .registry
-            .send(OpenChannel(name.clone()))
+            .send(OpenChannel {
+                name: name.clone(),
+                to_fold,
+            })
             .timeout(ACTOR_CALL_TIMEOUT)
             .await??;
         handle.view.touch();

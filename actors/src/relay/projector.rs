@@ -161,7 +161,7 @@ impl Watermark {
 /// `Err` if it could not be folded here.
 async fn deliver(relay: &Relay, event: LogEvent) -> Result<Option<u64>, ()> {
     for attempt in 1..=DELIVERY_ATTEMPTS {
-        match relay.channel(&event.channel).await {
+        match relay.open_channel(&event.channel, true).await {
             // An actor that stopped between the lookup and the send is reopened next attempt.
             Ok(handle) => match handle.addr.send(Apply(event.clone())).await {
                 Ok(stored) => return Ok(stored),
