@@ -41,7 +41,7 @@ pub use logged::Apply;
 pub use retention::Retention;
 pub use sessions::{Describe, EndSession, StartSession};
 use waits::Waiter;
-pub use waits::{BeginWait, CheckRelease, ClusterWaits, EndWait, Role, WaitControl, WaitNews};
+pub use waits::{BeginWait, CheckRelease, ClusterWaits, EndWait, Role, WaitControl, WaitNews, NODE_ALIVE_EVERY};
 
 /// Requests queued in a channel's mailbox before senders wait.
 const MAILBOX_CAPACITY: usize = 4096;

@@ -441,8 +441,8 @@ impl NatsLog {
     }
 
     /// Who waits actively on which channel across the cluster (`<STREAM>_WAITS`), for the
-    /// mutual-wait release; created if missing. An entry a node could not withdraw (it died)
-    /// expires after an hour.
+    /// mutual-wait release; created if missing. The waits of a node that stopped saying it is
+    /// alive are not counted; the bucket drops them after an hour.
     pub async fn waits(&self) -> Result<SharedWaits, RelayError> {
         let deadline = tokio::time::Instant::now() + STREAM_READY_TIMEOUT;
         let max_age = Duration::from_secs(3600);
@@ -1062,6 +1062,15 @@ pub struct WaitChange {
     pub waiting: bool,
 }
 
+/// What the waits bucket tells a node.
+#[derive(Debug, Clone)]
+pub enum WaitsEvent {
+    /// A wait began or ended on another node (or this one).
+    Change(WaitChange),
+    /// A node said it is alive, `age` ago: waits of a node silent for long are not counted.
+    Alive { node: String, age: Duration },
+}
+
 impl SharedWaits {
     /// This node's id in the keys.
     pub fn node(&self) -> &str {
@@ -1089,37 +1098,56 @@ impl SharedWaits {
         }
     }
 
-    /// Every wait, then each change as it happens.
-    pub async fn watch(&self) -> Result<impl futures_util::Stream<Item = WaitChange> + Unpin, RelayError> {
+    /// Says this node is alive (every few seconds while it runs).
+    pub async fn alive(&self) -> Result<(), RelayError> {
+        self.bucket
+            .put(format!("node.{}", self.node), Bytes::from_static(b"1"))
+            .await
+            .map(|_| ())
+            .map_err(|e| unavailable("publishing a node's heartbeat", e))
+    }
+
+    /// Every wait and node heartbeat, then each change as it happens.
+    pub async fn watch(&self) -> Result<impl futures_util::Stream<Item = WaitsEvent> + Unpin, RelayError> {
         let watch = self
             .bucket
             .watch_with_history(">")
             .await
             .map_err(|e| unavailable("watching the waits bucket", e))?;
-        Ok(watch.filter_map(|e| {
-            std::future::ready(match e {
-                Ok(e) => {
-                    let mut parts = e.key.splitn(3, '.');
-                    match (parts.next(), parts.next(), parts.next()) {
-                        (Some(c), Some(i), Some(node)) => from_hex(c)
-                            .and_then(|c| ChannelName::parse(&c).ok())
-                            .zip(from_hex(i))
-                            .map(|(channel, instance)| WaitChange {
-                                node: node.to_owned(),
-                                channel,
-                                instance,
-                                waiting: e.operation == kv::Operation::Put,
-                            }),
-                        _ => None,
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "watching waits");
-                    None
-                }
-            })
-        }))
+        Ok(watch.filter_map(|e| std::future::ready(waits_event(e))))
     }
+}
+
+fn waits_event(e: Result<kv::Entry, kv::WatcherError>) -> Option<WaitsEvent> {
+    let e = match e {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %e, "watching waits");
+            return None;
+        }
+    };
+    // A channel's key part is hex, so never "node".
+    if let Some(node) = e.key.strip_prefix("node.") {
+        if e.operation != kv::Operation::Put {
+            return None;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        let age = u64::try_from(now - e.created.unix_timestamp_nanos()).unwrap_or(0);
+        return Some(WaitsEvent::Alive {
+            node: node.to_owned(),
+            age: Duration::from_nanos(age),
+        });
+    }
+    let mut parts = e.key.splitn(3, '.');
+    let (channel, instance, node) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(WaitsEvent::Change(WaitChange {
+        node: node.to_owned(),
+        channel: ChannelName::parse(&from_hex(channel)?).ok()?,
+        instance: from_hex(instance)?,
+        waiting: e.operation == kv::Operation::Put,
+    }))
 }
 
 /// One stream message as an event of the log; `None` (logged) for one that is not.

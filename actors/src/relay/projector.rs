@@ -7,7 +7,7 @@
 //! identities bound on it; others share read cursors and per-channel presence.
 
 use super::Relay;
-use crate::channel::{Apply, CheckRelease, ClusterWaits, WaitNews};
+use crate::channel::{Apply, CheckRelease, ClusterWaits, WaitNews, NODE_ALIVE_EVERY};
 use crate::nats::{LogEvent, NatsLog};
 use crate::presence::{MergePresence, Outgoing, Share};
 use crate::store::{EventStore, Space};
@@ -294,9 +294,8 @@ pub(super) async fn share_waits(
                 &relay,
                 "waits",
                 || shared.watch(),
-                |change| {
-                    let channel = change.channel.clone();
-                    if waits.merge(change, &own) {
+                |event| {
+                    for channel in waits.merge(event, &own) {
                         if let Some(handle) = relay.inner.directory.read().get(&channel) {
                             handle.addr.do_send(CheckRelease);
                         }
@@ -307,8 +306,17 @@ pub(super) async fn share_waits(
         }
     };
     actix::spawn(mirror);
+    let mut alive = tokio::time::interval(NODE_ALIVE_EVERY);
     loop {
+        // Biased: the first heartbeat goes out before this node's first wait.
         let next = tokio::select! {
+            biased;
+            _ = alive.tick() => {
+                if let Err(e) = shared.alive().await {
+                    tracing::debug!(error = %e, "saying this node is alive failed");
+                }
+                continue;
+            }
             next = news.recv() => next,
             _ = relay.inner.shutdown.cancelled() => return,
         };
