@@ -509,22 +509,20 @@ async fn shared_data_is_one_store_across_nodes() {
     assert_eq!((status, old["content"].as_str()), (200, Some("draft 2")), "{old}");
 }
 
+/// Registers an identity on `node`: its session token.
+async fn register(c: &reqwest::Client, node: &Server, body: Value) -> String {
+    let (status, reg) = request(c, "POST", &node.url("/api/register"), Some(body), None).await;
+    assert_eq!(status, 201, "{reg}");
+    reg["session"].as_str().unwrap().to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_identity_registered_on_one_node_is_bound_on_every_node() {
     let _one = ONE_CLUSTER.lock().await;
     let nats = Nats::start();
     let (a, b) = (node(&nats), node(&nats));
     let c = client();
-    let (status, reg) = request(
-        &c,
-        "POST",
-        &a.url("/api/register"),
-        Some(json!({"instance_id": "builder", "kind": "agent"})),
-        None,
-    )
-    .await;
-    assert_eq!(status, 201, "{reg}");
-    let token = reg["session"].as_str().unwrap().to_owned();
+    let token = register(&c, &a, json!({"instance_id": "builder", "kind": "agent"})).await;
 
     // Node B learns the binding: it lists the identity online and refuses it to others.
     let deadline = Instant::now() + T;
@@ -575,16 +573,7 @@ async fn the_inbox_is_the_clusters_whichever_node_serves_it() {
     let nats = Nats::start();
     let (a, b) = (node(&nats), node(&nats));
     let c = client();
-    let (status, reg) = request(
-        &c,
-        "POST",
-        &a.url("/api/register"),
-        Some(json!({"instance_id": "me"})),
-        None,
-    )
-    .await;
-    assert_eq!(status, 201, "{reg}");
-    let token = reg["session"].as_str().unwrap().to_owned();
+    let token = register(&c, &a, json!({"instance_id": "me"})).await;
     // Joining (posting) on A; news arrives through B.
     let (status, _) = request(
         &c,

@@ -248,6 +248,29 @@ async fn bucket(
     until_ready(&what, deadline, || js.get_key_value(&config.bucket), |_| false).await
 }
 
+/// Every entry of `bucket` (its latest value per key), then each change as it happens, each
+/// made into a `T` by `parse` (entries it cannot read are skipped); `what` names the bucket in
+/// errors and logs.
+async fn watch_bucket<T>(
+    bucket: &kv::Store,
+    what: &'static str,
+    parse: fn(kv::Entry) -> Option<T>,
+) -> Result<impl futures_util::Stream<Item = T> + Unpin, RelayError> {
+    let watch = bucket
+        .watch_with_history(">")
+        .await
+        .map_err(|e| unavailable(&format!("watching the {what} bucket"), e))?;
+    Ok(watch.filter_map(move |e| {
+        std::future::ready(match e {
+            Ok(e) => parse(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "watching the {what} bucket");
+                None
+            }
+        })
+    }))
+}
+
 /// A stream creation error that retrying cannot mend.
 fn permanent(e: &jetstream::context::CreateStreamError) -> bool {
     use jetstream::context::CreateStreamErrorKind as K;
@@ -795,21 +818,12 @@ impl Registrations {
 
     /// Every registration, then each change as it happens.
     pub async fn watch(&self) -> Result<impl futures_util::Stream<Item = Registration> + Unpin, RelayError> {
-        let watch = self
-            .bucket
-            .watch_with_history(">")
-            .await
-            .map_err(|e| unavailable("watching the instances bucket", e))?;
-        Ok(watch.filter_map(|e| {
-            std::future::ready(match e {
-                Ok(e) if e.operation == kv::Operation::Put => codec::decode::<Registration>(&e.value).ok(),
-                Ok(_) => None,
-                Err(e) => {
-                    tracing::warn!(error = %e, "watching registrations");
-                    None
-                }
-            })
-        }))
+        watch_bucket(&self.bucket, "instances", |e| {
+            (e.operation == kv::Operation::Put)
+                .then(|| codec::decode::<Registration>(&e.value).ok())
+                .flatten()
+        })
+        .await
     }
 }
 
@@ -921,23 +935,11 @@ impl SharedCursors {
 
     /// Every cursor, then each change as it happens.
     pub async fn watch(&self) -> Result<impl futures_util::Stream<Item = CursorChange> + Unpin, RelayError> {
-        let watch = self
-            .bucket
-            .watch_with_history(">")
-            .await
-            .map_err(|e| unavailable("watching the cursors bucket", e))?;
-        Ok(watch.filter_map(|e| std::future::ready(cursor_change(e))))
+        watch_bucket(&self.bucket, "cursors", cursor_change).await
     }
 }
 
-fn cursor_change(e: Result<kv::Entry, kv::WatcherError>) -> Option<CursorChange> {
-    let e = match e {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::warn!(error = %e, "watching cursors");
-            return None;
-        }
-    };
+fn cursor_change(e: kv::Entry) -> Option<CursorChange> {
     let (who, channel) = e.key.split_once('.')?;
     let (who, channel) = (from_hex(who)?, ChannelName::parse(&from_hex(channel)?).ok()?);
     let id = match e.operation {
@@ -1010,23 +1012,11 @@ impl SharedPresence {
 
     /// Every live entry, then each change as it happens.
     pub async fn watch(&self) -> Result<impl futures_util::Stream<Item = PresenceChange> + Unpin, RelayError> {
-        let watch = self
-            .bucket
-            .watch_with_history(">")
-            .await
-            .map_err(|e| unavailable("watching the presence bucket", e))?;
-        Ok(watch.filter_map(|e| std::future::ready(presence_change(e))))
+        watch_bucket(&self.bucket, "presence", presence_change).await
     }
 }
 
-fn presence_change(e: Result<kv::Entry, kv::WatcherError>) -> Option<PresenceChange> {
-    let e = match e {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::warn!(error = %e, "watching presence");
-            return None;
-        }
-    };
+fn presence_change(e: kv::Entry) -> Option<PresenceChange> {
     let mut parts = e.key.splitn(3, '.');
     let (channel, participant_id, node) = (parts.next()?, parts.next()?, parts.next()?.to_owned());
     match e.operation {
@@ -1109,23 +1099,11 @@ impl SharedWaits {
 
     /// Every wait and node heartbeat, then each change as it happens.
     pub async fn watch(&self) -> Result<impl futures_util::Stream<Item = WaitsEvent> + Unpin, RelayError> {
-        let watch = self
-            .bucket
-            .watch_with_history(">")
-            .await
-            .map_err(|e| unavailable("watching the waits bucket", e))?;
-        Ok(watch.filter_map(|e| std::future::ready(waits_event(e))))
+        watch_bucket(&self.bucket, "waits", waits_event).await
     }
 }
 
-fn waits_event(e: Result<kv::Entry, kv::WatcherError>) -> Option<WaitsEvent> {
-    let e = match e {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::warn!(error = %e, "watching waits");
-            return None;
-        }
-    };
+fn waits_event(e: kv::Entry) -> Option<WaitsEvent> {
     // A channel's key part is hex, so never "node".
     if let Some(node) = e.key.strip_prefix("node.") {
         if e.operation != kv::Operation::Put {

@@ -218,17 +218,8 @@ pub(super) async fn share_identities(relay: Relay, log: NatsLog) {
 /// supervisor hands over (arrivals, refreshes, departures) and mirrors the other nodes'.
 pub(super) async fn share_presence(relay: Relay, log: NatsLog) {
     let ttl = relay.inner.identities.ttl();
-    let mut backoff = RETRY_FIRST;
-    let shared = loop {
-        match log.presence(ttl).await {
-            Ok(p) => break p,
-            Err(e) => tracing::warn!(error = %e, "cannot open the cluster's presence bucket yet; retrying"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = relay.inner.shutdown.cancelled() => return,
-        }
-        backoff = (backoff * 2).min(RETRY_MAX);
+    let Some(shared) = open(&relay, "presence", || log.presence(ttl)).await else {
+        return;
     };
     let (tx, mut out) = tokio::sync::mpsc::unbounded_channel();
     let node = shared.node().to_owned();
@@ -274,17 +265,8 @@ pub(super) async fn share_waits(
     waits: Arc<ClusterWaits>,
     mut news: tokio::sync::mpsc::UnboundedReceiver<WaitNews>,
 ) {
-    let mut backoff = RETRY_FIRST;
-    let shared = loop {
-        match log.waits().await {
-            Ok(w) => break w,
-            Err(e) => tracing::warn!(error = %e, "cannot open the cluster's waits bucket yet; retrying"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = relay.inner.shutdown.cancelled() => return,
-        }
-        backoff = (backoff * 2).min(RETRY_MAX);
+    let Some(shared) = open(&relay, "waits", || log.waits()).await else {
+        return;
     };
     let mirror = {
         let (relay, shared) = (relay.clone(), shared.clone());
@@ -341,6 +323,26 @@ pub(super) async fn share_cursors(relay: Relay, log: NatsLog) {
         |change| relay.inner.registry.do_send(crate::registry::MergeCursor(change)),
     )
     .await
+}
+
+/// Opens one of the cluster's buckets, trying again (backing off) until it opens; `None` on
+/// shutdown.
+async fn open<T, F>(relay: &Relay, what: &str, mut open: impl FnMut() -> F) -> Option<T>
+where
+    F: Future<Output = Result<T, crate::RelayError>>,
+{
+    let mut backoff = RETRY_FIRST;
+    loop {
+        match open().await {
+            Ok(bucket) => return Some(bucket),
+            Err(e) => tracing::warn!(error = %e, "cannot open the cluster's {what} bucket yet; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = relay.inner.shutdown.cancelled() => return None,
+        }
+        backoff = (backoff * 2).min(RETRY_MAX);
+    }
 }
 
 /// Follows one of the cluster's buckets from its history on, handing each change to `apply`,
