@@ -104,6 +104,16 @@ fn describe() {
         "Channels with messages the search index lacks, at its last pass"
     );
     describe_gauge!(
+        "crosstalk_heap_allocated_bytes",
+        Unit::Bytes,
+        "Bytes the process has allocated and not freed (jemalloc's stats.allocated)"
+    );
+    describe_gauge!(
+        "crosstalk_heap_resident_bytes",
+        Unit::Bytes,
+        "Bytes of the allocator's pages in memory, in use or not yet returned to the system (jemalloc's stats.resident)"
+    );
+    describe_gauge!(
         "crosstalk_store_healthy",
         "1 when the store answers and its last write succeeded"
     );
@@ -127,8 +137,21 @@ pub async fn serve(cx: web::Data<Ctx>) -> HttpResponse {
     }
     metrics::gauge!("crosstalk_search_index_lag_seconds").set(relay.search_index_lag().as_secs_f64());
     metrics::gauge!("crosstalk_store_healthy").set(if relay.store_health().is_ok() { 1.0 } else { 0.0 });
+    if let Some((allocated, resident)) = heap() {
+        metrics::gauge!("crosstalk_heap_allocated_bytes").set(allocated as f64);
+        metrics::gauge!("crosstalk_heap_resident_bytes").set(resident as f64);
+    }
     h.run_upkeep();
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(h.render())
+}
+
+/// jemalloc's own count of the heap: what is allocated, and what its pages hold in memory
+/// (the difference is freed memory not yet returned). `None` if jemalloc does not answer.
+fn heap() -> Option<(usize, usize)> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    // The statistics are a snapshot, refreshed by advancing the epoch.
+    epoch::advance().ok()?;
+    Some((stats::allocated::read().ok()?, stats::resident::read().ok()?))
 }

@@ -134,6 +134,10 @@ async fn metrics_count_what_the_relay_did_and_need_the_token() {
     assert!(sample(&text, "crosstalk_store_bytes").unwrap_or(0.0) > 0.0, "{text}");
     assert_eq!(sample(&text, "crosstalk_store_healthy"), Some(1.0), "{text}");
     assert!(sample(&text, "crosstalk_search_index_lag_seconds").is_some(), "{text}");
+    // The allocator's own account: something is allocated, and its pages hold at least that.
+    let allocated = sample(&text, "crosstalk_heap_allocated_bytes").unwrap_or(0.0);
+    let resident = sample(&text, "crosstalk_heap_resident_bytes").unwrap_or(0.0);
+    assert!(allocated > 1_000_000.0 && resident >= allocated, "{text}");
     assert!(text.contains("# HELP crosstalk_wake_seconds"), "{text}");
 }
 

@@ -80,6 +80,14 @@ async fn gauge(server: &Server, name: &str) -> anyhow::Result<f64> {
         .with_context(|| format!("no {name} in /metrics"))
 }
 
+/// The allocator's own account (`crosstalk_heap_*` in /metrics): "A MiB allocated of B MiB
+/// resident", which tells live memory from freed memory not yet returned.
+async fn heap_mib(server: &Server) -> anyhow::Result<String> {
+    let allocated = gauge(server, "crosstalk_heap_allocated_bytes").await? / 1048576.0;
+    let resident = gauge(server, "crosstalk_heap_resident_bytes").await? / 1048576.0;
+    Ok(format!("{allocated:.0} MiB allocated of {resident:.0} MiB resident"))
+}
+
 /// Waits until the search index has every message (`crosstalk_search_channels_behind` is 0
 /// and stays 0 on the next pass); returns how long that took.
 async fn index_caught_up(server: &Server, budget: Duration) -> anyhow::Result<f64> {
@@ -223,11 +231,13 @@ pub async fn channels(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Re
     let settled = index_caught_up(&server, Duration::from_secs(120)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_idle = rss_kib(pid)? as f64 / 1024.0;
+    let heap_idle = heap_mib(&server).await?;
     server.stop().await?;
     let (fresh, _) = launcher.start(dir, &args, "channels-restart").await?;
     index_caught_up(&fresh, Duration::from_secs(120)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_fresh = rss_kib(fresh.pid()?)? as f64 / 1024.0;
+    let heap_fresh = heap_mib(&fresh).await?;
     fresh.stop().await?;
     rec.set("channels_touched", touched as f64);
     rec.set(
@@ -252,8 +262,8 @@ pub async fn channels(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Re
     rec.note(format!(
         "channels: {touched} channels touched in {:.1} s; RSS {rss_start:.0} MiB at start, peak {peak_mib:.0} MiB; \
          {open_after_touch} actors open after the touch, all idle ones closed {:.1} s after it (quiet period {} s); \
-         RSS {rss_closed:.0} MiB 2 s later, {rss_idle:.0} MiB once the search index had caught up ({settled:.1} s); \
-         a fresh relay on the same store: {rss_fresh:.0} MiB",
+         RSS {rss_closed:.0} MiB 2 s later, {rss_idle:.0} MiB once the search index had caught up ({settled:.1} s, \
+         heap {heap_idle}); a fresh relay on the same store: {rss_fresh:.0} MiB (heap {heap_fresh})",
         (touch_to - touch_from).as_secs_f64(),
         (closed_at - touch_to).as_secs_f64(),
         plan.idle_after_secs
