@@ -21,7 +21,8 @@ use crate::store::EventStore;
 use crate::view::{ChannelView, Posted};
 use actix::prelude::*;
 use crosstalk_schema::{
-    codec, ChannelMeta, ChannelState, InvalidInput, Limits, Message, NewMessage, Overlay, Record, Timestamp,
+    codec, ChannelMeta, ChannelName, ChannelState, InvalidInput, Limits, Message, NewMessage, Overlay, Record,
+    Timestamp,
 };
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -61,6 +62,8 @@ pub struct ChannelConfig {
     /// How long every active party must have been waiting before one is released.
     pub release_grace: Duration,
     pub retention: Retention,
+    /// Channels with a retention of their own (`--channel-retention`), instead of `retention`.
+    pub per_channel_retention: HashMap<ChannelName, Retention>,
     /// How often retention runs.
     pub retention_every: Duration,
     /// An actor nobody has used for this long, with nothing in flight, stops (`None`: never).
@@ -123,7 +126,11 @@ pub struct ChannelActor {
     store: Arc<dyn EventStore>,
     committer: Committer,
     ids: Arc<IdAllocator>,
-    config: ChannelConfig,
+    /// Shared by every channel actor: one copy, not one per open channel (it holds the NATS
+    /// client and its buckets, several KiB).
+    config: Arc<ChannelConfig>,
+    /// This channel's retention: the relay's, or its own `--channel-retention`.
+    retention: Retention,
     /// Summary including pending events.
     meta: ChannelMeta,
     /// Channel state including pending events.
@@ -160,9 +167,14 @@ impl ChannelActor {
         store: Arc<dyn EventStore>,
         committer: Committer,
         ids: Arc<IdAllocator>,
-        config: ChannelConfig,
+        config: Arc<ChannelConfig>,
         overlays: HashMap<u64, Overlay>,
     ) -> Self {
+        let retention = config
+            .per_channel_retention
+            .get(view.name())
+            .copied()
+            .unwrap_or(config.retention);
         ChannelActor {
             meta: view.meta(),
             state: view.channel_state(),
@@ -172,6 +184,7 @@ impl ChannelActor {
             committer,
             ids,
             config,
+            retention,
             overlays,
             next_overlays: BTreeSet::new(),
             next_replies: Vec::new(),
@@ -298,7 +311,7 @@ impl Actor for ChannelActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
-        let r = self.config.retention;
+        let r = self.retention;
         if r.max_age.is_some() || r.max_count.is_some() {
             self.compact(ctx);
             ctx.run_interval(self.config.retention_every, |act, ctx| {

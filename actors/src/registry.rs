@@ -33,7 +33,6 @@ pub(crate) struct ChannelsConfig {
     /// What every channel actor starts with.
     pub channel: ChannelConfig,
     /// Retention overrides by channel.
-    pub per_channel: HashMap<ChannelName, crate::channel::Retention>,
     /// Most channels the relay holds.
     pub max_channels: usize,
     /// Where a channel closed with messages the search index may not have yet goes.
@@ -88,9 +87,8 @@ pub struct Registry {
     pub(crate) store: Arc<dyn EventStore>,
     pub(crate) committer: Committer,
     pub(crate) ids: Arc<IdAllocator>,
-    pub(crate) channel_config: ChannelConfig,
+    pub(crate) channel_config: Arc<ChannelConfig>,
     /// Retention overrides by channel.
-    per_channel: HashMap<ChannelName, crate::channel::Retention>,
     identities: Arc<Identities>,
     cursors: HashMap<String, HashMap<ChannelName, u64>>,
     /// Channels the relay holds (stored, or opened since the start), against `max_channels`.
@@ -113,7 +111,6 @@ impl Registry {
     ) -> Result<Self, RelayError> {
         let ChannelsConfig {
             channel: channel_config,
-            per_channel,
             max_channels,
             unindexed,
         } = channels_config;
@@ -146,8 +143,7 @@ impl Registry {
             store,
             committer,
             ids,
-            channel_config,
-            per_channel,
+            channel_config: Arc::new(channel_config),
             identities,
             cursors,
             channels,
@@ -254,17 +250,13 @@ impl Handler<OpenChannel> for Registry {
         ));
         // What depends on the newest message (a pending `done`) must survive a reopen.
         view.seed_newest()?;
-        let mut config = self.channel_config.clone();
-        if let Some(r) = self.per_channel.get(&name) {
-            config.retention = *r;
-        }
         let addr = ChannelActor::new(
             view.clone(),
             self.directory.clone(),
             self.store.clone(),
             self.committer.clone(),
             self.ids.clone(),
-            config,
+            self.channel_config.clone(),
             overlays,
         )
         .start();

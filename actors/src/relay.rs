@@ -151,12 +151,12 @@ impl Relay {
             presence_ttl: config.presence_ttl,
             release_grace: config.release_grace,
             retention: config.retention,
+            per_channel_retention: config.channel_retention.clone(),
             retention_every: config.retention_every,
             idle_after: config.idle_after,
             log: config.log.clone(),
             cluster_waits: cluster_waits.as_ref().map(|(w, _)| w.clone()),
         };
-        let per_channel = config.channel_retention.clone();
         let identities = Arc::new(Identities::new(config.presence_ttl));
         let unindexed = Backlog::default();
         let caught_up = CaughtUp::default();
@@ -168,7 +168,6 @@ impl Relay {
             ids,
             ChannelsConfig {
                 channel: channel_config,
-                per_channel,
                 max_channels: config.max_channels,
                 unindexed: unindexed.clone(),
             },

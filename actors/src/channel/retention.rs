@@ -26,7 +26,7 @@ impl ChannelActor {
         if self.in_flight.is_some() || !self.pending.is_empty() || self.compacting {
             return;
         }
-        let Retention { max_age, max_count } = self.config.retention;
+        let Retention { max_age, max_count } = self.retention;
         let committed = self.view.meta();
         let excess = max_count.map_or(0, |max| committed.count.saturating_sub(max) as usize);
         if excess == 0 && max_age.is_none() {
