@@ -30,3 +30,29 @@ pub use relay::{ChannelInfo, Directives, Relay, RelayConfig, WaitOptions, WaitOu
 pub use shared::SharedSummary;
 pub use store::{EventStore, RepairReport, StoreError};
 pub use view::{ChannelView, Posted};
+
+/// Gives a map's memory back after a burst: 100,000 channels touched at once leave the maps
+/// that tracked them with room for 100,000 entries after they emptied again. Once a map holds
+/// under a quarter of its room (above a small floor) it shrinks to fit.
+pub(crate) trait ShrinkAfterBurst {
+    fn shrink_after_burst(&mut self);
+}
+
+/// Entries below which a map keeps its room: shrinking and growing again would cost more.
+const SHRINK_FLOOR: usize = 1024;
+
+impl<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher> ShrinkAfterBurst for std::collections::HashMap<K, V, S> {
+    fn shrink_after_burst(&mut self) {
+        if self.capacity() > 4 * self.len().max(SHRINK_FLOOR) {
+            self.shrink_to_fit();
+        }
+    }
+}
+
+impl<K: Eq + std::hash::Hash, S: std::hash::BuildHasher> ShrinkAfterBurst for std::collections::HashSet<K, S> {
+    fn shrink_after_burst(&mut self) {
+        if self.capacity() > 4 * self.len().max(SHRINK_FLOOR) {
+            self.shrink_to_fit();
+        }
+    }
+}

@@ -9,6 +9,7 @@
 //! more.
 
 use crate::nats::{PresenceChange, PresenceRecord};
+use crate::ShrinkAfterBurst;
 use actix::prelude::*;
 use crosstalk_schema::{ChannelName, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -228,6 +229,9 @@ impl PresenceSupervisor {
             });
         }
         self.remote.retain(|_, m| !m.is_empty());
+        self.channels.shrink_after_burst();
+        self.remote.shrink_after_burst();
+        self.events.shrink_after_burst();
         let mut told = std::collections::HashSet::new();
         for (channel, participant_id) in gone {
             if !told.insert((channel.clone(), participant_id.clone())) {

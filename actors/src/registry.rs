@@ -13,6 +13,7 @@ use crate::ids::IdAllocator;
 use crate::search::Backlog;
 use crate::store::{EventStore, Space};
 use crate::view::ChannelView;
+use crate::ShrinkAfterBurst;
 use actix::prelude::*;
 use crosstalk_schema::{codec, ChannelName, Instance, InstanceKind, Timestamp};
 use parking_lot::RwLock;
@@ -189,11 +190,7 @@ impl Registry {
             }));
         }
         if n > 0 && self.closing.is_empty() {
-            let mut directory = self.directory.write();
-            // The directory shrinks back after a burst of channels.
-            if directory.capacity() > 4 * directory.len().max(1024) {
-                directory.shrink_to_fit();
-            }
+            self.directory.write().shrink_after_burst();
             self.closing.shrink_to_fit();
         }
     }

@@ -8,6 +8,7 @@
 use crate::error::RelayError;
 use crate::store::{EventStore, Space};
 use crate::view::{ChannelView, Posted};
+use crate::ShrinkAfterBurst;
 use actix::prelude::*;
 use crosstalk_schema::{kind_is, ChannelName};
 use parking_lot::Mutex;
@@ -148,6 +149,7 @@ impl Indexer {
             let mut backlog = self.backlog.lock();
             // An open channel is indexed through its own view.
             backlog.retain(|name| !open.contains(name));
+            backlog.shrink_after_burst();
             backlog.iter().take(BACKLOG_PER_PASS).cloned().collect()
         };
         for name in closed {
