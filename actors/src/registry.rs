@@ -33,7 +33,6 @@ pub const MAX_INSTANCE_DESCRIPTION: usize = 1024;
 pub(crate) struct ChannelsConfig {
     /// What every channel actor starts with.
     pub channel: ChannelConfig,
-    /// Retention overrides by channel.
     /// Most channels the relay holds.
     pub max_channels: usize,
     /// Where a channel closed with messages the search index may not have yet goes.
@@ -88,8 +87,8 @@ pub struct Registry {
     pub(crate) store: Arc<dyn EventStore>,
     pub(crate) committer: Committer,
     pub(crate) ids: Arc<IdAllocator>,
+    /// One copy for every channel actor.
     pub(crate) channel_config: Arc<ChannelConfig>,
-    /// Retention overrides by channel.
     identities: Arc<Identities>,
     cursors: HashMap<String, HashMap<ChannelName, u64>>,
     /// Channels the relay holds (stored, or opened since the start), against `max_channels`.
