@@ -8,7 +8,7 @@ use tracing_subscriber::EnvFilter;
 /// malloc was 8–12% of the durable-POST profile), and frees on threads other than the one that
 /// allocated: a channel's state is built on the actors' thread, its batches freed on the store
 /// thread, sled's pages on sled's own threads. jemalloc's arenas take memory back whichever
-/// thread frees it, and its background thread returns freed pages to the system about a second
+/// thread frees it, and its background threads return freed pages to the system about a second
 /// later (mimalloc, the allocator before, returned a page only when the thread owning it next
 /// ran: 100,000 channels gone idle left 198 MiB resident; with jemalloc 122 MiB, and 106 MiB
 /// for a relay freshly started on that store; BENCHMARKS.md row 10). Throughput is the same.
@@ -16,7 +16,7 @@ use tracing_subscriber::EnvFilter;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's settings, read when it starts (`MALLOC_CONF` in the environment overrides them):
-/// a background thread purges freed pages, dirty pages go back to the system after 1 s, and
+/// background threads purge freed pages, dirty pages go back to the system after 1 s, and
 /// nothing lingers as "muzzy" (lazily freed) pages that still count in RSS.
 #[allow(non_upper_case_globals)]
 #[export_name = "malloc_conf"]

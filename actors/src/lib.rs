@@ -41,9 +41,14 @@ pub(crate) trait ShrinkAfterBurst {
 /// Entries below which a map keeps its room: shrinking and growing again would cost more.
 const SHRINK_FLOOR: usize = 1024;
 
+/// Whether a map of `len` entries with room for `capacity` is left over from a burst.
+fn burst_room(capacity: usize, len: usize) -> bool {
+    capacity > 4 * len.max(SHRINK_FLOOR)
+}
+
 impl<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher> ShrinkAfterBurst for std::collections::HashMap<K, V, S> {
     fn shrink_after_burst(&mut self) {
-        if self.capacity() > 4 * self.len().max(SHRINK_FLOOR) {
+        if burst_room(self.capacity(), self.len()) {
             self.shrink_to_fit();
         }
     }
@@ -51,7 +56,7 @@ impl<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher> ShrinkAfterBurst for
 
 impl<K: Eq + std::hash::Hash, S: std::hash::BuildHasher> ShrinkAfterBurst for std::collections::HashSet<K, S> {
     fn shrink_after_burst(&mut self) {
-        if self.capacity() > 4 * self.len().max(SHRINK_FLOOR) {
+        if burst_room(self.capacity(), self.len()) {
             self.shrink_to_fit();
         }
     }
