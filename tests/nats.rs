@@ -343,7 +343,14 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
     // nothing more arriving (a post B appended but died before answering may still come:
     // unacknowledged, it may be in the log or not, but once at most).
     let last = seen_on_b.last().map_or(0, |m| m["id"].as_u64().unwrap());
-    let newest_acked = acked_a.iter().chain(&acked_b).map(|(id, _)| *id).max().unwrap();
+    // What B's reader saw came to B through the stream, so A folds it too, acknowledged or not.
+    let newest_acked = acked_a
+        .iter()
+        .chain(&acked_b)
+        .map(|(id, _)| *id)
+        .max()
+        .unwrap()
+        .max(last);
     let deadline = Instant::now() + T;
     let log = loop {
         let before = messages(&c, &a, "busy", 0).await;
