@@ -97,6 +97,7 @@ fn aux_key(space: Space, key: &[u8]) -> Vec<u8> {
         Space::SharedData => b'd',
         Space::SharedVersions => b'v',
         Space::Search => b'w',
+        Space::Postings => b'p',
         Space::Jobs => b'j',
     };
     let mut k = Vec::with_capacity(key.len() + 2);
@@ -347,6 +348,29 @@ impl EventStore for SledStore {
         };
         let mut out = Vec::new();
         for item in iter.take(limit) {
+            let (k, v) = item.map_err(io)?;
+            out.push((k[strip..].to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn scan_aux_before(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        before: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<AuxEntries, StoreError> {
+        let full = aux_key(space, prefix);
+        let strip = full.len() - prefix.len();
+        let iter: Box<dyn DoubleEndedIterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> = match before {
+            // A key past the prefix bounds nothing more than the prefix does.
+            Some(b) if b.starts_with(prefix) => Box::new(self.log.range(full.clone()..aux_key(space, b))),
+            Some(b) if b < prefix => return Ok(Vec::new()),
+            _ => Box::new(self.log.scan_prefix(&full)),
+        };
+        let mut out = Vec::new();
+        for item in iter.rev().take(limit) {
             let (k, v) = item.map_err(io)?;
             out.push((k[strip..].to_vec(), v.to_vec()));
         }

@@ -46,8 +46,13 @@ pub enum Space {
     SharedData,
     /// Every version of every shared data entry, by key and version.
     SharedVersions,
-    /// Search postings, by term and message id.
+    /// Search postings of the first index format: one key per term and message
+    /// (`term\0{id}` → channel). Nothing writes here any more; the indexer converts what a
+    /// store of an earlier version holds into [`Space::Postings`] and empties it.
     Search,
+    /// Search postings, one key per term and block of 64 message ids
+    /// (`term\0{id / 64}` → the block's ids and channels, see `search.rs`).
+    Postings,
     /// Bookkeeping of background jobs (search indexer progress, …).
     Jobs,
 }
@@ -139,6 +144,16 @@ pub trait EventStore: Send + Sync + 'static {
     /// at most `limit`.
     fn scan_aux(&self, space: Space, prefix: &[u8], newest_first: bool, limit: usize)
         -> Result<AuxEntries, StoreError>;
+    /// Entries whose key starts with `prefix` and sorts before `before` (every one when
+    /// `None`), newest (greatest key) first, at most `limit`: the next page of a scan that
+    /// stopped at `before`.
+    fn scan_aux_before(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        before: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<AuxEntries, StoreError>;
 
     /// The channel's summary, `None` for a channel never written.
     fn meta(&self, channel: &ChannelName) -> Result<Option<ChannelMeta>, StoreError>;

@@ -109,6 +109,15 @@ impl EventStore for Faulty {
     ) -> Result<AuxEntries, StoreError> {
         self.inner.scan_aux(space, prefix, newest_first, limit)
     }
+    fn scan_aux_before(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        before: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<AuxEntries, StoreError> {
+        self.inner.scan_aux_before(space, prefix, before, limit)
+    }
     fn meta(&self, c: &ChannelName) -> Result<Option<ChannelMeta>, StoreError> {
         self.inner.meta(c)
     }
