@@ -141,6 +141,44 @@ async fn metrics_count_what_the_relay_did_and_need_the_token() {
     assert!(text.contains("# HELP crosstalk_wake_seconds"), "{text}");
 }
 
+/// Threads of the relay process named `name` (Linux names them in `/proc`).
+fn threads_named(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("/proc lists the relay's threads")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim() == name)
+        .count()
+}
+
+/// The allocator runs background threads that give freed pages back to the system, as
+/// built in; `MALLOC_CONF` overrides the built-in settings.
+#[tokio::test]
+async fn the_allocator_purges_in_background_threads_unless_malloc_conf_says_otherwise() {
+    let http = client();
+    for (env, expect_threads) in [(None, true), (Some("background_thread:false"), false)] {
+        let s = match env {
+            None => Server::start(),
+            Some(conf) => Server::start_with_env(&[], &[("MALLOC_CONF", conf)]),
+        };
+        // Some traffic, so every arena the relay uses is in play.
+        for i in 0..20 {
+            let r = http
+                .post(s.url(&format!("/api/channels/bg{i}/messages")))
+                .json(&json!({"sender": "a", "body": "x"}))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success());
+        }
+        let threads = threads_named(s.child.id(), "jemalloc_bg_thd");
+        assert_eq!(
+            threads > 0,
+            expect_threads,
+            "MALLOC_CONF={env:?}: {threads} background threads"
+        );
+    }
+}
+
 #[tokio::test]
 async fn idle_channel_actors_leave_memory_and_come_back_with_their_messages() {
     let s = Server::start_with(&["--token", TOKEN, "--idle-after-secs", "1", "--presence-ttl-secs", "1"]);

@@ -85,14 +85,14 @@ impl Server {
     pub fn start_logging(args: &[&str]) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
-        let mut s = Self::spawn_logging(&dir, args, None, None);
+        let mut s = Self::spawn_logging(&dir, args, None, None, &[]);
         s._tmp = Some(tmp);
         s
     }
 
     /// Starts a relay on an existing data directory with its default logging.
     pub fn start_logging_in(dir: &Path, args: &[&str]) -> Server {
-        Self::spawn_logging(dir, args, None, None)
+        Self::spawn_logging(dir, args, None, None, &[])
     }
 
     /// Starts a relay whose files may grow to at most `bytes` each (`ulimit -f`), as a full
@@ -101,11 +101,25 @@ impl Server {
         Self::spawn(dir, args, Some(bytes))
     }
 
-    fn spawn(dir: &Path, args: &[&str], file_limit: Option<u64>) -> Server {
-        Self::spawn_logging(dir, args, file_limit, Some("warn"))
+    /// Starts a relay with these environment variables set besides the usual ones.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut s = Self::spawn_logging(tmp.path(), args, None, Some("warn"), env);
+        s._tmp = Some(tmp);
+        s
     }
 
-    fn spawn_logging(dir: &Path, args: &[&str], file_limit: Option<u64>, log: Option<&str>) -> Server {
+    fn spawn(dir: &Path, args: &[&str], file_limit: Option<u64>) -> Server {
+        Self::spawn_logging(dir, args, file_limit, Some("warn"), &[])
+    }
+
+    fn spawn_logging(
+        dir: &Path,
+        args: &[&str],
+        file_limit: Option<u64>,
+        log: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
         cmd.arg("serve")
             .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
@@ -113,6 +127,8 @@ impl Server {
             .args(args)
             .args(shared_log(dir, args))
             .env_remove("RUST_LOG")
+            .env_remove("MALLOC_CONF")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(log) = log {
