@@ -71,9 +71,15 @@ pub fn terms(text: &str) -> Vec<String> {
 /// `term\0` then a big-endian number: a block (in [`Space::Postings`]) or, in the first
 /// format, a message id. Terms are letters and digits, so the NUL ends every term.
 fn term_key(term: &str, n: u64) -> Vec<u8> {
+    let mut k = term_prefix(term);
+    k.extend_from_slice(&n.to_be_bytes());
+    k
+}
+
+/// The key prefix of every block of `term`.
+fn term_prefix(term: &str) -> Vec<u8> {
     let mut k = term.as_bytes().to_vec();
     k.push(0);
-    k.extend_from_slice(&n.to_be_bytes());
     k
 }
 
@@ -122,6 +128,17 @@ fn decode_block(n: u64, mut value: &[u8]) -> Option<Block> {
 fn add_postings(store: &dyn EventStore, postings: impl IntoIterator<Item = Posting>) -> Result<(), RelayError> {
     let mut blocks: BTreeMap<(String, u64), Block> = BTreeMap::new();
     for (term, id, channel) in postings {
+        // A block gives a name one length byte; names are at most 64 bytes, so a longer one
+        // is damage (converted from a first-format value), and would make the block unreadable.
+        if channel.len() > usize::from(u8::MAX) {
+            tracing::error!(
+                term,
+                id,
+                "search posting with a channel name of {} bytes; dropped",
+                channel.len()
+            );
+            continue;
+        }
         blocks.entry((term, id / BLOCK_IDS)).or_default().insert(id, channel);
     }
     let mut writes = Vec::with_capacity(blocks.len());
@@ -461,13 +478,6 @@ pub fn search(
     Ok(out)
 }
 
-/// The key prefix of every block of `term`.
-fn term_prefix(term: &str) -> Vec<u8> {
-    let mut k = term.as_bytes().to_vec();
-    k.push(0);
-    k
-}
-
 /// How many postings a block's value holds, without decoding it.
 fn postings_in(mut value: &[u8]) -> usize {
     let mut n = 0;
@@ -507,6 +517,27 @@ mod tests {
             parse_term_key(&[b"fox\x01".as_slice(), &9u64.to_be_bytes()].concat()),
             None
         );
+    }
+
+    #[test]
+    fn adding_postings_merges_into_blocks_and_drops_a_name_no_block_can_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::sled_store::SledStore::open(dir.path()).unwrap();
+        let add = |id: u64, channel: &[u8]| add_postings(&store, [("fox".to_owned(), id, channel.to_vec())]).unwrap();
+        add(130, b"a");
+        add(129, b"b");
+        add(130, b"a"); // Again, as after a crash: no change.
+        add(131, &[b'x'; 300]);
+        add(200, b"c");
+        let block = |n| {
+            let v = store.get_aux(Space::Postings, &term_key("fox", n)).unwrap().unwrap();
+            decode_block(n, &v).unwrap()
+        };
+        assert_eq!(
+            block(2),
+            [(129, b"b".to_vec()), (130, b"a".to_vec())].into_iter().collect()
+        );
+        assert_eq!(block(3), [(200, b"c".to_vec())].into_iter().collect());
     }
 
     #[test]
