@@ -362,7 +362,11 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
         }
         assert!(
             Instant::now() < deadline,
-            "node A's log did not settle at {newest_acked} or beyond"
+            "node A's log did not settle at {newest_acked} or beyond: newest {newest:?}, {} vs {} messages, last seen on B {last}, acked a max {:?} b max {:?}\nA:\n{}",
+            log.len(), before.len(),
+            acked_a.iter().map(|(id, _)| *id).max(),
+            acked_b.iter().map(|(id, _)| *id).max(),
+            a.stderr()
         );
     };
     let newest = log.last().and_then(|m| m["id"].as_u64());

@@ -19,12 +19,17 @@ use bytes::Bytes;
 use crosstalk_schema::{codec, ChannelName, Instance, Record, SharedData, Timestamp};
 use futures_util::StreamExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Header carrying a post's idempotency key, for the fold (the record does not hold it).
 const IDEMPOTENCY_HEADER: &str = "Crosstalk-Idempotency-Key";
 /// Longest an append waits for JetStream's acknowledgement.
 const APPEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the server tells a node following the log that it is still there when it has
+/// nothing to deliver; two missed ones and the node follows again on a new consumer.
+const FOLLOW_HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long start-up waits for a server, the stream and the buckets (a new cluster elects its
 /// leaders first; on a small machine, with several nodes starting at once, that takes a while).
 const STREAM_READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -250,7 +255,10 @@ async fn bucket(
 
 /// Every entry of `bucket` (its latest value per key), then each change as it happens, each
 /// made into a `T` by `parse` (entries it cannot read are skipped); `what` names the bucket in
-/// errors and logs.
+/// errors and logs. The changes end at the watch's first error (its consumer lived on a server
+/// that died, say: then the client's watch keeps failing rather than recovering), so the
+/// caller watches again, from the bucket's history; every change is a merge, so seeing an
+/// entry twice changes nothing.
 async fn watch_bucket<T>(
     bucket: &kv::Store,
     what: &'static str,
@@ -260,15 +268,14 @@ async fn watch_bucket<T>(
         .watch_with_history(">")
         .await
         .map_err(|e| unavailable(&format!("watching the {what} bucket"), e))?;
-    Ok(watch.filter_map(move |e| {
-        std::future::ready(match e {
-            Ok(e) => parse(e),
-            Err(e) => {
-                tracing::warn!(error = %e, "watching the {what} bucket");
-                None
+    Ok(watch
+        .take_while(move |e| {
+            if let Err(e) = e {
+                tracing::warn!(error = %e, "watching the {what} bucket failed; watching it again");
             }
+            std::future::ready(e.is_ok())
         })
-    }))
+        .filter_map(move |e| std::future::ready(e.ok().and_then(parse))))
 }
 
 /// A stream creation error that retrying cannot mend.
@@ -543,13 +550,39 @@ impl NatsLog {
         Ok(ack.sequence)
     }
 
+    /// The sequence of the newest event in the log (0 when it is empty).
+    pub async fn last_sequence(&self) -> Result<u64, RelayError> {
+        let mut stream = self
+            .js
+            .get_stream(&self.stream)
+            .await
+            .map_err(|e| unavailable("opening the stream", e))?;
+        let info = stream
+            .info()
+            .await
+            .map_err(|e| unavailable("reading the stream's state", e))?;
+        Ok(info.state.last_sequence)
+    }
+
     /// Every event from stream sequence `from` on, in order, then new ones as they come. The
-    /// stream ends with an error when the consumer is lost for good; follow again from the
-    /// next sequence.
+    /// stream yields an error when the consumer is lost (its server died: [`FOLLOW_HEARTBEAT`]
+    /// twice without a word) or a message went missing on the way (a gap in the consumer's own
+    /// sequence); follow again from the next sequence. Beside it, the stream sequence of the
+    /// last message the consumer delivered, events or not (one that is not an event is skipped).
+    ///
+    /// Not the client's ordered consumer: that one waits for its fixed 15 s heartbeat to be
+    /// missed twice before it recreates itself, so a node whose consumer lived on a server that
+    /// died stopped folding the log, and answering its own posts, for up to a minute.
     pub async fn follow(
         &self,
         from: u64,
-    ) -> Result<impl futures_util::Stream<Item = Result<LogEvent, RelayError>> + Unpin, RelayError> {
+    ) -> Result<
+        (
+            impl futures_util::Stream<Item = Result<LogEvent, RelayError>> + Unpin,
+            Arc<AtomicU64>,
+        ),
+        RelayError,
+    > {
         let stream = self
             .js
             .get_stream(&self.stream)
@@ -560,20 +593,52 @@ impl NatsLog {
         } else {
             consumer::DeliverPolicy::ByStartSequence { start_sequence: from }
         };
+        // What the ordered consumer would be: ephemeral, in memory, one replica, no acks; the
+        // server removes it once nobody has pulled for a while.
         let consumer = stream
-            .create_consumer(consumer::pull::OrderedConfig {
+            .create_consumer(consumer::pull::Config {
                 filter_subject: format!("{}>", self.prefix),
                 deliver_policy,
+                ack_policy: consumer::AckPolicy::None,
+                max_deliver: 1,
+                inactive_threshold: Duration::from_secs(30),
+                num_replicas: 1,
+                memory_storage: true,
                 ..Default::default()
             })
             .await
             .map_err(|e| unavailable("creating a consumer", e))?;
         let messages = consumer
+            .stream()
+            .max_messages_per_batch(500)
+            .expires(Duration::from_secs(30))
+            .heartbeat(FOLLOW_HEARTBEAT)
             .messages()
             .await
             .map_err(|e| unavailable("reading the stream", e))?;
         let prefix = self.prefix.clone();
-        Ok(messages.filter_map(move |m| std::future::ready(log_event(&prefix, m))))
+        let mut delivered = 0u64;
+        let through = Arc::new(AtomicU64::new(from.saturating_sub(1)));
+        let through_now = through.clone();
+        let events = messages.filter_map(move |m| {
+            let m = m.map_err(|e| unavailable("reading the stream", e)).and_then(|m| {
+                let info = m.info().map_err(|e| unavailable("reading a message's sequence", e))?;
+                if info.consumer_sequence != delivered + 1 {
+                    return Err(unavailable(
+                        "reading the stream",
+                        format!(
+                            "message {} of the consumer came after {delivered}: one went missing",
+                            info.consumer_sequence
+                        ),
+                    ));
+                }
+                delivered = info.consumer_sequence;
+                through_now.store(info.stream_sequence, Ordering::Relaxed);
+                Ok(m)
+            });
+            std::future::ready(log_event(&prefix, m))
+        });
+        Ok((events, through))
     }
 }
 
@@ -1129,13 +1194,10 @@ fn waits_event(e: kv::Entry) -> Option<WaitsEvent> {
 }
 
 /// One stream message as an event of the log; `None` (logged) for one that is not.
-fn log_event(
-    prefix: &str,
-    m: Result<jetstream::Message, consumer::pull::OrderedError>,
-) -> Option<Result<LogEvent, RelayError>> {
+fn log_event(prefix: &str, m: Result<jetstream::Message, RelayError>) -> Option<Result<LogEvent, RelayError>> {
     let m = match m {
         Ok(m) => m,
-        Err(e) => return Some(Err(unavailable("reading the stream", e))),
+        Err(e) => return Some(Err(e)),
     };
     let seq = match m.info() {
         Ok(info) => info.stream_sequence,

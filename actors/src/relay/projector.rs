@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Backoff between attempts to follow the log after it failed.
 const RETRY_FIRST: Duration = Duration::from_millis(200);
@@ -40,17 +40,35 @@ pub(super) async fn project(relay: Relay, log: NatsLog) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !relay.inner.shutdown.is_cancelled() {
         match log.follow(next).await {
-            Ok(mut events) => {
+            Ok((mut events, through)) => {
                 backoff = RETRY_FIRST;
+                let mut heard = Instant::now();
+                // The log's newest message at the last look, when the consumer was behind it.
+                let mut behind = None;
                 loop {
                     let event = tokio::select! {
                         e = events.next() => e,
                         _ = every.tick() => {
                             mark.advance(&relay).await;
+                            if heard.elapsed() >= STALL_AFTER {
+                                heard = Instant::now();
+                                let delivered = through.load(std::sync::atomic::Ordering::Relaxed);
+                                if behind.is_some_and(|last| last > delivered) {
+                                    tracing::warn!(
+                                        delivered,
+                                        behind,
+                                        "the consumer has not delivered what the log held {STALL_AFTER:?} ago; following again"
+                                    );
+                                    break;
+                                }
+                                behind = newest(&log).await.filter(|&last| last > delivered);
+                            }
                             continue;
                         }
                         _ = relay.inner.shutdown.cancelled() => return,
                     };
+                    heard = Instant::now();
+                    behind = None;
                     match event {
                         Some(Ok(event)) => {
                             next = event.seq + 1;
@@ -59,6 +77,7 @@ pub(super) async fn project(relay: Relay, log: NatsLog) {
                                 Ok(stored) => mark.delivered(seq, channel, stored),
                                 Err(()) => mark.lost(seq),
                             }
+                            heard = Instant::now();
                         }
                         Some(Err(e)) => {
                             tracing::warn!(error = %e, next, "following the shared log failed; following again");
@@ -73,6 +92,20 @@ pub(super) async fn project(relay: Relay, log: NatsLog) {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(RETRY_MAX);
     }
+}
+
+/// A consumer that has delivered nothing for this long is checked on. The client notices a
+/// consumer whose server died by its missed heartbeats; this catches one that is alive and
+/// says nothing all the same (seen after a server of three was killed mid-write: a node's
+/// consumer stopped short of the log's last messages for good). When the log held messages
+/// past what the consumer delivered at one check and it has still not delivered them at the
+/// next, the node follows again on a new consumer. While the cluster is quiet this costs a
+/// stream-info request every `STALL_AFTER` per node.
+const STALL_AFTER: Duration = Duration::from_secs(3);
+
+/// The sequence of the log's newest message; `None` when the question goes unanswered.
+async fn newest(log: &NatsLog) -> Option<u64> {
+    tokio::time::timeout(STALL_AFTER, log.last_sequence()).await.ok()?.ok()
 }
 
 /// How often a node records how far it has folded the log.
