@@ -96,8 +96,9 @@ pub(super) async fn project(relay: Relay, log: NatsLog) {
 
 /// A consumer that has delivered nothing for this long is checked on. The client notices a
 /// consumer whose server died by its missed heartbeats; this catches one that is alive and
-/// says nothing all the same (seen after a server of three was killed mid-write: a node's
-/// consumer stopped short of the log's last messages for good). When the log held messages
+/// says nothing all the same (seen once after a server of three was killed mid-write: a
+/// node's consumer, still heartbeating, had not delivered the log's last message 15 s later,
+/// when the test gave up). When the log held messages
 /// past what the consumer delivered at one check and it has still not delivered them at the
 /// next, the node follows again on a new consumer. While the cluster is quiet this costs a
 /// stream-info request every `STALL_AFTER` per node.
