@@ -161,7 +161,7 @@ async fn search_answers_the_same_from_index_blocks_and_after_converting_the_firs
     let dir = s.take_dir().unwrap();
     let (old_keys, block_keys) = {
         let store = SledStore::open(dir.path()).unwrap();
-        let blocks = store.scan_aux(Space::Postings, b"", false, usize::MAX).unwrap();
+        let blocks = store.scan_aux(Space::Postings, b"", usize::MAX).unwrap();
         assert!(!blocks.is_empty() && blocks.len() < 1300, "{} blocks", blocks.len());
         let drop_blocks: Vec<_> = blocks.into_iter().map(|(k, _)| (k, None)).collect();
         store.write_aux(Space::Postings, &drop_blocks).unwrap();
@@ -187,10 +187,10 @@ async fn search_answers_the_same_from_index_blocks_and_after_converting_the_firs
     assert!(clean);
     let store = SledStore::open(dir.path()).unwrap();
     assert!(
-        store.scan_aux(Space::Search, b"", false, 1).unwrap().is_empty(),
+        store.scan_aux(Space::Search, b"", 1).unwrap().is_empty(),
         "first-format keys left"
     );
     // One key per term and block of 64 ids.
-    let blocks = store.scan_aux(Space::Postings, b"", false, usize::MAX).unwrap().len();
+    let blocks = store.scan_aux(Space::Postings, b"", usize::MAX).unwrap().len();
     assert_eq!(blocks, block_keys, "keys for {old_keys} postings");
 }

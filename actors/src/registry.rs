@@ -115,7 +115,7 @@ impl Registry {
             unindexed,
         } = channels_config;
         let channels = store.channels()?.len();
-        for (_, bytes) in store.scan_aux(Space::Instances, b"", false, usize::MAX)? {
+        for (_, bytes) in store.scan_aux(Space::Instances, b"", usize::MAX)? {
             match codec::decode::<Instance>(&bytes) {
                 Ok(instance) => {
                     identities.insert(Identity::new(instance, None, None));
@@ -124,7 +124,7 @@ impl Registry {
             }
         }
         let mut cursors: HashMap<String, HashMap<ChannelName, u64>> = HashMap::new();
-        for (key, value) in store.scan_aux(Space::Cursors, b"", false, usize::MAX)? {
+        for (key, value) in store.scan_aux(Space::Cursors, b"", usize::MAX)? {
             let mut parts = key.splitn(2, |b| *b == 0);
             let (Some(who), Some(ch)) = (parts.next(), parts.next()) else {
                 continue;

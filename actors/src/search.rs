@@ -280,7 +280,7 @@ impl Indexer {
         let started = Instant::now();
         let mut moved = 0usize;
         while started.elapsed() < CONVERT_PER_PASS {
-            let old = match self.store.scan_aux(Space::Search, b"", false, CONVERT_BATCH) {
+            let old = match self.store.scan_aux(Space::Search, b"", CONVERT_BATCH) {
                 Ok(old) => old,
                 Err(e) => {
                     tracing::error!(error = %e, "reading first-format search postings failed; will retry");
@@ -425,7 +425,7 @@ pub fn search(
         .min_by_key(|t| {
             store
                 .scan_aux_before(Space::Postings, &term_prefix(t), None, SELECTIVITY_PROBE)
-                .map_or(0, |blocks| blocks.iter().map(|(_, v)| postings_in(v)).sum::<usize>())
+                .map_or(0, |blocks| blocks.iter().map(|(k, v)| block_len(k, v)).sum::<usize>())
         })
         .cloned()
         .unwrap_or_default();
@@ -478,14 +478,11 @@ pub fn search(
     Ok(out)
 }
 
-/// How many postings a block's value holds, without decoding it.
-fn postings_in(mut value: &[u8]) -> usize {
-    let mut n = 0;
-    while let [_, len, rest @ ..] = value {
-        n += 1;
-        value = rest.get(usize::from(*len)..).unwrap_or_default();
-    }
-    n
+/// How many postings a block holds (none when it cannot be read).
+fn block_len(key: &[u8], value: &[u8]) -> usize {
+    parse_term_key(key)
+        .and_then(|(_, n)| decode_block(n, value))
+        .map_or(0, |b| b.len())
 }
 
 #[cfg(test)]
@@ -502,7 +499,7 @@ mod tests {
         .into_iter()
         .collect();
         let value = encode_block(&block);
-        assert_eq!(postings_in(&value), 2);
+        assert_eq!(block_len(&term_key("fox", n), &value), 2);
         let back = decode_block(n, &value).unwrap();
         assert_eq!(back, block);
         assert_eq!(back.keys().copied().collect::<Vec<_>>(), [448, 511]);

@@ -282,7 +282,7 @@ impl Handler<ListShared> for SharedStore {
 
     fn handle(&mut self, _: ListShared, _: &mut Context<Self>) -> Self::Result {
         let mut out = Vec::new();
-        for (_, bytes) in self.store.scan_aux(Space::SharedData, b"", false, usize::MAX)? {
+        for (_, bytes) in self.store.scan_aux(Space::SharedData, b"", usize::MAX)? {
             if let Ok(d) = codec::decode::<SharedData>(&bytes) {
                 if !d.deleted {
                     out.push(SharedSummary::from(&d));

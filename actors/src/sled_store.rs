@@ -107,6 +107,20 @@ fn aux_key(space: Space, key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// Up to `limit` entries of an aux scan, their keys without the first `strip` bytes (the space).
+fn aux_entries(
+    scan: impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
+    strip: usize,
+    limit: usize,
+) -> Result<AuxEntries, StoreError> {
+    scan.take(limit)
+        .map(|item| {
+            let (k, v) = item.map_err(io)?;
+            Ok((k[strip..].to_vec(), v.to_vec()))
+        })
+        .collect()
+}
+
 fn id_of(key: &[u8]) -> Result<u64, StoreError> {
     let tail: [u8; 8] = key
         .len()
@@ -331,27 +345,10 @@ impl EventStore for SledStore {
         Ok(self.log.get(aux_key(space, key)).map_err(io)?.map(|v| v.to_vec()))
     }
 
-    fn scan_aux(
-        &self,
-        space: Space,
-        prefix: &[u8],
-        newest_first: bool,
-        limit: usize,
-    ) -> Result<AuxEntries, StoreError> {
+    fn scan_aux(&self, space: Space, prefix: &[u8], limit: usize) -> Result<AuxEntries, StoreError> {
         let full = aux_key(space, prefix);
         let strip = full.len() - prefix.len();
-        let iter = self.log.scan_prefix(&full);
-        let iter: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> = if newest_first {
-            Box::new(iter.rev())
-        } else {
-            Box::new(iter)
-        };
-        let mut out = Vec::new();
-        for item in iter.take(limit) {
-            let (k, v) = item.map_err(io)?;
-            out.push((k[strip..].to_vec(), v.to_vec()));
-        }
-        Ok(out)
+        aux_entries(self.log.scan_prefix(&full), strip, limit)
     }
 
     fn scan_aux_before(
@@ -363,18 +360,14 @@ impl EventStore for SledStore {
     ) -> Result<AuxEntries, StoreError> {
         let full = aux_key(space, prefix);
         let strip = full.len() - prefix.len();
-        let iter: Box<dyn DoubleEndedIterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> = match before {
+        match before {
             // A key past the prefix bounds nothing more than the prefix does.
-            Some(b) if b.starts_with(prefix) => Box::new(self.log.range(full.clone()..aux_key(space, b))),
-            Some(b) if b < prefix => return Ok(Vec::new()),
-            _ => Box::new(self.log.scan_prefix(&full)),
-        };
-        let mut out = Vec::new();
-        for item in iter.rev().take(limit) {
-            let (k, v) = item.map_err(io)?;
-            out.push((k[strip..].to_vec(), v.to_vec()));
+            Some(b) if b.starts_with(prefix) => {
+                aux_entries(self.log.range(full.clone()..aux_key(space, b)).rev(), strip, limit)
+            }
+            Some(b) if b < prefix => Ok(Vec::new()),
+            _ => aux_entries(self.log.scan_prefix(&full).rev(), strip, limit),
         }
-        Ok(out)
     }
 
     fn read(&self, channel: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {

@@ -100,14 +100,8 @@ impl EventStore for Faulty {
     fn get_aux(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.inner.get_aux(space, key)
     }
-    fn scan_aux(
-        &self,
-        space: Space,
-        prefix: &[u8],
-        newest_first: bool,
-        limit: usize,
-    ) -> Result<AuxEntries, StoreError> {
-        self.inner.scan_aux(space, prefix, newest_first, limit)
+    fn scan_aux(&self, space: Space, prefix: &[u8], limit: usize) -> Result<AuxEntries, StoreError> {
+        self.inner.scan_aux(space, prefix, limit)
     }
     fn scan_aux_before(
         &self,
