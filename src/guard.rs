@@ -10,6 +10,8 @@
 //! - **Tokens** ([`crate::auth::authenticate`]): the principal, or a 401.
 //! - **Slow bodies**: a request body must arrive within [`BODY_TIMEOUT`] (408 otherwise) and
 //!   within the size limit (413), before any handler runs.
+//! - **Compact request heads** ([`compact_headers`]): a parked wait holds its request for
+//!   minutes, so its header map should cost what its headers need.
 
 use crate::error::ApiError;
 use crate::ops::Principal;
@@ -142,6 +144,7 @@ pub async fn guard(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    compact_headers(req.headers_mut());
     // The assembler always sets the policy; without one, loopback only.
     let policy = req.app_data::<web::Data<Policy>>().cloned().unwrap_or_else(|| {
         web::Data::new(Policy {
@@ -250,6 +253,27 @@ pub async fn guard(
     Ok(res.map_into_left_body())
 }
 
+/// Rebuilds a request's header map at the size its headers need, when it is much larger.
+///
+/// actix-http makes each new request head with room for 16 headers: a hash table of about
+/// 7 KiB, as every slot holds a name and a small vector of four values. Heads are pooled and
+/// reused, 128 per worker; beyond that each request allocates one, and keeps it until it is
+/// answered. Ten thousand parked long-polls and MCP waits held 70 MiB of these tables, nearly
+/// all empty slots. A compacted head goes back to the pool at its new size, so a steady stream
+/// of requests rebuilds nothing: only heads made fresh, under concurrency the pool cannot
+/// cover, are rebuilt. Names, values and the order of repeated values are kept.
+pub fn compact_headers(headers: &mut header::HeaderMap) {
+    let keys = headers.len_keys();
+    if headers.capacity() <= 2 * keys + 8 {
+        return;
+    }
+    let mut compact = header::HeaderMap::with_capacity(keys);
+    for (name, value) in std::mem::take(headers) {
+        compact.append(name, value);
+    }
+    *headers = compact;
+}
+
 fn cors_headers(headers: &mut header::HeaderMap, origin: &str) {
     if let Ok(v) = HeaderValue::from_str(origin) {
         headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
@@ -307,6 +331,45 @@ async fn read_body(mut payload: Payload, limit: usize) -> Result<web::Bytes, (St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fresh_request_head_is_compacted_and_keeps_every_value_in_order() {
+        // As actix-http makes a head when its pool is empty.
+        let mut headers = header::HeaderMap::with_capacity(16);
+        let roomy = headers.capacity();
+        headers.append(header::HOST, HeaderValue::from_static("127.0.0.1:8765"));
+        headers.append(header::ACCEPT, HeaderValue::from_static("application/json"));
+        headers.append(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+        headers.append(header::COOKIE, HeaderValue::from_static("a=1"));
+        let before: Vec<_> = headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+        compact_headers(&mut headers);
+        assert!(
+            headers.capacity() < roomy / 2,
+            "capacity {} of {roomy}",
+            headers.capacity()
+        );
+        assert_eq!(headers.len(), 4);
+        for (name, _) in &before {
+            let want: Vec<_> = before.iter().filter(|(n, _)| n == name).map(|(_, v)| v).collect();
+            let got: Vec<_> = headers.get_all(name).collect();
+            assert_eq!(got, want, "{name}");
+        }
+        // A compacted head, reused from the pool, is not rebuilt again.
+        let again = headers.capacity();
+        compact_headers(&mut headers);
+        assert_eq!(headers.capacity(), again);
+        // Nor is one that grew for many headers.
+        let mut many = header::HeaderMap::new();
+        for i in 0..40 {
+            many.append(
+                header::HeaderName::from_bytes(format!("x-h{i}").as_bytes()).unwrap(),
+                HeaderValue::from_static("v"),
+            );
+        }
+        let cap = many.capacity();
+        compact_headers(&mut many);
+        assert_eq!(many.capacity(), cap);
+    }
 
     #[test]
     fn hosts_and_origins() {
