@@ -368,6 +368,9 @@ pub fn lines(ours: &Record, peer: Option<&Record>, judge: bool) -> Vec<Line> {
                     let mut misses = Vec::new();
                     match goal {
                         Goal::AtLeast(t) if v < t => misses.push(format!("{:.0}% short", (1.0 - v / t) * 100.0)),
+                        Goal::AtMost(t) if v > t && v < t * 1.5 => {
+                            misses.push(format!("{:.0}% over", (v / t - 1.0) * 100.0))
+                        }
                         Goal::AtMost(t) if v > t => misses.push(format!("{:.1}× over", v / t)),
                         Goal::Within(other, factor, slack) => match ours.values.get(other) {
                             Some(base) if v > base * factor + slack => {
