@@ -398,6 +398,92 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
     assert!(ids(&log).windows(2).all(|w| w[0] < w[1]), "ids increase");
 }
 
+/// Posts until the node acknowledges (its NATS connection may be moving to another server,
+/// or the stream electing a leader), for at most `T` twice over. The body carries an
+/// idempotency key, so an attempt that was appended but not answered is not posted twice.
+async fn post_when_acknowledged(c: &reqwest::Client, node: &Server, channel: &str, body: Value) -> Value {
+    assert!(body["idempotency_key"].is_string());
+    let deadline = Instant::now() + 2 * T;
+    loop {
+        let r = c
+            .post(node.url(&format!("/api/channels/{channel}/messages")))
+            .json(&body)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        if let Ok(r) = r {
+            if r.status().is_success() {
+                return r.json().await.unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "{channel}: no post acknowledged");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A node follows the log through one consumer, which lives on one of the three servers and
+/// stays there until that server dies: killing each server in turn kills its host at least
+/// once. Each time, a post acknowledged by the other node must reach this one within seconds
+/// of the kill (the consumer's heartbeat is 1 s, two missed end it, and the node follows
+/// again, each attempt to set up a consumer given 3 s; seen taking up to 10 s in all), where
+/// the NATS client's ordered consumer (a 15 s heartbeat, missed twice) stalled for 30–60 s.
+/// The other node's acknowledgement itself can take several seconds (it answers only once its
+/// own fold has the post, and its consumer may have died too), so the bound is from the kill,
+/// or a few seconds after that acknowledgement when it came later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_keeps_following_the_log_whichever_nats_server_dies() {
+    const FROM_KILL: Duration = Duration::from_secs(25);
+    const AFTER_ACK: Duration = Duration::from_secs(5);
+    let _one = ONE_CLUSTER.lock().await;
+    let mut nats = Nats::start();
+    let a = Server::start_logging(&["--store", &nats.urls(), "--nats-replicas", "3"]);
+    let b = node(&nats);
+    let c = client();
+    post(&c, &b, "follow", msg("b", "before")).await;
+    assert_eq!(
+        until_count(&c, &a, "follow", 1).await.len(),
+        1,
+        "A never folded B's first post"
+    );
+    for n in 1..=3 {
+        nats.kill(n);
+        let killed = Instant::now();
+        let down = json!({"sender": "b", "body": format!("server {n} down"), "idempotency_key": format!("down-{n}")});
+        let posted = post_when_acknowledged(&c, &b, "follow", down).await;
+        let id = posted["id"].as_u64().unwrap();
+        let acknowledged = killed.elapsed();
+        let bound = FROM_KILL.max(acknowledged + AFTER_ACK);
+        loop {
+            let got = messages(&c, &a, "follow", 0).await;
+            if got.iter().any(|m| m["id"].as_u64() == Some(id)) {
+                eprintln!(
+                    "server {n} down: B acknowledged {acknowledged:?} after the kill, A folded it {:?} after",
+                    killed.elapsed()
+                );
+                break;
+            }
+            assert!(
+                killed.elapsed() < bound,
+                "with server {n} down, A had not folded B's post {id} {bound:?} after the kill (B \
+                 acknowledged it after {acknowledged:?}); A's log:\n{}",
+                a.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        nats.restart(n);
+        // The restarted server catches up on the stream before the next one dies, so two of
+        // three stay current.
+        let back = json!({"sender": "a", "body": format!("server {n} back"), "idempotency_key": format!("back-{n}")});
+        post_when_acknowledged(&c, &a, "follow", back).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // Every post once, on both nodes, whatever was retried.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for node in [&a, &b] {
+        assert_eq!(until_count(&c, node, "follow", 7).await.len(), 7);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns() {
     let _one = ONE_CLUSTER.lock().await;

@@ -30,6 +30,11 @@ const APPEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the server tells a node following the log that it is still there when it has
 /// nothing to deliver; two missed ones and the node follows again on a new consumer.
 const FOLLOW_HEARTBEAT: Duration = Duration::from_secs(1);
+/// Longest setting up a consumer to follow the log may take before the node tries again. While
+/// the cluster elects a leader after a server died, a request to create one can go unanswered
+/// until the client's own 10 s time-out; a new attempt a moment later usually lands. A consumer
+/// the server did make for an abandoned attempt is removed once idle (`inactive_threshold`).
+const FOLLOW_SETUP_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long start-up waits for a server, the stream and the buckets (a new cluster elects its
 /// leaders first; on a small machine, with several nodes starting at once, that takes a while).
 const STREAM_READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -583,39 +588,44 @@ impl NatsLog {
         ),
         RelayError,
     > {
-        let stream = self
-            .js
-            .get_stream(&self.stream)
-            .await
-            .map_err(|e| unavailable("opening the stream", e))?;
         let deliver_policy = if from <= 1 {
             consumer::DeliverPolicy::All
         } else {
             consumer::DeliverPolicy::ByStartSequence { start_sequence: from }
         };
-        // What the ordered consumer would be: ephemeral, in memory, one replica, no acks; the
-        // server removes it once nobody has pulled for a while.
-        let consumer = stream
-            .create_consumer(consumer::pull::Config {
-                filter_subject: format!("{}>", self.prefix),
-                deliver_policy,
-                ack_policy: consumer::AckPolicy::None,
-                max_deliver: 1,
-                inactive_threshold: Duration::from_secs(30),
-                num_replicas: 1,
-                memory_storage: true,
-                ..Default::default()
-            })
+        let setup = async {
+            let stream = self
+                .js
+                .get_stream(&self.stream)
+                .await
+                .map_err(|e| unavailable("opening the stream", e))?;
+            // What the ordered consumer would be: ephemeral, in memory, one replica, no acks;
+            // the server removes it once nobody has pulled for a while.
+            let consumer = stream
+                .create_consumer(consumer::pull::Config {
+                    filter_subject: format!("{}>", self.prefix),
+                    deliver_policy,
+                    ack_policy: consumer::AckPolicy::None,
+                    max_deliver: 1,
+                    inactive_threshold: Duration::from_secs(30),
+                    num_replicas: 1,
+                    memory_storage: true,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| unavailable("creating a consumer", e))?;
+            consumer
+                .stream()
+                .max_messages_per_batch(500)
+                .expires(Duration::from_secs(30))
+                .heartbeat(FOLLOW_HEARTBEAT)
+                .messages()
+                .await
+                .map_err(|e| unavailable("reading the stream", e))
+        };
+        let messages = tokio::time::timeout(FOLLOW_SETUP_TIMEOUT, setup)
             .await
-            .map_err(|e| unavailable("creating a consumer", e))?;
-        let messages = consumer
-            .stream()
-            .max_messages_per_batch(500)
-            .expires(Duration::from_secs(30))
-            .heartbeat(FOLLOW_HEARTBEAT)
-            .messages()
-            .await
-            .map_err(|e| unavailable("reading the stream", e))?;
+            .map_err(|_| unavailable("creating a consumer", format!("no answer in {FOLLOW_SETUP_TIMEOUT:?}")))??;
         let prefix = self.prefix.clone();
         let mut delivered = 0u64;
         let through = Arc::new(AtomicU64::new(from.saturating_sub(1)));
