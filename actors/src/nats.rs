@@ -623,9 +623,12 @@ impl NatsLog {
                 .await
                 .map_err(|e| unavailable("reading the stream", e))
         };
-        let messages = tokio::time::timeout(FOLLOW_SETUP_TIMEOUT, setup)
-            .await
-            .map_err(|_| unavailable("creating a consumer", format!("no answer in {FOLLOW_SETUP_TIMEOUT:?}")))??;
+        let messages = tokio::time::timeout(FOLLOW_SETUP_TIMEOUT, setup).await.map_err(|_| {
+            unavailable(
+                "setting up a consumer",
+                format!("no answer in {FOLLOW_SETUP_TIMEOUT:?}"),
+            )
+        })??;
         let prefix = self.prefix.clone();
         let mut delivered = 0u64;
         let through = Arc::new(AtomicU64::new(from.saturating_sub(1)));
