@@ -104,16 +104,17 @@ impl Drop for Cluster {
 }
 
 async fn post_lb(c: &reqwest::Client, cluster: &Cluster, body: &str) -> Value {
-    let (status, m) = request(
-        c,
-        "POST",
-        &cluster.url("/api/channels/lb/messages"),
-        Some(json!({"sender": "agent", "body": body})),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "{m}\n{}", cluster.logs());
-    m
+    let r = c
+        .post(cluster.url("/api/channels/lb/messages"))
+        .json(&json!({"sender": "agent", "body": body}))
+        .send()
+        .await
+        .expect("post through the load balancer");
+    let status = r.status();
+    // Not parsed first: an answer of nginx's own (a 502 page) is shown with every log.
+    let text = r.text().await.unwrap_or_default();
+    assert_eq!(status, 200, "{text}\n{}", cluster.logs());
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 /// Every message of channel `lb` at `url_of(path)`, oldest first.
