@@ -103,16 +103,21 @@ impl Drop for Cluster {
     }
 }
 
-async fn post_lb(c: &reqwest::Client, cluster: &Cluster, body: &str) -> Value {
+/// POSTs to channel `lb` through the load balancer: the status and the answer's text (not
+/// parsed first: an answer of nginx's own, a 502 page, is shown with every log).
+async fn send_lb(c: &reqwest::Client, cluster: &Cluster, body: &Value) -> (reqwest::StatusCode, String) {
     let r = c
         .post(cluster.url("/api/channels/lb/messages"))
-        .json(&json!({"sender": "agent", "body": body}))
+        .json(body)
         .send()
         .await
         .expect("post through the load balancer");
     let status = r.status();
-    // Not parsed first: an answer of nginx's own (a 502 page) is shown with every log.
-    let text = r.text().await.unwrap_or_default();
+    (status, r.text().await.unwrap_or_default())
+}
+
+async fn post_lb(c: &reqwest::Client, cluster: &Cluster, body: &str) -> Value {
+    let (status, text) = send_lb(c, cluster, &json!({"sender": "agent", "body": body})).await;
     assert_eq!(status, 200, "{text}\n{}", cluster.logs());
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
@@ -200,14 +205,7 @@ async fn the_cluster_example_serves_through_its_load_balancer_and_outlives_a_nod
         let mut attempts = 0;
         let stored = loop {
             attempts += 1;
-            let r = c
-                .post(cluster.url("/api/channels/lb/messages"))
-                .json(&body)
-                .send()
-                .await
-                .expect("post through the load balancer");
-            let status = r.status();
-            let text = r.text().await.unwrap_or_default();
+            let (status, text) = send_lb(&c, &cluster, &body).await;
             if status == 200 {
                 break serde_json::from_str::<Value>(&text).unwrap();
             }
