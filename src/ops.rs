@@ -22,6 +22,7 @@ pub mod shared;
 
 use crosstalk_actors::{RelayError, StoreError};
 use crosstalk_schema::{ChannelName, InvalidInput};
+use futures_util::FutureExt;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -58,15 +59,20 @@ pub trait Operation: 'static {
 /// Runs an operation for a face, counting it by face, operation and outcome
 /// (`crosstalk_operations_total`, see `crate::telemetry`). Every face calls operations
 /// through this.
-pub async fn call<O: Operation>(
+///
+/// A combinator, not an `async fn`: an `async fn` would keep its own copies of the caller
+/// and the request beside the operation's future for as long as that runs, and a parked
+/// wait runs for minutes (see the README, "10,000 waiters: where the memory goes").
+pub fn call<'a, O: Operation>(
     face: &'static str,
-    cx: &Ctx,
+    cx: &'a Ctx,
     caller: Caller,
     request: O::Request,
-) -> Result<O::Response, OpError> {
-    let result = O::run(cx, caller, request).await;
-    counted(face, O::NAME, result.as_ref().map_or_else(|e| e.kind.code(), |_| "ok"));
-    result
+) -> impl Future<Output = Result<O::Response, OpError>> + Send + 'a {
+    O::run(cx, caller, request).map(move |result| {
+        counted(face, O::NAME, result.as_ref().map_or_else(|e| e.kind.code(), |_| "ok"));
+        result
+    })
 }
 
 /// Counts one request for an operation by its outcome: `ok`, or the error code it was
@@ -422,6 +428,46 @@ impl From<RelayError> for OpError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crosstalk_actors::sled_store::SledStore;
+    use crosstalk_actors::{Relay, RelayConfig, WaitOptions};
+
+    /// A parked wait is held for minutes, thousands at a time, so the operation's future must
+    /// be the relay's wait and little else: no second copy of the caller, the request or the
+    /// options at each layer, as an `async fn` wrapper keeps (the README's "10,000 waiters").
+    #[actix_rt::test]
+    async fn a_parked_wait_is_the_relays_wait_and_little_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SledStore::open(dir.path()).unwrap());
+        let (relay, _) = Relay::start(store, RelayConfig::default()).unwrap();
+        // The relay's actors start on their first poll; let them, before the runtime ends.
+        tokio::task::yield_now().await;
+        let cx = Ctx::new(relay.clone());
+        let caller = Caller {
+            principal: Principal::Anyone,
+            session: None,
+            bound: None,
+            policy: FacePolicy {
+                default_limit: 100,
+                wait_cap: Duration::from_secs(60),
+            },
+        };
+        let request = messages::WaitRequest {
+            channel: "parked".into(),
+            since_id: 0,
+            limit: None,
+            timeout_s: Some(1.0),
+            instance_id: None,
+            role: Default::default(),
+            exclude_self: None,
+        };
+        let relays = std::mem::size_of_val(&relay.wait(channel("parked").unwrap(), WaitOptions::default()));
+        let ours = std::mem::size_of_val(&call::<messages::Wait>("rest", &cx, caller, request));
+        eprintln!("the relay's wait: {relays} B; the operation's: {ours} B");
+        assert!(
+            ours <= relays + 128,
+            "a wait's future is {ours} bytes around the relay's {relays}: more than its answer needs"
+        );
+    }
 
     #[test]
     fn limits_are_checked_once() {

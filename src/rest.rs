@@ -17,10 +17,11 @@ use crate::ops::shared::{self, SharedList};
 use crate::ops::{Caller, Ctx, Operation};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::future::Future;
 use std::sync::{Arc, LazyLock};
 
 /// Bytes reserved for an answer up front: a page of ten messages fits without regrowing.
@@ -249,24 +250,27 @@ async fn posted<T: DeserializeOwned>(req: &HttpRequest, body: web::Payload) -> R
     from_body(req, body)
 }
 
-/// Runs the operation and writes its (projected) answer.
-async fn answer<O, P>(
+/// Runs the operation and writes its (projected) answer. A combinator for the same reason
+/// as [`crate::ops::call`]: a parked long-poll holds only the operation's future.
+fn answer<'a, O, P>(
     face: Face,
     req: &HttpRequest,
-    cx: &Ctx,
+    cx: &'a Ctx,
     request: O::Request,
     project: fn(O::Response) -> P,
     status: StatusCode,
-) -> Result<HttpResponse, ApiError>
+) -> impl Future<Output = Result<HttpResponse, ApiError>> + 'a
 where
     O: Operation,
-    P: Serialize,
+    P: Serialize + 'a,
 {
-    let answer = crate::ops::call::<O>(face.name, cx, (face.caller)(req), request).await?;
-    let mut json = Vec::with_capacity(RESPONSE_CAPACITY);
-    serde_json::to_writer(&mut json, &project(answer))
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
-    Ok(HttpResponse::build(status).content_type("application/json").body(json))
+    crate::ops::call::<O>(face.name, cx, (face.caller)(req), request).map(move |answer| {
+        let answer = answer?;
+        let mut json = Vec::with_capacity(RESPONSE_CAPACITY);
+        serde_json::to_writer(&mut json, &project(answer))
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+        Ok(HttpResponse::build(status).content_type("application/json").body(json))
+    })
 }
 
 fn limit_of(req: &HttpRequest) -> usize {

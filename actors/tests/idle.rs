@@ -108,7 +108,7 @@ async fn waits_and_holders_keep_a_channel_open() {
         tokio::spawn(async move {
             relay
                 .wait(
-                    &ch("waited"),
+                    ch("waited"),
                     WaitOptions {
                         since_id: 1_000_000,
                         limit: 10,
@@ -148,7 +148,7 @@ async fn a_wait_answers_the_same_after_a_reopen() {
     let pair = ch("pair");
     let wait = || {
         relay.wait(
-            &pair,
+            pair.clone(),
             WaitOptions {
                 since_id: 0,
                 limit: 10,
@@ -183,15 +183,15 @@ async fn a_channel_opened_but_never_written_stops_counting_against_the_limit() {
     // Waiting on a channel opens it (to wait on it) without writing anything.
     for name in ["e1", "e2"] {
         assert_eq!(
-            relay.wait(&ch(name), short(0)).await.unwrap().outcome,
+            relay.wait(ch(name), short(0)).await.unwrap().outcome,
             WaitOutcome::Timeout
         );
     }
-    assert!(relay.wait(&ch("e3"), short(0)).await.is_err(), "the limit did not hold");
+    assert!(relay.wait(ch("e3"), short(0)).await.is_err(), "the limit did not hold");
     assert_eq!(settle(&relay, 0).await, 0);
     for name in ["e3", "e4"] {
         assert_eq!(
-            relay.wait(&ch(name), short(0)).await.unwrap().outcome,
+            relay.wait(ch(name), short(0)).await.unwrap().outcome,
             WaitOutcome::Timeout
         );
     }

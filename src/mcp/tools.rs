@@ -159,13 +159,14 @@ async fn run<O: Operation>(cx: &Cx, accepted: &BTreeSet<String>, args: JsonObjec
     let request = arguments::<O>(cx, accepted, args)
         .await
         .inspect_err(|e| crate::ops::counted(cx.face.label(), O::NAME, e.kind.code()))?;
-    let running = crate::ops::call::<O>(cx.face.label(), &cx.ctx, cx.caller(), request);
-    tokio::pin!(running);
+    // Pinned where it is made: `tokio::pin!` on a named future would keep a second,
+    // moved-from slot of its size in this future for as long as the call runs.
+    let mut running = std::pin::pin!(crate::ops::call::<O>(cx.face.label(), &cx.ctx, cx.caller(), request));
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + WAIT_PROGRESS_EVERY, WAIT_PROGRESS_EVERY);
     let started = std::time::Instant::now();
     loop {
         tokio::select! {
-            answer = &mut running => return answer,
+            answer = running.as_mut() => return answer,
             _ = cx.cancel.cancelled() => {
                 tracing::debug!(tool = O::NAME, "tool call cancelled by its client");
                 return Err(OpError::invalid("cancelled"));
@@ -175,7 +176,9 @@ async fn run<O: Operation>(cx: &Cx, accepted: &BTreeSet<String>, args: JsonObjec
                     let mut p = ProgressNotificationParam::new(token.clone(), started.elapsed().as_secs_f64());
                     p.total = Some(cx.wait_cap.as_secs_f64());
                     p.message = Some(format!("{} is waiting", O::NAME));
-                    let _ = cx.peer.notify_progress(p).await;
+                    // Boxed: sending a notification is a large future, and inline it would
+                    // be part of every parked call's size.
+                    let _ = Box::pin(cx.peer.notify_progress(p)).await;
                 }
             }
         }
@@ -198,14 +201,15 @@ async fn arguments<O: Operation>(
     }
     if let Some(asked) = args.get("timeout_s").and_then(Value::as_f64) {
         if asked > cx.wait_cap.as_secs_f64() {
-            warn_client(
+            // Boxed, as the progress notification in `run`: a rare, large future.
+            Box::pin(warn_client(
                 cx,
                 format!(
                     "{}: timeout_s {asked} is above this relay's cap; waiting {} s",
                     O::NAME,
                     cx.wait_cap.as_secs_f64()
                 ),
-            )
+            ))
             .await;
         }
     }

@@ -4,8 +4,11 @@ use super::{channel, Caller, Ctx, Gauge, OpError, Operation};
 use crosstalk_actors::{Posted, Role, WaitOptions, WaitOutcome};
 use crosstalk_schema::message::{ANY_HUMAN, QUESTION};
 use crosstalk_schema::{ChannelName, NewMessage};
+use futures_util::future::Either;
+use futures_util::FutureExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -204,42 +207,56 @@ impl Operation for Wait {
     type Request = WaitRequest;
     type Response = Waited;
 
-    async fn run(cx: &Ctx, caller: Caller, r: WaitRequest) -> Result<Waited, OpError> {
-        let name = channel(&r.channel)?;
-        let limit = caller.limit(r.limit)?;
-        let timeout = caller.timeout(r.timeout_s, DEFAULT_WAIT)?;
-        let instance = caller.reader(cx, r.instance_id.as_deref())?;
-        let _held = cx.hold(&caller.principal)?;
-        let _waiting = Gauge::enter(&cx.waits);
-        let opts = WaitOptions {
-            since_id: r.since_id,
-            limit: limit + 1,
-            timeout,
-            exclude_self: instance.is_some() && r.exclude_self.unwrap_or(true),
-            role: match r.role {
-                RoleArg::Active => Role::Active,
-                RoleArg::Parked => Role::Parked,
-            },
-            instance,
+    fn run(cx: &Ctx, caller: Caller, r: WaitRequest) -> impl Future<Output = Result<Waited, OpError>> + Send + '_ {
+        // Every check runs before the wait's future is built, and that future keeps only what
+        // the answer needs: a wait is parked for minutes, thousands at a time (the README's
+        // "10,000 waiters: where the memory goes").
+        let parked = (|| {
+            let name = channel(&r.channel)?;
+            let limit = caller.limit(r.limit)?;
+            let timeout = caller.timeout(r.timeout_s, DEFAULT_WAIT)?;
+            let instance = caller.reader(cx, r.instance_id.as_deref())?;
+            let held = cx.hold(&caller.principal)?;
+            let waiting = Gauge::enter(&cx.waits);
+            let opts = WaitOptions {
+                since_id: r.since_id,
+                limit: limit + 1,
+                timeout,
+                exclude_self: instance.is_some() && r.exclude_self.unwrap_or(true),
+                role: match r.role {
+                    RoleArg::Active => Role::Active,
+                    RoleArg::Parked => Role::Parked,
+                },
+                instance,
+            };
+            Ok::<_, OpError>((name, limit, opts, held, waiting))
+        })();
+        let (name, limit, opts, held, waiting) = match parked {
+            Ok(parked) => parked,
+            Err(e) => return Either::Left(std::future::ready(Err(e))),
         };
         let identified = opts.instance.is_some();
-        let mut w = cx.relay.wait(&name, opts).await?;
-        let has_more = w.messages.len() > limit;
-        w.messages.truncate(limit);
-        let next_since_id = match (has_more, w.messages.last()) {
-            (true, Some(last)) => last.id(),
-            _ => w.next_since_id,
-        };
-        Ok(Waited {
-            channel: name,
-            timed_out: w.messages.is_empty(),
-            messages: w.messages,
-            next_since_id,
-            has_more,
-            hint: w.outcome.hint(),
-            outcome: w.outcome,
-            identified,
-        })
+        Either::Right(cx.relay.wait(name.clone(), opts).map(move |w| {
+            // This wait counts against its principal and in `/healthz` until it ends.
+            drop((held, waiting));
+            let mut w = w?;
+            let has_more = w.messages.len() > limit;
+            w.messages.truncate(limit);
+            let next_since_id = match (has_more, w.messages.last()) {
+                (true, Some(last)) => last.id(),
+                _ => w.next_since_id,
+            };
+            Ok(Waited {
+                channel: name,
+                timed_out: w.messages.is_empty(),
+                messages: w.messages,
+                next_since_id,
+                has_more,
+                hint: w.outcome.hint(),
+                outcome: w.outcome,
+                identified,
+            })
+        }))
     }
 }
 

@@ -83,7 +83,10 @@ impl Drop for WaitGuard {
 impl Relay {
     /// Waits for messages after `since_id`: see [`WaitOptions`] and [`WaitOutcome`].
     /// Ends early when the relay shuts down or the returned future is dropped.
-    pub async fn wait(&self, channel: &ChannelName, opts: WaitOptions) -> Result<WaitResult, RelayError> {
+    /// Takes the channel's name, not a reference, so a caller can keep the wait as its only
+    /// state while it is parked.
+    pub async fn wait(&self, channel: ChannelName, opts: WaitOptions) -> Result<WaitResult, RelayError> {
+        let channel = &channel;
         let handle = self.channel(channel).await?;
         let view = handle.view.clone();
         // Subscribe before reading, so a commit between the read and the wait still wakes us.
@@ -121,8 +124,7 @@ impl Relay {
                 return Ok(self.waited(channel, me, vec![done], WaitOutcome::Done, next));
             }
         }
-        let deadline = tokio::time::sleep(opts.timeout);
-        tokio::pin!(deadline);
+        let mut deadline = std::pin::pin!(tokio::time::sleep(opts.timeout));
         let mut cursor = opts.since_id;
         let mut woken = false;
         loop {
@@ -217,8 +219,7 @@ impl Relay {
     ) -> Result<Option<Arc<Posted>>, RelayError> {
         let view = self.channel(channel).await?.view;
         let mut commits = view.subscribe();
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
+        let mut deadline = std::pin::pin!(tokio::time::sleep(timeout));
         loop {
             if let Some(answer) = view.overlay(id).and_then(|o| o.answered_by) {
                 return view.get(answer);
