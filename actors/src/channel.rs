@@ -75,49 +75,66 @@ pub struct ChannelConfig {
     pub cluster_waits: Option<Arc<ClusterWaits>>,
 }
 
-/// Post a message. The actor answers at once with a [`PostTicket`]; the ticket resolves on the
-/// caller's own thread once the message is durable and visible, answered straight from the
-/// store thread.
+/// Post a message. The actor does not answer the message itself: it tells `reply` once the
+/// post is durable and visible, straight from the store thread, or at once when it refuses it.
+/// Send it with `try_send`, so that nothing crosses back to the sender's thread before the
+/// verdict (`send` would answer at once with a unit, one more thread wake per post).
 #[derive(Message)]
-#[rtype(result = "Result<PostTicket, RelayError>")]
-pub struct Post(pub NewMessage);
-
-/// A post the channel has accepted (or recognised as an idempotent retry).
-pub struct PostTicket {
-    answer: Answer,
+#[rtype(result = "()")]
+pub struct Post {
+    pub message: NewMessage,
+    pub reply: PostReply,
 }
 
-type Durable = oneshot::Receiver<Result<(), RelayError>>;
+/// Where a post's verdict goes.
+pub type PostReply = oneshot::Sender<Result<Landed, RelayError>>;
 
-enum Answer {
-    /// The message, once `Durable` says so.
-    New(Durable, Option<Arc<Posted>>),
-    /// An idempotent retry: the original, read back once it is durable.
-    Retry(Durable, u64, Arc<ChannelView>),
+/// What a post's reply says once the channel has the post: [`posted`](Self::posted) gives the
+/// message.
+pub struct Landed(Land);
+
+enum Land {
+    /// Durable and visible.
+    New(Option<Arc<Posted>>),
+    /// An idempotent retry of message `id`, durable: the original, read back from the view.
+    Retry(u64, Arc<ChannelView>),
     /// Proposed to the shared log: what the fold decides.
     Logged(oneshot::Receiver<Result<logged::Outcome, RelayError>>, Arc<ChannelView>),
 }
 
-impl PostTicket {
-    /// The message once durable; the store's error if it was refused.
+impl Landed {
+    /// The message; the store's error if it was refused.
     pub async fn posted(self) -> Result<Arc<Posted>, RelayError> {
-        let durable = |rx: Durable| async { rx.await.unwrap_or(Err(RelayError::Unavailable("channel stopped"))) };
-        match self.answer {
-            Answer::New(rx, posted) => {
-                durable(rx).await?;
-                posted.ok_or(RelayError::Unavailable("not a message"))
-            }
-            Answer::Retry(rx, id, view) => {
-                durable(rx).await?;
-                view.get(id)?
-                    .ok_or(RelayError::Unavailable("the original message is no longer stored"))
-            }
-            Answer::Logged(verdict, view) => logged::posted(verdict, view).await,
+        match self.0 {
+            Land::New(posted) => posted.ok_or(RelayError::Unavailable("not a message")),
+            Land::Retry(id, view) => view
+                .get(id)?
+                .ok_or(RelayError::Unavailable("the original message is no longer stored")),
+            Land::Logged(verdict, view) => logged::posted(verdict, view).await,
         }
     }
 }
 
-type Done = oneshot::Sender<Result<(), RelayError>>;
+/// Told when an event is durable, or why it never will be.
+enum Done {
+    /// Whether it is durable.
+    Durable(oneshot::Sender<Result<(), RelayError>>),
+    /// A poster: what landed, once it is durable.
+    Post(PostReply, Landed),
+}
+
+impl Done {
+    fn send(self, result: Result<(), RelayError>) {
+        match self {
+            Done::Durable(tx) => {
+                let _ = tx.send(result);
+            }
+            Done::Post(reply, landed) => {
+                let _ = reply.send(result.map(|()| landed));
+            }
+        }
+    }
+}
 
 pub struct ChannelActor {
     view: Arc<ChannelView>,
@@ -323,27 +340,44 @@ impl Actor for ChannelActor {
 }
 
 impl Handler<Post> for ChannelActor {
-    type Result = Result<PostTicket, RelayError>;
+    type Result = ();
 
-    fn handle(&mut self, Post(post): Post, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, Post { message, reply }: Post, ctx: &mut Context<Self>) {
+        match self.accept_post(message, ctx) {
+            Ok((Some(id), landed)) => {
+                // Registered before the commit starts, so a write that fails at once is
+                // reported as failed, never as durable.
+                self.on_durable(id, Done::Post(reply, landed));
+                self.start_commit(ctx);
+            }
+            Ok((None, landed)) => {
+                let _ = reply.send(Ok(landed));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+}
+
+impl ChannelActor {
+    /// Takes a post into the channel: what the poster gets, and the id it gets it after (once
+    /// durable), or `None` to get it now.
+    fn accept_post(&mut self, post: NewMessage, ctx: &mut Context<Self>) -> Result<(Option<u64>, Landed), RelayError> {
         self.writable()?;
         let limits = self.config.limits;
         let idem = post.idempotency_key(&limits)?;
         if let Some(k) = &idem {
             if let Some(existing) = self.idempotent(k)? {
                 // An idempotent retry: answer with the original once it is durable.
-                return Ok(PostTicket {
-                    answer: Answer::Retry(self.when_durable(existing), existing, self.view.clone()),
-                });
+                return Ok((Some(existing), Landed(Land::Retry(existing, self.view.clone()))));
             }
         }
         let mut record = post.into_record(&limits, Timestamp::now())?;
         if self.config.log.is_some() {
             // Idempotency, the reply's parent and the session are the fold's to decide.
             let verdict = self.propose(Record::Message(record), idem, ctx);
-            return Ok(PostTicket {
-                answer: Answer::Logged(verdict, self.view.clone()),
-            });
+            return Ok((None, Landed(Land::Logged(verdict, self.view.clone()))));
         }
         if let Some(parent) = record.reply_to {
             if !self.reply_to_exists(parent)? {
@@ -357,13 +391,7 @@ impl Handler<Post> for ChannelActor {
             record.session_id = self.state.active_session().map(str::to_owned);
         }
         let (id, posted) = self.accept(Record::Message(record), idem);
-        // Registered before the commit starts, so a write that fails at once is reported as
-        // failed, never as durable.
-        let durable = self.when_durable(id);
-        self.start_commit(ctx);
-        Ok(PostTicket {
-            answer: Answer::New(durable, posted),
-        })
+        Ok((Some(id), Landed(Land::New(posted))))
     }
 }
 

@@ -32,7 +32,7 @@ use crosstalk_schema::{ChannelName, Limits, NewMessage};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, oneshot};
 use tokio_util::sync::CancellationToken;
 
 /// Longest a face waits for an actor to answer before reporting the relay unavailable.
@@ -295,10 +295,23 @@ impl Relay {
             return Err(RelayError::ShuttingDown);
         }
         let handle = self.channel(channel).await?;
-        let ticket = handle.addr.send(Post(post)).timeout(ACTOR_CALL_TIMEOUT).await??;
-        let posted = tokio::time::timeout(ACTOR_CALL_TIMEOUT, ticket.posted())
-            .await
-            .map_err(|_| RelayError::Unavailable("the store did not answer in time"))??;
+        let (reply, landed) = oneshot::channel();
+        let post = Post { message: post, reply };
+        // Not `send`: its answer would wake this thread once more per post, before the verdict.
+        match handle.addr.try_send(post) {
+            Ok(()) => {}
+            Err(SendError::Full(post)) => handle.addr.send(post).timeout(ACTOR_CALL_TIMEOUT).await?,
+            Err(SendError::Closed(_)) => return Err(actix::MailboxError::Closed.into()),
+        }
+        let posted = tokio::time::timeout(ACTOR_CALL_TIMEOUT, async {
+            landed
+                .await
+                .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?
+                .posted()
+                .await
+        })
+        .await
+        .map_err(|_| RelayError::Unavailable("the store did not answer in time"))??;
         let due = {
             let mut seen = self.inner.heartbeats.lock();
             if seen.len() > HEARTBEAT_THROTTLE_CAP {

@@ -4,7 +4,8 @@
 //! Who is told what, and from which thread:
 //! - the store thread, the moment the batch is durable, publishes it to the view (waking
 //!   readers) and answers its posters (the [`Answers`] hook). A post therefore crosses three
-//!   threads (HTTP worker → actors' thread → store thread → worker), not five;
+//!   threads (HTTP worker → actors' thread → store thread → worker), not five, and the worker
+//!   hears nothing before the verdict: the post's reply travels with it ([`super::Post`]);
 //! - the actor learns the verdict afterwards, through the ticket, and only does its own
 //!   bookkeeping then (idempotency keys, parties, the next batch);
 //! - a refused or abandoned batch is never published: the actor answers its posters with the
@@ -53,9 +54,7 @@ impl Answers {
     fn add(&self, done: Done) {
         match &mut *self.0.lock() {
             Verdict::Waiting(all) => all.push(done),
-            Verdict::Decided(r) => {
-                let _ = done.send(r.clone().map_err(RelayError::from));
-            }
+            Verdict::Decided(r) => done.send(r.clone().map_err(RelayError::from)),
         }
     }
 
@@ -69,7 +68,7 @@ impl Answers {
         };
         if let Verdict::Waiting(all) = waiting {
             for d in all {
-                let _ = d.send(result.clone().map_err(RelayError::from));
+                d.send(result.clone().map_err(RelayError::from));
             }
         }
     }
@@ -80,14 +79,20 @@ impl ChannelActor {
     /// already.
     pub(super) fn when_durable(&mut self, id: u64) -> oneshot::Receiver<Result<(), RelayError>> {
         let (tx, rx) = oneshot::channel();
-        if let Some(p) = self.pending.iter_mut().find(|p| p.id == id) {
-            p.done.push(tx);
-        } else if let Some(f) = self.in_flight.as_ref().filter(|f| f.events.iter().any(|p| p.id == id)) {
-            f.answers.add(tx);
-        } else {
-            let _ = tx.send(Ok(()));
-        }
+        self.on_durable(id, Done::Durable(tx));
         rx
+    }
+
+    /// Tells `done` when event `id` (pending or in flight) is durable; at once if it is
+    /// already.
+    pub(super) fn on_durable(&mut self, id: u64, done: Done) {
+        if let Some(p) = self.pending.iter_mut().find(|p| p.id == id) {
+            p.done.push(done);
+        } else if let Some(f) = self.in_flight.as_ref().filter(|f| f.events.iter().any(|p| p.id == id)) {
+            f.answers.add(done);
+        } else {
+            done.send(Ok(()));
+        }
     }
 
     /// The events accepted but not yet durable, oldest first.
@@ -210,7 +215,7 @@ impl ChannelActor {
                 self.idem_uncommitted.remove(k);
             }
             for d in p.done {
-                let _ = d.send(Err(e.clone().into()));
+                d.send(Err(e.clone().into()));
             }
         }
         self.meta = self.view.meta();

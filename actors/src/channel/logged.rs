@@ -10,7 +10,7 @@
 //! Rules the fold alone decides (an idempotent retry, a session's end at `max_turns` or on the
 //! second DONE, the answer that closes a question) therefore come out the same on every node.
 
-use super::{ChannelActor, Done};
+use super::ChannelActor;
 use crate::error::RelayError;
 use crate::nats::LogEvent;
 use crate::view::{ChannelView, Posted};
@@ -175,7 +175,7 @@ impl ChannelActor {
         let durable = match &folded {
             Folded::Stored(id, _) | Folded::Duplicate(id) => self.when_durable(*id),
             Folded::Unchanged | Folded::Rejected(_) => {
-                let (tx, rx): (Done, _) = oneshot::channel();
+                let (tx, rx) = oneshot::channel();
                 let _ = tx.send(Ok(()));
                 rx
             }
