@@ -278,3 +278,24 @@ async fn a_truncated_store_file_is_reported_and_its_prefix_served() {
     let next = post(&c, &s, "dev", msg("a", "after")).await;
     assert!(next["id"].as_u64().unwrap() > last, "lost ids are not reused");
 }
+
+/// sled's writes run on the thread that flushes (the store thread), not on a pool of IO
+/// threads that every flush woke at once (`vendor/sled/PATCHED.md`): after writes and
+/// flushes, the relay has no `sled-io-*` thread, and what it acknowledged is read back after
+/// a SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sled_writes_on_the_store_thread_and_keeps_no_io_pool() {
+    let mut s = Server::start();
+    let written = fill(&s, "pool", 200).await;
+    let pid = s.child.id();
+    let pool: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("/proc lists the relay's threads")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.starts_with("sled-io"))
+        .collect();
+    assert!(pool.is_empty(), "sled IO threads: {pool:?}");
+    s.kill();
+    let tmp = s.take_dir().unwrap();
+    let s = Server::start_in(tmp.path(), &[]);
+    assert_eq!(messages(&client(), &s, "pool", 0).await, written);
+}

@@ -49,6 +49,35 @@ fn dockerfile_is_multi_stage_non_root_with_a_volume() {
     assert!(status.success(), "Cargo.lock is committed and current (--locked)");
 }
 
+/// The image builds from `COPY . .`: every crate the workspace patches in from a folder of its
+/// own (`[patch.crates-io]`, the vendored sled) must be in the build context, not left out by
+/// `.dockerignore`.
+#[test]
+fn the_build_context_holds_the_patched_crates() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let manifest = std::fs::read_to_string(format!("{root}/Cargo.toml")).unwrap();
+    let patches = manifest.split("[patch.crates-io]").nth(1).expect("[patch.crates-io]");
+    let paths: Vec<&str> = patches
+        .lines()
+        .take_while(|l| !l.starts_with('['))
+        .filter_map(|l| l.split("path = \"").nth(1)?.split('"').next())
+        .collect();
+    assert!(paths.contains(&"vendor/sled"), "{paths:?}");
+    let ignored = std::fs::read_to_string(format!("{root}/.dockerignore")).unwrap();
+    for path in paths {
+        assert!(
+            std::path::Path::new(&format!("{root}/{path}/Cargo.toml")).is_file(),
+            "{path} is in the repository"
+        );
+        for rule in ignored.lines().map(|l| l.trim().trim_end_matches('/')) {
+            assert!(
+                rule.is_empty() || rule.starts_with('#') || !(path == rule || path.starts_with(&format!("{rule}/"))),
+                ".dockerignore's {rule:?} leaves {path} out of the image's build"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_image_command_starts_the_relay_from_its_environment() {
     let text = dockerfile();
