@@ -862,6 +862,51 @@ async fn posts_through(server: &Single, args: &[&str]) {
     assert_eq!(m["body"], "through");
 }
 
+/// A post whose event reaches no stream (NATS's "no responders": here the stream's subjects are
+/// taken away for a moment, as on a new cluster before a new stream's subjects reach every
+/// server) is sent again until the stream takes it: the post succeeds, and is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_that_reaches_no_stream_is_sent_again_until_one_takes_it() {
+    use async_nats::jetstream;
+    let server = Single::start("");
+    let node = Server::start_with(&["--store", server.url().as_str()]);
+    let c = client();
+    post(&c, &node, "dev", msg("a", "first")).await;
+    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let config = js
+        .get_stream("CROSSTALK")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    assert_eq!(config.subjects, vec!["crosstalk.ch.>".to_string()]);
+    let elsewhere = jetstream::stream::Config {
+        subjects: vec!["elsewhere.>".into()],
+        ..config.clone()
+    };
+    js.update_stream(&elsewhere).await.expect("take the subjects away");
+    let back = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        js.update_stream(&config).await.expect("give the subjects back");
+    });
+    let started = Instant::now();
+    let second = post(&c, &node, "dev", msg("a", "second")).await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "posted while no stream listened"
+    );
+    back.await.unwrap();
+    let all = until_count(&c, &node, "dev", 2).await;
+    assert_eq!(
+        all.iter().map(|m| m["body"].clone()).collect::<Vec<_>>(),
+        ["first", "second"]
+    );
+    assert_eq!(all[1]["id"], second["id"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_signs_in_to_nats_and_stops_at_once_when_refused() {
     let _one = ONE_CLUSTER.lock().await;

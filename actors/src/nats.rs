@@ -542,12 +542,24 @@ impl NatsLog {
                 .header(IDEMPOTENCY_HEADER, key.as_str());
         }
         let append = async {
-            let ack = self
-                .js
-                .send_publish(subject(&self.prefix, channel), publish)
-                .await
-                .map_err(|e| unavailable("publishing", e))?;
-            ack.await.map_err(|e| unavailable("waiting for the acknowledgement", e))
+            let mut pause = Duration::from_millis(10);
+            loop {
+                let ack = self
+                    .js
+                    .send_publish(subject(&self.prefix, channel), publish.clone())
+                    .await
+                    .map_err(|e| unavailable("publishing", e))?;
+                match ack.await {
+                    // No one listens on the subject (NATS's "no responders"): the event reached
+                    // no stream, so sending it again cannot store it twice. A new stream's
+                    // subjects reach every server of a cluster a moment after it has a leader.
+                    Err(e) if e.kind() == jetstream::context::PublishErrorKind::StreamNotFound => {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_millis(200));
+                    }
+                    ack => return ack.map_err(|e| unavailable("waiting for the acknowledgement", e)),
+                }
+            }
         };
         let ack = tokio::time::timeout(APPEND_TIMEOUT, append)
             .await
