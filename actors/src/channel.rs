@@ -344,13 +344,13 @@ impl Handler<Post> for ChannelActor {
 
     fn handle(&mut self, Post { message, reply }: Post, ctx: &mut Context<Self>) {
         match self.accept_post(message, ctx) {
-            Ok((Some(id), landed)) => {
+            Ok(Accepted::Once(id, landed)) => {
                 // Registered before the commit starts, so a write that fails at once is
                 // reported as failed, never as durable.
                 self.on_durable(id, Done::Post(reply, landed));
                 self.start_commit(ctx);
             }
-            Ok((None, landed)) => {
+            Ok(Accepted::Now(landed)) => {
                 let _ = reply.send(Ok(landed));
             }
             Err(e) => {
@@ -360,24 +360,34 @@ impl Handler<Post> for ChannelActor {
     }
 }
 
+/// When a poster gets what [`ChannelActor::accept_post`] took in.
+enum Accepted {
+    /// Once event `id` is durable.
+    Once(u64, Landed),
+    /// At once (the shared log's fold will decide).
+    Now(Landed),
+}
+
 impl ChannelActor {
-    /// Takes a post into the channel: what the poster gets, and the id it gets it after (once
-    /// durable), or `None` to get it now.
-    fn accept_post(&mut self, post: NewMessage, ctx: &mut Context<Self>) -> Result<(Option<u64>, Landed), RelayError> {
+    /// Takes a post into the channel: what the poster gets, and when.
+    fn accept_post(&mut self, post: NewMessage, ctx: &mut Context<Self>) -> Result<Accepted, RelayError> {
         self.writable()?;
         let limits = self.config.limits;
         let idem = post.idempotency_key(&limits)?;
         if let Some(k) = &idem {
             if let Some(existing) = self.idempotent(k)? {
                 // An idempotent retry: answer with the original once it is durable.
-                return Ok((Some(existing), Landed(Land::Retry(existing, self.view.clone()))));
+                return Ok(Accepted::Once(
+                    existing,
+                    Landed(Land::Retry(existing, self.view.clone())),
+                ));
             }
         }
         let mut record = post.into_record(&limits, Timestamp::now())?;
         if self.config.log.is_some() {
             // Idempotency, the reply's parent and the session are the fold's to decide.
             let verdict = self.propose(Record::Message(record), idem, ctx);
-            return Ok((None, Landed(Land::Logged(verdict, self.view.clone()))));
+            return Ok(Accepted::Now(Landed(Land::Logged(verdict, self.view.clone()))));
         }
         if let Some(parent) = record.reply_to {
             if !self.reply_to_exists(parent)? {
@@ -391,7 +401,7 @@ impl ChannelActor {
             record.session_id = self.state.active_session().map(str::to_owned);
         }
         let (id, posted) = self.accept(Record::Message(record), idem);
-        Ok((Some(id), Landed(Land::New(posted))))
+        Ok(Accepted::Once(id, Landed(Land::New(posted))))
     }
 }
 
