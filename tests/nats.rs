@@ -1130,7 +1130,9 @@ async fn a_node_whose_disk_fills_stops_and_catches_up_from_the_log() {
             }
             assert!(
                 Instant::now() < deadline,
-                "the node kept running with a store that refuses writes"
+                "the node kept running with a store that refuses writes ({} posts acknowledged):\n{}",
+                acknowledged.len(),
+                n.stderr()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };

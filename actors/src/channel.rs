@@ -48,10 +48,6 @@ pub use waits::{BeginWait, CheckRelease, ClusterWaits, EndWait, Role, WaitContro
 const MAILBOX_CAPACITY: usize = 4096;
 /// Longest channel description, in bytes.
 pub const MAX_DESCRIPTION: usize = 1024;
-/// Longest a batch waits for the store before its posters are told it failed (and the batch
-/// is abandoned: never acknowledged, undone if it lands). Shorter than the faces' own timeout,
-/// so the client's error always comes from here.
-pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Settings every channel actor shares.
 #[derive(Debug, Clone)]

@@ -23,6 +23,10 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+/// Longest anyone waits for a write's verdict ([`Ticket::durable`]). Past it the write is
+/// abandoned: never acknowledged, undone if it lands. Shorter than the faces' own timeout, so
+/// the client's error always comes from here.
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A round (apply + flush) running longer than this means the store is not answering:
 /// writers are refused at once until it returns.
 pub const STALL: Duration = Duration::from_secs(2);
@@ -79,34 +83,35 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// Waits for the verdict.
+    /// Waits for the verdict, at most [`COMMIT_TIMEOUT`]: a store that does not answer by then
+    /// (a flush that hangs) gets the write abandoned, so no waiter (a channel's batch, the
+    /// fold's watermark, a registration) is held by the store for longer.
     pub async fn durable(self) -> Result<(), StoreError> {
-        self.rx
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Io("the store thread has stopped".into())))
-    }
-
-    /// Splits the ticket: the waiting half, and a handle that can abandon it.
-    pub fn split(self) -> (oneshot::Receiver<Result<(), StoreError>>, Abandon) {
-        (self.rx, Abandon(self.fate))
+        let stopped = |_| Err(StoreError::Io("the store thread has stopped".into()));
+        let Ticket { mut rx, fate } = self;
+        match tokio::time::timeout(COMMIT_TIMEOUT, &mut rx).await {
+            Ok(verdict) => verdict.unwrap_or_else(stopped),
+            Err(_) if abandon(&fate) => Err(StoreError::Io(format!(
+                "the store did not answer within {} s",
+                COMMIT_TIMEOUT.as_secs()
+            ))),
+            // It decided just now: the verdict is on its way.
+            Err(_) => rx.await.unwrap_or_else(stopped),
+        }
     }
 }
 
-/// Gives up on a ticket from elsewhere than its waiter: unless the store thread has already
-/// decided, the write will never be acknowledged, and is undone if it lands.
-pub struct Abandon(Arc<Mutex<Fate>>);
-
-impl Abandon {
-    /// False if the verdict is already sent (then it is coming: wait for it).
-    pub fn abandon(&self) -> bool {
-        let mut fate = self.0.lock();
-        match *fate {
-            Fate::Pending => {
-                *fate = Fate::Abandoned;
-                true
-            }
-            _ => false,
+/// Gives up on a ticket unless the store thread has already decided: the write will then
+/// never be acknowledged, and is undone if it lands. False if the verdict is already sent
+/// (then it is coming: wait for it).
+fn abandon(fate: &Mutex<Fate>) -> bool {
+    let mut fate = fate.lock();
+    match *fate {
+        Fate::Pending => {
+            *fate = Fate::Abandoned;
+            true
         }
+        _ => false,
     }
 }
 

@@ -263,6 +263,12 @@ async fn a_hanging_flush_fails_writes_fast_recovers_and_lets_shutdown_go() {
     let started = Instant::now();
     let dev = ch("dev");
     let stuck = relay.post(&dev, msg("a", "stuck"));
+    // Every other write waiting on the store is abandoned too, not held until the hang ends
+    // (on a relay node, the fold's watermark waits the same way, and held the fold up).
+    let registering = async {
+        let r = relay.register("carol", None, InstanceKind::Agent, None).await;
+        (r, started.elapsed())
+    };
     let probe = async {
         // Meanwhile, after the stall threshold, writes on any channel are refused at once.
         tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -270,8 +276,10 @@ async fn a_hanging_flush_fails_writes_fast_recovers_and_lets_shutdown_go() {
         let r = relay.post(&ch("other"), msg("b", "while stuck")).await;
         (r, t.elapsed())
     };
-    let (stuck, (fast, fast_took)) = tokio::join!(stuck, probe);
+    let (stuck, (registered, registered_took), (fast, fast_took)) = tokio::join!(stuck, registering, probe);
     assert!(stuck.is_err(), "{stuck:?}");
+    assert!(registered.is_err(), "{registered:?}");
+    assert!(registered_took < Duration::from_secs(8), "{registered_took:?}");
     assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
     assert!(matches!(fast, Err(RelayError::StoreUnavailable(_))), "{fast:?}");
     assert!(fast_took < Duration::from_millis(500), "refused fast: {fast_took:?}");
@@ -283,6 +291,10 @@ async fn a_hanging_flush_fails_writes_fast_recovers_and_lets_shutdown_go() {
     assert_eq!(bodies(&relay, "dev").await, ["before", "after"]);
     assert_eq!(stored_bodies(&store, "dev"), ["before", "after"]);
     assert!(stored_bodies(&store, "other").is_empty());
+    assert!(
+        store.get_aux(Space::Instances, b"carol").unwrap().is_none(),
+        "the abandoned registration was undone"
+    );
 
     // Shutdown while the store hangs again: prompt, with the reason.
     store.hang_flush.store(true, Ordering::SeqCst);

@@ -11,7 +11,7 @@
 //! - a refused or abandoned batch is never published: the actor answers its posters with the
 //!   error and goes back to the view's state.
 
-use super::{ChannelActor, Done, COMMIT_TIMEOUT};
+use super::{ChannelActor, Done};
 use crate::error::RelayError;
 use crate::store::{Append, EventStore, StoreError};
 use crate::view::{Posted, Published};
@@ -148,53 +148,34 @@ impl ChannelActor {
             }),
         );
         self.in_flight = Some(InFlight { events: batch, answers });
-        let (verdict, abandon) = ticket.split();
-        ctx.spawn(
-            async move {
-                let stopped = |_| Err(StoreError::Io("the store thread has stopped".into()));
-                let mut verdict = verdict;
-                match tokio::time::timeout(COMMIT_TIMEOUT, &mut verdict).await {
-                    Ok(v) => v.unwrap_or_else(stopped),
-                    // The store is not answering: give up, unless it decided meanwhile. An
-                    // abandoned batch is never acknowledged and is undone if it lands.
-                    Err(_) if abandon.abandon() => Err(StoreError::Io(format!(
-                        "the store did not answer within {} s",
-                        COMMIT_TIMEOUT.as_secs()
-                    ))),
-                    // It decided just now: the verdict is on its way.
-                    Err(_) => verdict.await.unwrap_or_else(stopped),
+        ctx.spawn(ticket.durable().into_actor(self).map(move |result, act, ctx| {
+            let Some(batch) = act.in_flight.take() else {
+                return;
+            };
+            match result {
+                Ok(()) => {
+                    // Published and answered by the store thread already.
+                    let now = Instant::now();
+                    for s in senders {
+                        act.parties.insert(s, now);
+                    }
+                    act.spoken += 1;
+                    if let Some(t) = act.release_timer.take() {
+                        ctx.cancel_future(t);
+                    }
+                    for p in batch.events {
+                        if let Some(k) = &p.idem {
+                            act.idem_uncommitted.remove(k);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(channel = %act.view.name(), error = %e, "commit failed; nothing acknowledged");
+                    act.fail(batch, e);
                 }
             }
-            .into_actor(self)
-            .map(move |result, act, ctx| {
-                let Some(batch) = act.in_flight.take() else {
-                    return;
-                };
-                match result {
-                    Ok(()) => {
-                        // Published and answered by the store thread already.
-                        let now = Instant::now();
-                        for s in senders {
-                            act.parties.insert(s, now);
-                        }
-                        act.spoken += 1;
-                        if let Some(t) = act.release_timer.take() {
-                            ctx.cancel_future(t);
-                        }
-                        for p in batch.events {
-                            if let Some(k) = &p.idem {
-                                act.idem_uncommitted.remove(k);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(channel = %act.view.name(), error = %e, "commit failed; nothing acknowledged");
-                        act.fail(batch, e);
-                    }
-                }
-                act.start_commit(ctx);
-            }),
-        );
+            act.start_commit(ctx);
+        }));
     }
 
     /// A batch failed: tell its waiters and those of every event accepted after it, and go

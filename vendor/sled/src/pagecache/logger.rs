@@ -442,6 +442,19 @@ impl Log {
                         lsn, e
                     );
                     iobufs.config.set_global_error(e);
+
+                    // crosstalk: wake every thread waiting in make_stable /
+                    // make_durable for this buffer, as the same path in
+                    // iobuf.rs does; without it they wait forever (a reader
+                    // paging in, a flush), holding the concurrency-control
+                    // lock that every later write needs.
+                    let intervals = iobufs.intervals.lock();
+
+                    // having held the mutex makes this linearized
+                    // with the notify below.
+                    drop(intervals);
+
+                    let _notified = iobufs.interval_updated.notify_all();
                 }
             })?;
 
