@@ -99,6 +99,15 @@ impl Ticket {
             Err(_) => rx.await.unwrap_or_else(stopped),
         }
     }
+
+    /// Waits for the verdict however long the store takes, never abandoning the write: for a
+    /// write nobody is answered for, whose outcome its owner must know (retention's removal of
+    /// history, which has no undo).
+    pub async fn settled(self) -> Result<(), StoreError> {
+        self.rx
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Io("the store thread has stopped".into())))
+    }
 }
 
 /// Gives up on a ticket unless the store thread has already decided: the write will then

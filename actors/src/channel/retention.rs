@@ -67,7 +67,9 @@ impl ChannelActor {
             Ok(Undo::default())
         }));
         self.compacting = true;
-        ctx.spawn(ticket.durable().into_actor(self).map(move |result, act, _| {
+        // Not `durable`: an abandoned removal is not undone, and the view must learn what the
+        // store removed before the next pass counts what is in excess.
+        ctx.spawn(ticket.settled().into_actor(self).map(move |result, act, _| {
             act.compacting = false;
             if let Err(e) = result {
                 tracing::error!(channel = %act.view.name(), error = %e, "retention failed");
