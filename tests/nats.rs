@@ -36,8 +36,13 @@ fn nats_server() -> PathBuf {
 
 /// A base port whose client (`+0..2`) and route (`+100..102`) ports are all free now.
 fn free_base_port() -> u16 {
+    // Two calls of one process never start from the same candidate: a port found free here is
+    // bound only later, by the nats-server started on it, so a second caller checking meanwhile
+    // would pick it too and its node would talk to the first test's server.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let pid = std::process::id() as u64;
-    for attempt in 0..200u64 {
+    let first = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 200;
+    for attempt in first..first + 200 {
         let base = 20_000 + ((pid * 7919 + attempt * 331) % 20_000) as u16;
         let ports = [base, base + 1, base + 2, base + 100, base + 101, base + 102];
         if ports
@@ -868,6 +873,7 @@ async fn posts_through(server: &Single, args: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_post_that_reaches_no_stream_is_sent_again_until_one_takes_it() {
     use async_nats::jetstream;
+    let _one = ONE_CLUSTER.lock().await;
     let server = Single::start("");
     let node = Server::start_with(&["--store", server.url().as_str()]);
     let c = client();
