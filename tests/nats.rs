@@ -55,6 +55,11 @@ fn free_base_port() -> u16 {
     panic!("no free ports for a NATS cluster");
 }
 
+#[test]
+fn free_base_port_gives_two_callers_different_ports_before_either_binds() {
+    assert_ne!(free_base_port(), free_base_port());
+}
+
 impl Nats {
     fn start() -> Nats {
         let dir = tempfile::tempdir().unwrap();
