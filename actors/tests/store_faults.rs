@@ -264,7 +264,7 @@ async fn a_hanging_flush_fails_writes_fast_recovers_and_lets_shutdown_go() {
     let dev = ch("dev");
     let stuck = relay.post(&dev, msg("a", "stuck"));
     // Every other write waiting on the store is abandoned too, not held until the hang ends
-    // (on a relay node, the fold's watermark waits the same way, and held the fold up).
+    // (on a relay node, the fold's watermark waits the same way, and could hold the fold up).
     let registering = async {
         let r = relay.register("carol", None, InstanceKind::Agent, None).await;
         (r, started.elapsed())
