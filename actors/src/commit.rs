@@ -87,7 +87,7 @@ impl Ticket {
     /// (a flush that hangs) gets the write abandoned, so no waiter (a channel's batch, the
     /// fold's watermark, a registration) is held by the store for longer.
     pub async fn durable(self) -> Result<(), StoreError> {
-        let stopped = |_| Err(StoreError::Io("the store thread has stopped".into()));
+        let stopped = |_| Err(stopped());
         let Ticket { mut rx, fate } = self;
         match tokio::time::timeout(COMMIT_TIMEOUT, &mut rx).await {
             Ok(verdict) => verdict.unwrap_or_else(stopped),
@@ -104,10 +104,13 @@ impl Ticket {
     /// write nobody is answered for, whose outcome its owner must know (retention's removal of
     /// history, which has no undo).
     pub async fn settled(self) -> Result<(), StoreError> {
-        self.rx
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Io("the store thread has stopped".into())))
+        self.rx.await.unwrap_or_else(|_| Err(stopped()))
     }
+}
+
+/// What a writer is told when the store thread is gone.
+fn stopped() -> StoreError {
+    StoreError::Io("the store thread has stopped".into())
 }
 
 /// Gives up on a ticket unless the store thread has already decided: the write will then
@@ -229,9 +232,7 @@ impl Committer {
             done,
         };
         if let Err(mpsc::SendError(job)) = self.tx.send(job) {
-            let _ = job
-                .done
-                .send(Err(StoreError::Io("the store thread has stopped".into())));
+            let _ = job.done.send(Err(stopped()));
         }
         Ticket { rx, fate }
     }

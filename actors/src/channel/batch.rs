@@ -86,7 +86,9 @@ impl ChannelActor {
     /// Tells `done` when event `id` (pending or in flight) is durable; at once if it is
     /// already.
     pub(super) fn on_durable(&mut self, id: u64, done: Done) {
-        if let Some(p) = self.pending.iter_mut().find(|p| p.id == id) {
+        // From the newest: a post's own event was accepted just now, so this finds it at once
+        // however many are pending behind a slow store.
+        if let Some(p) = self.pending.iter_mut().rev().find(|p| p.id == id) {
             p.done.push(done);
         } else if let Some(f) = self.in_flight.as_ref().filter(|f| f.events.iter().any(|p| p.id == id)) {
             f.answers.add(done);
