@@ -44,8 +44,12 @@ pub use sessions::{Describe, EndSession, StartSession};
 use waits::Waiter;
 pub use waits::{BeginWait, CheckRelease, ClusterWaits, EndWait, Role, WaitControl, WaitNews, NODE_ALIVE_EVERY};
 
-/// Requests queued in a channel's mailbox before senders wait.
-const MAILBOX_CAPACITY: usize = 4096;
+/// The channel mailbox's capacity. actix counts it per sender: a sender that finds the mailbox
+/// this full still queues its message, and only then waits (`send`) or is refused
+/// (`try_send`) for the next one. Every post goes through its own clone of the address (a new
+/// sender, `Relay::post`), so posts are never held back or refused by it: what bounds the
+/// posts queued is the open requests they will answer, each with a body within the limits.
+pub const MAILBOX_CAPACITY: usize = 4096;
 /// Longest channel description, in bytes.
 pub const MAX_DESCRIPTION: usize = 1024;
 
@@ -73,7 +77,7 @@ pub struct ChannelConfig {
 
 /// Post a message. The actor does not answer the message itself: it tells `reply` once the
 /// post is durable and visible, straight from the store thread, or at once when it refuses it.
-/// Send it with `try_send`, so that nothing crosses back to the sender's thread before the
+/// Send it with `do_send`, so that nothing crosses back to the sender's thread before the
 /// verdict (`send` would answer at once with a unit, one more thread wake per post).
 #[derive(Message)]
 #[rtype(result = "()")]

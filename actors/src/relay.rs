@@ -298,11 +298,11 @@ impl Relay {
         let (reply, landed) = oneshot::channel();
         let post = Post { message: post, reply };
         // Not `send`: its answer would wake this thread once more per post, before the verdict.
-        match handle.addr.try_send(post) {
-            Ok(()) => {}
-            Err(SendError::Full(post)) => handle.addr.send(post).timeout(ACTOR_CALL_TIMEOUT).await?,
-            Err(SendError::Closed(_)) => return Err(actix::MailboxError::Closed.into()),
-        }
+        // `do_send` queues even past the mailbox's capacity, as `try_send` on this fresh clone
+        // of the address would (actix refuses a sender only after it went past): what bounds
+        // the posts queued is the requests they answer (see `channel::MAILBOX_CAPACITY`). A
+        // stopped actor drops the post, and with it `reply`: answered "channel stopped" below.
+        handle.addr.do_send(post);
         let posted = tokio::time::timeout(ACTOR_CALL_TIMEOUT, async {
             landed
                 .await
