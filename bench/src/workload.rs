@@ -31,6 +31,9 @@ pub struct Plan {
     pub warmup: Duration,
     /// Concurrent connections of the throughput workloads.
     pub connections: usize,
+    /// Connections of the second durable-POST run, which measures what a relay sustains
+    /// (at `connections` a closed loop is bound by one post's latency, not the server).
+    pub capacity_connections: usize,
     /// Post → wake round trips, at most.
     pub wake_rounds: usize,
     /// Wall-clock bound on the wake workload.
@@ -65,6 +68,7 @@ impl Plan {
             duration: Duration::from_secs(10),
             warmup: Duration::from_secs(1),
             connections: 16,
+            capacity_connections: 64,
             wake_rounds: 500,
             wake_budget: Duration::from_secs(30),
             fanout_subscribers: 1000,
@@ -89,6 +93,7 @@ impl Plan {
             duration: Duration::from_millis(800),
             warmup: Duration::from_millis(200),
             connections: 4,
+            capacity_connections: 8,
             wake_rounds: 10,
             wake_budget: Duration::from_secs(5),
             fanout_subscribers: 20,

@@ -178,11 +178,8 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
     rec.set("cluster_sse_p99_ms", st.p99_ms);
 
     // Durable POST, half the connections to each node.
-    let half = Plan {
-        connections: (plan.connections / 2).max(1),
-        ..plan.clone()
-    };
-    let (ra, rb) = tokio::join!(post_load(&half, a, CHANNEL), post_load(&half, b, CHANNEL));
+    let half = (plan.connections / 2).max(1);
+    let (ra, rb) = tokio::join!(post_load(plan, a, CHANNEL, half), post_load(plan, b, CHANNEL, half));
     let (ra, rb) = (ra?, rb?);
     for r in [&ra, &rb] {
         if r.errors > 0 {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// `--durability fsync`: every acknowledged post is also fdatasync'ed.
 pub async fn fsync_post(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Record) -> anyhow::Result<Done> {
     let (server, _) = launcher.start(dir, &["--durability", "fsync"], "fsync").await?;
-    let res = post_load(plan, &server, "bench-fsync").await?;
+    let res = post_load(plan, &server, "bench-fsync", plan.connections).await?;
     res.check("fsync POST")?;
     let lat = summarize(&res.latencies);
     rec.set("fsync_post_per_s", res.rate());
