@@ -31,9 +31,10 @@ pub struct Plan {
     pub warmup: Duration,
     /// Concurrent connections of the throughput workloads.
     pub connections: usize,
-    /// Connections of the second durable-POST run, which measures what a relay sustains
-    /// (at `connections` a closed loop is bound by one post's latency, not the server).
-    pub capacity_connections: usize,
+    /// More durable-POST runs, from this many connections each, after the one from
+    /// `connections`: what a server sustains (with few connections a closed loop is bound by
+    /// one post's latency, not by the server), and at what p99.
+    pub sweep_connections: Vec<usize>,
     /// Post → wake round trips, at most.
     pub wake_rounds: usize,
     /// Wall-clock bound on the wake workload.
@@ -68,7 +69,7 @@ impl Plan {
             duration: Duration::from_secs(10),
             warmup: Duration::from_secs(1),
             connections: 16,
-            capacity_connections: 64,
+            sweep_connections: vec![32, 64],
             wake_rounds: 500,
             wake_budget: Duration::from_secs(30),
             fanout_subscribers: 1000,
@@ -93,7 +94,7 @@ impl Plan {
             duration: Duration::from_millis(800),
             warmup: Duration::from_millis(200),
             connections: 4,
-            capacity_connections: 8,
+            sweep_connections: vec![8],
             wake_rounds: 10,
             wake_budget: Duration::from_secs(5),
             fanout_subscribers: 20,

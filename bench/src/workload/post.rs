@@ -16,28 +16,52 @@ fn created_status(_: Kind) -> StatusCode {
     StatusCode::OK
 }
 
-/// Posts from `plan.connections` connections for the run's duration, then from
-/// `plan.capacity_connections`; every post is acknowledged only once durable (crosstalk's
+/// A post's p99 that a rate must keep to count as sustained (the target's).
+pub const SUSTAINED_P99_MS: f64 = 3.0;
+
+/// Posts from `plan.connections` connections for the run's duration, then from each of
+/// `plan.sweep_connections`; every post is acknowledged only once durable (crosstalk's
 /// default `--durability flush`; SQLite's commit). Returns the largest id acknowledged.
 ///
 /// Each connection sends its next post when the last is answered, so with few connections
-/// the rate is connections ÷ one post's latency, and a server that batches its writes sits
-/// partly idle; the second run gives each server enough posts at once to be the limit
-/// itself, and its p99 says what that costs a poster.
+/// the rate is connections ÷ one post's latency and a server that batches its writes sits
+/// partly idle; with more the server is the limit, and past it more connections only add
+/// waiting. crosstalk's sustained rate is the best of the runs whose p99 stays within
+/// [`SUSTAINED_P99_MS`] (if none does, the run with the lowest p99, which then misses its
+/// target); crosstalk-mcp's is the best of all its runs, whatever their p99 (none keeps it).
 pub async fn post(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Result<u64> {
     let mut newest = 0;
-    for (connections, prefix) in [(plan.connections, "post"), (plan.capacity_connections, "post_cap")] {
+    let mut runs = Vec::new();
+    for connections in std::iter::once(plan.connections).chain(plan.sweep_connections.iter().copied()) {
         let res = post_load(plan, server, CHANNEL, connections).await?;
         res.check("durable POST")?;
         let lat = summarize(&res.latencies);
-        rec.set(&format!("{prefix}_per_s"), res.rate());
-        rec.set(&format!("{prefix}_p50_ms"), lat.p50_ms);
-        rec.set(&format!("{prefix}_p99_ms"), lat.p99_ms);
         rec.note(format!(
-            "POST: {} acknowledged in {:.1} s on {connections} connections",
-            res.ok, res.seconds
+            "POST: {} acknowledged in {:.1} s on {connections} connections, p99 {:.2} ms",
+            res.ok, res.seconds, lat.p99_ms
         ));
+        rec.set(&format!("post_{connections}c_per_s"), res.rate());
+        rec.set(&format!("post_{connections}c_p99_ms"), lat.p99_ms);
+        if connections == plan.connections {
+            rec.set("post_per_s", res.rate());
+            rec.set("post_p50_ms", lat.p50_ms);
+            rec.set("post_p99_ms", lat.p99_ms);
+        }
         newest = newest.max(res.max_id);
+        runs.push((connections, res.rate(), lat.p99_ms));
+    }
+    let best = |it: &mut dyn Iterator<Item = &(usize, f64, f64)>| it.max_by(|a, b| a.1.total_cmp(&b.1)).copied();
+    let sustained = match server.kind {
+        Kind::Crosstalk => best(&mut runs.iter().filter(|r| r.2 <= SUSTAINED_P99_MS))
+            .or_else(|| runs.iter().min_by(|a, b| a.2.total_cmp(&b.2)).copied()),
+        Kind::Peer => best(&mut runs.iter()),
+    };
+    if let Some((connections, rate, p99)) = sustained {
+        rec.set("post_cap_per_s", rate);
+        rec.set("post_cap_p99_ms", p99);
+        if server.kind == Kind::Crosstalk {
+            rec.set("post_cap_conns", connections as f64);
+        }
     }
     Ok(newest)
 }
