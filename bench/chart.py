@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 PANELS = [
-    ("post_cap_per_s", "durable POSTs/s, 64 connections (higher is better)"),
+    ("post_cap_per_s", "sustained durable POSTs/s, p99 ≤ 3 ms (higher is better)"),
     ("tail_per_s", "tail reads/s (higher is better)"),
     ("mcp_post_per_s", "MCP post_message calls/s (higher is better)"),
     ("wake_p99_ms", "wake latency p99, ms (lower is better)"),
