@@ -68,7 +68,7 @@ const ROWS: &[Row] = &[
         label: "    its POST latency p99",
         unit: "ms",
         higher_is_better: false,
-        goal: Some(Goal::AtMost(3.0)),
+        goal: Some(Goal::AtMost(crate::workload::post::SUSTAINED_P99_MS)),
         min_advantage: None,
         target_text: "≤ 3 ms",
     },

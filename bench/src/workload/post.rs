@@ -50,13 +50,16 @@ pub async fn post(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Res
         newest = newest.max(res.max_id);
         runs.push((connections, res.rate(), lat.p99_ms));
     }
-    let best = |it: &mut dyn Iterator<Item = &(usize, f64, f64)>| it.max_by(|a, b| a.1.total_cmp(&b.1)).copied();
+    let by_rate = |a: &&(usize, f64, f64), b: &&(usize, f64, f64)| a.1.total_cmp(&b.1);
     let sustained = match server.kind {
-        Kind::Crosstalk => best(&mut runs.iter().filter(|r| r.2 <= SUSTAINED_P99_MS))
-            .or_else(|| runs.iter().min_by(|a, b| a.2.total_cmp(&b.2)).copied()),
-        Kind::Peer => best(&mut runs.iter()),
+        Kind::Crosstalk => runs
+            .iter()
+            .filter(|r| r.2 <= SUSTAINED_P99_MS)
+            .max_by(by_rate)
+            .or_else(|| runs.iter().min_by(|a, b| a.2.total_cmp(&b.2))),
+        Kind::Peer => runs.iter().max_by(by_rate),
     };
-    if let Some((connections, rate, p99)) = sustained {
+    if let Some(&(connections, rate, p99)) = sustained {
         rec.set("post_cap_per_s", rate);
         rec.set("post_cap_p99_ms", p99);
         if server.kind == Kind::Crosstalk {
