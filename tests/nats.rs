@@ -34,7 +34,12 @@ fn nats_server() -> PathBuf {
     p
 }
 
-/// A base port whose client (`+0..2`) and route (`+100..102`) ports are all free now.
+/// The ports a cluster on `base` takes: client ports `+0..2`, route ports `+100..102`.
+fn cluster_ports(base: u16) -> [u16; 6] {
+    [base, base + 1, base + 2, base + 100, base + 101, base + 102]
+}
+
+/// A base port whose [`cluster_ports`] are all free now.
 fn free_base_port() -> u16 {
     // Two calls of one process never start from the same candidate: a port found free here is
     // bound only later, by the nats-server started on it, so a second caller checking meanwhile
@@ -44,8 +49,7 @@ fn free_base_port() -> u16 {
     let first = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 200;
     for attempt in first..first + 200 {
         let base = 20_000 + ((pid * 7919 + attempt * 331) % 20_000) as u16;
-        let ports = [base, base + 1, base + 2, base + 100, base + 101, base + 102];
-        if ports
+        if cluster_ports(base)
             .iter()
             .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
         {
@@ -57,7 +61,11 @@ fn free_base_port() -> u16 {
 
 #[test]
 fn free_base_port_gives_two_callers_different_ports_before_either_binds() {
-    assert_ne!(free_base_port(), free_base_port());
+    let (a, b) = (cluster_ports(free_base_port()), cluster_ports(free_base_port()));
+    assert!(
+        !a.iter().any(|p| b.contains(p)),
+        "two callers share ports: {a:?} and {b:?}"
+    );
 }
 
 impl Nats {

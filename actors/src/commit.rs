@@ -87,16 +87,15 @@ impl Ticket {
     /// (a flush that hangs) gets the write abandoned, so no waiter (a channel's batch, the
     /// fold's watermark, a registration) is held by the store for longer.
     pub async fn durable(self) -> Result<(), StoreError> {
-        let stopped = |_| Err(stopped());
         let Ticket { mut rx, fate } = self;
         match tokio::time::timeout(COMMIT_TIMEOUT, &mut rx).await {
-            Ok(verdict) => verdict.unwrap_or_else(stopped),
+            Ok(verdict) => verdict.unwrap_or_else(|_| Err(stopped())),
             Err(_) if abandon(&fate) => Err(StoreError::Io(format!(
                 "the store did not answer within {} s",
                 COMMIT_TIMEOUT.as_secs()
             ))),
             // It decided just now: the verdict is on its way.
-            Err(_) => rx.await.unwrap_or_else(stopped),
+            Err(_) => rx.await.unwrap_or_else(|_| Err(stopped())),
         }
     }
 
