@@ -1,6 +1,7 @@
-//! The load generator's HTTP client: one hyper HTTP/1.1 connection per task, no pool, no
-//! redirects, so a request costs the client as little CPU as possible on a box it shares with
-//! the server under test. Also a Server-Sent Events reader for the stream workloads.
+//! The load generator's HTTP clients: [`Conn`], one hyper HTTP/1.1 connection per task (no
+//! pool, no redirects) for the workloads that read headers and streams; [`RawConn`], a
+//! minimal HTTP/1.1 client for the closed request loops, which spend as little of the shared
+//! box's CPU per request as they can (as `wrk` does); a Server-Sent Events reader.
 
 use anyhow::{bail, Context as _};
 use bytes::{Bytes, BytesMut};
@@ -12,6 +13,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::time::Duration;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 /// Longest any single request may take before the workload counts it as failed.
@@ -20,7 +22,6 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// One keep-alive connection to the server under test.
 pub struct Conn {
     sender: SendRequest<Full<Bytes>>,
-    addr: SocketAddr,
     /// `Host` header value; hyper's connection-level API does not add one.
     host: String,
 }
@@ -44,15 +45,8 @@ impl Conn {
         });
         Ok(Conn {
             sender,
-            addr,
             host: addr.to_string(),
         })
-    }
-
-    /// Replaces a broken connection with a fresh one to the same server.
-    pub async fn reconnect(&mut self) -> anyhow::Result<()> {
-        *self = Conn::connect(self.addr).await?;
-        Ok(())
     }
 
     /// Sends a request and returns the response head; the body is left to the caller.
@@ -108,6 +102,152 @@ impl Conn {
 /// One GET on a fresh connection: for probes that must not reuse a connection.
 pub async fn get_once(addr: SocketAddr, path: &str) -> anyhow::Result<Reply> {
     Conn::connect(addr).await?.get(path).await
+}
+
+/// One keep-alive HTTP/1.1 connection that sends a request prepared once, as bytes, and reads
+/// the answer's status and body, nothing else: no header map, no second task per connection
+/// (hyper drives each connection from a task of its own, so every request is two task wakes).
+/// Answers with a `Content-Length` or `chunked` body; anything else is an error.
+pub struct RawConn {
+    stream: TcpStream,
+    addr: SocketAddr,
+    /// What has been read and not yet consumed.
+    buf: BytesMut,
+}
+
+/// A request for [`RawConn`], in the bytes that go on the wire.
+#[derive(Clone)]
+pub struct RawRequest(Bytes);
+
+impl RawRequest {
+    pub fn new(method: &Method, path: &str, addr: SocketAddr, body: &[u8]) -> RawRequest {
+        let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\n");
+        if !body.is_empty() {
+            head.push_str(&format!(
+                "content-type: application/json\r\ncontent-length: {}\r\n",
+                body.len()
+            ));
+        }
+        head.push_str("\r\n");
+        let mut wire = BytesMut::from(head.as_bytes());
+        wire.extend_from_slice(body);
+        RawRequest(wire.freeze())
+    }
+}
+
+/// Longest response head [`RawConn`] accepts.
+const MAX_HEAD: usize = 64 * 1024;
+
+impl RawConn {
+    pub async fn connect(addr: SocketAddr) -> anyhow::Result<RawConn> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("connect {addr}"))?;
+        stream.set_nodelay(true)?;
+        Ok(RawConn {
+            stream,
+            addr,
+            buf: BytesMut::with_capacity(16 * 1024),
+        })
+    }
+
+    /// Replaces a broken connection with a fresh one to the same server.
+    pub async fn reconnect(&mut self) -> anyhow::Result<()> {
+        *self = RawConn::connect(self.addr).await?;
+        Ok(())
+    }
+
+    /// Sends `req` and reads the whole answer: its status and body.
+    pub async fn request(&mut self, req: &RawRequest) -> anyhow::Result<(StatusCode, Bytes)> {
+        tokio::time::timeout(REQUEST_TIMEOUT, async {
+            self.stream.write_all(&req.0).await?;
+            self.read_answer().await
+        })
+        .await
+        .context("request timed out")?
+    }
+
+    async fn read_answer(&mut self) -> anyhow::Result<(StatusCode, Bytes)> {
+        let (status, head_len, framing) = loop {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut res = httparse::Response::new(&mut headers);
+            match res.parse(&self.buf)? {
+                httparse::Status::Complete(n) => {
+                    let status = StatusCode::from_u16(res.code.unwrap_or(0))?;
+                    break (status, n, Framing::of(res.headers)?);
+                }
+                httparse::Status::Partial if self.buf.len() > MAX_HEAD => bail!("response head over {MAX_HEAD} bytes"),
+                httparse::Status::Partial => self.fill().await?,
+            }
+        };
+        let _ = self.buf.split_to(head_len);
+        let body = match framing {
+            Framing::Length(n) => {
+                while self.buf.len() < n {
+                    self.fill().await?;
+                }
+                self.buf.split_to(n).freeze()
+            }
+            Framing::Chunked => {
+                let mut body = BytesMut::new();
+                loop {
+                    let (size_len, size) = loop {
+                        match httparse::parse_chunk_size(&self.buf).map_err(|_| anyhow::anyhow!("bad chunk size"))? {
+                            httparse::Status::Complete(found) => break found,
+                            httparse::Status::Partial => self.fill().await?,
+                        }
+                    };
+                    let size = usize::try_from(size)?;
+                    // The chunk and its CRLF.
+                    while self.buf.len() < size_len + size + 2 {
+                        self.fill().await?;
+                    }
+                    let _ = self.buf.split_to(size_len);
+                    body.extend_from_slice(&self.buf.split_to(size));
+                    let _ = self.buf.split_to(2);
+                    if size == 0 {
+                        // No trailers are sent by either server: the last chunk's CRLF ends it.
+                        break body.freeze();
+                    }
+                }
+            }
+        };
+        Ok((status, body))
+    }
+
+    /// Reads more of the answer into the buffer; an error if the server closed the connection.
+    async fn fill(&mut self) -> anyhow::Result<()> {
+        if self.buf.capacity() - self.buf.len() < 4096 {
+            self.buf.reserve(16 * 1024);
+        }
+        if self.stream.read_buf(&mut self.buf).await? == 0 {
+            bail!("the server closed the connection mid-answer");
+        }
+        Ok(())
+    }
+}
+
+/// How an answer's body ends.
+enum Framing {
+    Length(usize),
+    Chunked,
+}
+
+impl Framing {
+    fn of(headers: &[httparse::Header<'_>]) -> anyhow::Result<Framing> {
+        for h in headers {
+            if h.name.eq_ignore_ascii_case("content-length") {
+                return Ok(Framing::Length(std::str::from_utf8(h.value)?.trim().parse()?));
+            }
+            if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                if h.value.eq_ignore_ascii_case(b"chunked") {
+                    return Ok(Framing::Chunked);
+                }
+                bail!("unsupported transfer-encoding {:?}", String::from_utf8_lossy(h.value));
+            }
+        }
+        bail!("an answer with neither content-length nor chunked encoding")
+    }
 }
 
 /// The `"id"` of the first JSON object in `body` (`{"id":12,…}` or `{"id": 12,…}`), without
@@ -195,5 +335,64 @@ mod tests {
         assert_eq!(first_id(br#"{"id":42,"channel":"c"}"#), Some(42));
         assert_eq!(first_id(br#"[{"id": 7, "x": 1}]"#), Some(7));
         assert_eq!(first_id(br#"{"sender":"a"}"#), None);
+    }
+
+    /// A server that reads one request per answer in `answers` and writes each in two parts
+    /// (split mid-way, so the client must read more than once), then closes.
+    async fn scripted(answers: Vec<&'static [u8]>) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            for answer in answers {
+                // Read until the request's head and its 2-byte body are in.
+                while !seen.windows(6).any(|w| w == b"\r\n\r\n{}") {
+                    let mut b = [0u8; 1024];
+                    let n = s.read(&mut b).await.unwrap();
+                    assert!(n > 0, "the client closed early");
+                    seen.extend_from_slice(&b[..n]);
+                }
+                seen.clear();
+                let (a, b) = answer.split_at(answer.len() / 2);
+                s.write_all(a).await.unwrap();
+                s.flush().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                s.write_all(b).await.unwrap();
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn raw_conn_reads_length_and_chunked_answers_on_one_connection() {
+        let addr = scripted(vec![
+            b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\nx-a: b\r\n\r\n{\"id\":12}",
+            b"HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\n\r\n4\r\n[{\"i\r\na\r\nd\":7}, {}]\r\n0\r\n\r\n",
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
+        ])
+        .await;
+        let mut conn = RawConn::connect(addr).await.unwrap();
+        let req = RawRequest::new(&Method::POST, "/x", addr, b"{}");
+        let (status, body) = conn.request(&req).await.unwrap();
+        assert_eq!((status, &body[..]), (StatusCode::OK, &br#"{"id":12}"#[..]));
+        let (status, body) = conn.request(&req).await.unwrap();
+        assert_eq!((status, &body[..]), (StatusCode::CREATED, &br#"[{"id":7}, {}]"#[..]));
+        let (status, body) = conn.request(&req).await.unwrap();
+        assert_eq!((status, body.len()), (StatusCode::SERVICE_UNAVAILABLE, 0));
+        // The server has closed: the next request fails instead of hanging.
+        assert!(conn.request(&req).await.is_err());
+    }
+
+    #[test]
+    fn raw_request_is_the_wire_form() {
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let req = RawRequest::new(&Method::POST, "/api/x", addr, b"{}");
+        assert_eq!(
+            &req.0[..],
+            &b"POST /api/x HTTP/1.1\r\nhost: 127.0.0.1:9\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"[..]
+        );
+        let get = RawRequest::new(&Method::GET, "/y", addr, b"");
+        assert_eq!(&get.0[..], &b"GET /y HTTP/1.1\r\nhost: 127.0.0.1:9\r\n\r\n"[..]);
     }
 }

@@ -1,7 +1,7 @@
 //! Workloads 1 and 2: durable POST throughput, then tail reads of the channel it filled.
 
 use super::{closed_loop, message_json, Done, LoadResult, Plan, Record, RequestSpec};
-use crate::client::{first_id, Conn, Reply};
+use crate::client::{first_id, Conn};
 use crate::stats::summarize;
 use crate::target::{Kind, Server};
 use hyper::{Method, StatusCode};
@@ -83,15 +83,11 @@ pub async fn post_load(plan: &Plan, server: &Server, channel: &str, connections:
             path: path.clone(),
             body: message_json(c),
         }),
-        Arc::new(move |r: &Reply| {
-            if r.status != want {
-                return Err(format!(
-                    "POST answered {} ({})",
-                    r.status,
-                    String::from_utf8_lossy(&r.body)
-                ));
+        Arc::new(move |status: StatusCode, body: &[u8]| {
+            if status != want {
+                return Err(format!("POST answered {status} ({})", String::from_utf8_lossy(body)));
             }
-            first_id(&r.body)
+            first_id(body)
                 .map(Some)
                 .ok_or_else(|| "POST answer names no id".to_owned())
         }),
@@ -129,11 +125,11 @@ pub async fn tail(plan: &Plan, server: &Server, rec: &mut Record, last_id: u64) 
             path: path.clone(),
             body: Default::default(),
         }),
-        Arc::new(|r: &Reply| {
-            if r.status == StatusCode::OK && r.body.starts_with(b"[{") {
+        Arc::new(|status: StatusCode, body: &[u8]| {
+            if status == StatusCode::OK && body.starts_with(b"[{") {
                 Ok(None)
             } else {
-                Err(format!("tail read answered {}", r.status))
+                Err(format!("tail read answered {status}"))
             }
         }),
     )
