@@ -69,7 +69,7 @@ impl Plan {
             duration: Duration::from_secs(10),
             warmup: Duration::from_secs(1),
             connections: 16,
-            sweep_connections: vec![32, 64],
+            sweep_connections: vec![32, 48, 64],
             wake_rounds: 500,
             wake_budget: Duration::from_secs(30),
             fanout_subscribers: 1000,
