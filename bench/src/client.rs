@@ -33,12 +33,19 @@ pub struct Reply {
     pub body: Bytes,
 }
 
+/// A TCP connection to the server under test, with Nagle off (both clients write a request
+/// whole and wait for its answer).
+async fn dial(addr: SocketAddr) -> anyhow::Result<TcpStream> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connect {addr}"))?;
+    tcp.set_nodelay(true)?;
+    Ok(tcp)
+}
+
 impl Conn {
     pub async fn connect(addr: SocketAddr) -> anyhow::Result<Conn> {
-        let tcp = TcpStream::connect(addr)
-            .await
-            .with_context(|| format!("connect {addr}"))?;
-        tcp.set_nodelay(true)?;
+        let tcp = dial(addr).await?;
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
@@ -140,12 +147,8 @@ const MAX_HEAD: usize = 64 * 1024;
 
 impl RawConn {
     pub async fn connect(addr: SocketAddr) -> anyhow::Result<RawConn> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .with_context(|| format!("connect {addr}"))?;
-        stream.set_nodelay(true)?;
         Ok(RawConn {
-            stream,
+            stream: dial(addr).await?,
             addr,
             buf: BytesMut::with_capacity(16 * 1024),
         })
