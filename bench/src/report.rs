@@ -441,6 +441,15 @@ pub fn lines(ours: &Record, peer: Option<&Record>, judge: bool) -> Vec<Line> {
         .collect()
 }
 
+/// `32, 48 and 64`.
+fn counted(counts: impl Iterator<Item = usize>) -> String {
+    let mut all: Vec<String> = counts.map(|n| n.to_string()).collect();
+    match all.pop() {
+        Some(last) if !all.is_empty() => format!("{} and {last}", all.join(", ")),
+        last => last.unwrap_or_default(),
+    }
+}
+
 fn cell(v: Option<f64>, unit: &str) -> String {
     match v {
         // A count (connections): as it is.
@@ -617,8 +626,8 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
     for line in [
         format!("1. Durable POST: {c} keep-alive connections post `{{sender, type, body}}` ({b}-byte body, {payload}-byte JSON) to one channel in a closed loop for {d} s after {w} s of warm-up; only answers that are 200 (crosstalk: default `--durability flush`, acknowledged after the flush; crosstalk-mcp: after its SQLite commit) and name an id count. 1b: after (1), the same from {more} connections, one run after another on the same server and channel. With few connections, each waiting for its answer before its next post, the rate is connections ÷ one post's latency and crosstalk's CPU sits partly idle; with more, the server is the limit, and past that more connections only add waiting. crosstalk's sustained rate is its best run (of {sweep} connections) whose p99 stays within {p99} ms; crosstalk-mcp's is its best run whatever the p99 (none stays within it). Every run's rate and p99 are in results.json (`post_<N>c_per_s`, `post_<N>c_p99_ms`).",
             c = p.connections, b = crate::workload::BODY_BYTES, d = secs(p.duration), w = secs(p.warmup),
-            sweep = std::iter::once(p.connections).chain(p.sweep_connections.iter().copied()).map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
-            more = p.sweep_connections.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" and "),
+            sweep = counted(p.post_connections()),
+            more = counted(p.sweep_connections.iter().copied()),
             p99 = crate::workload::post::SUSTAINED_P99_MS),
         format!("2. Tail reads: {c} connections `GET …/messages?since_id=<newest − 10>` on the channel of (1), {d} s; every answer holds the ten newest messages.",
             c = p.connections, d = secs(p.duration)),
@@ -655,4 +664,17 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counted;
+
+    #[test]
+    fn counts_read_as_a_list() {
+        assert_eq!(counted([32, 48, 64].into_iter()), "32, 48 and 64");
+        assert_eq!(counted([32, 64].into_iter()), "32 and 64");
+        assert_eq!(counted([8].into_iter()), "8");
+        assert_eq!(counted(std::iter::empty()), "");
+    }
 }

@@ -111,6 +111,11 @@ impl Plan {
             waiters_per_channel: 10,
         }
     }
+
+    /// The connection counts of the durable-POST runs, in order: `connections`, then the sweep.
+    pub fn post_connections(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.connections).chain(self.sweep_connections.iter().copied())
+    }
 }
 
 /// A message body of exactly this many bytes: the size the targets are stated for.

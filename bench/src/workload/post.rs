@@ -32,7 +32,7 @@ pub const SUSTAINED_P99_MS: f64 = 3.0;
 pub async fn post(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Result<u64> {
     let mut newest = 0;
     let mut runs = Vec::new();
-    for connections in std::iter::once(plan.connections).chain(plan.sweep_connections.iter().copied()) {
+    for connections in plan.post_connections() {
         let res = post_load(plan, server, CHANNEL, connections).await?;
         res.check("durable POST")?;
         let lat = summarize(&res.latencies);
