@@ -14,7 +14,7 @@ pub mod wake;
 
 use crate::client::{RawConn, RawRequest};
 use bytes::Bytes;
-use hyper::{Method, StatusCode};
+use hyper::StatusCode;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -201,15 +201,8 @@ impl LoadResult {
 /// says what is wrong with it.
 pub type Validate = Arc<dyn Fn(StatusCode, &[u8]) -> Result<Option<u64>, String> + Send + Sync>;
 
-/// What one request of a closed loop is.
-pub struct RequestSpec {
-    pub method: Method,
-    pub path: String,
-    pub body: Bytes,
-}
-
-/// `connections` tasks, each on its own connection, each sending its next request as soon as
-/// the previous answer is read, for `warmup + duration`. Counts answers that `validate`
+/// `connections` tasks, each on its own connection, each sending its request (`make(c)` for
+/// connection `c`, built once as bytes) again as soon as the previous answer is read, for `warmup + duration`. Counts answers that `validate`
 /// accepts and that complete inside the measured window. Requests go through [`RawConn`],
 /// the load generator's cheapest client, so that it takes as little of the shared box from
 /// the server under test as it can.
@@ -218,7 +211,7 @@ pub async fn closed_loop(
     connections: usize,
     warmup: Duration,
     duration: Duration,
-    make: Arc<dyn Fn(usize) -> RequestSpec + Send + Sync>,
+    make: Arc<dyn Fn(usize) -> RawRequest + Send + Sync>,
     validate: Validate,
 ) -> anyhow::Result<LoadResult> {
     let start = Instant::now() + Duration::from_millis(50);
@@ -231,8 +224,7 @@ pub async fn closed_loop(
         tasks.spawn(async move {
             let mut conn = RawConn::connect(addr).await?;
             tokio::time::sleep_until(start.into()).await;
-            let spec = make(c);
-            let request = RawRequest::new(&spec.method, &spec.path, addr, &spec.body);
+            let request = make(c);
             let mut out = LoadResult {
                 ok: 0,
                 errors: 0,

@@ -1,7 +1,7 @@
 //! Workloads 1 and 2: durable POST throughput, then tail reads of the channel it filled.
 
-use super::{closed_loop, message_json, Done, LoadResult, Plan, Record, RequestSpec};
-use crate::client::{first_id, Conn};
+use super::{closed_loop, message_json, Done, LoadResult, Plan, Record};
+use crate::client::{first_id, Conn, RawRequest};
 use crate::stats::summarize;
 use crate::target::{Kind, Server};
 use hyper::{Method, StatusCode};
@@ -72,17 +72,13 @@ pub async fn post(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Res
 /// The closed POST loop of [`post`] on `channel`, from `connections` connections.
 pub async fn post_load(plan: &Plan, server: &Server, channel: &str, connections: usize) -> anyhow::Result<LoadResult> {
     let path = format!("/api/channels/{channel}/messages");
-    let want = created_status(server.kind);
+    let (addr, want) = (server.addr, created_status(server.kind));
     closed_loop(
-        server.addr,
+        addr,
         connections,
         plan.warmup,
         plan.duration,
-        Arc::new(move |c| RequestSpec {
-            method: Method::POST,
-            path: path.clone(),
-            body: message_json(c),
-        }),
+        Arc::new(move |c| RawRequest::new(&Method::POST, &path, addr, &message_json(c))),
         Arc::new(move |status: StatusCode, body: &[u8]| {
             if status != want {
                 return Err(format!("POST answered {status} ({})", String::from_utf8_lossy(body)));
@@ -115,16 +111,13 @@ pub async fn tail(plan: &Plan, server: &Server, rec: &mut Record, last_id: u64) 
             first.status
         );
     }
+    let addr = server.addr;
     let res = closed_loop(
-        server.addr,
+        addr,
         plan.connections,
         plan.warmup,
         plan.duration,
-        Arc::new(move |_| RequestSpec {
-            method: Method::GET,
-            path: path.clone(),
-            body: Default::default(),
-        }),
+        Arc::new(move |_| RawRequest::new(&Method::GET, &path, addr, &[])),
         Arc::new(|status: StatusCode, body: &[u8]| {
             if status == StatusCode::OK && body.starts_with(b"[{") {
                 Ok(None)
