@@ -202,8 +202,9 @@ impl LoadResult {
 pub type Validate = Arc<dyn Fn(StatusCode, &[u8]) -> Result<Option<u64>, String> + Send + Sync>;
 
 /// `connections` tasks, each on its own connection, each sending its request (`make(c)` for
-/// connection `c`, built once as bytes) again as soon as the previous answer is read, for `warmup + duration`. Counts answers that `validate`
-/// accepts and that complete inside the measured window. Requests go through [`RawConn`],
+/// connection `c`, built once as bytes) again as soon as the previous answer is read, for
+/// `warmup + duration`. Counts answers that `validate` accepts and that complete inside the
+/// measured window. Requests go through [`RawConn`],
 /// the load generator's cheapest client, so that it takes as little of the shared box from
 /// the server under test as it can.
 pub async fn closed_loop(
