@@ -123,7 +123,6 @@ pub struct RawConn {
 }
 
 /// A request for [`RawConn`], in the bytes that go on the wire.
-#[derive(Clone)]
 pub struct RawRequest(Bytes);
 
 impl RawRequest {

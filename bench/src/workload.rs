@@ -204,9 +204,8 @@ pub type Validate = Arc<dyn Fn(StatusCode, &[u8]) -> Result<Option<u64>, String>
 /// `connections` tasks, each on its own connection, each sending its request (`make(c)` for
 /// connection `c`, built once as bytes) again as soon as the previous answer is read, for
 /// `warmup + duration`. Counts answers that `validate` accepts and that complete inside the
-/// measured window. Requests go through [`RawConn`],
-/// the load generator's cheapest client, so that it takes as little of the shared box from
-/// the server under test as it can.
+/// measured window. Requests go through [`RawConn`], the load generator's cheapest client, so
+/// that it takes as little of the shared box from the server under test as it can.
 pub async fn closed_loop(
     addr: SocketAddr,
     connections: usize,
