@@ -154,7 +154,9 @@
     // clippy::wildcard_enum_match_arm,
     clippy::wrong_pub_self_convention,
 )]
-#![allow(warnings)] // crosstalk: as cargo caps a registry crate's lints; see PATCHED.md
+// crosstalk: no lint errors or warnings, as for a crate from the registry
+// (cargo caps those crates' lints, not a path dependency's). See PATCHED.md.
+#![allow(warnings)]
 #![allow(clippy::mem_replace_with_default)] // Not using std::mem::take() due to MSRV of 1.37 (intro'd in 1.40)
 #![allow(clippy::match_like_matches_macro)] // Not using std::matches! due to MSRV of 1.37 (intro'd in 1.42)
 
@@ -215,9 +217,11 @@ pub mod fail;
 #[cfg(feature = "docs")]
 pub mod doc;
 
-// crosstalk: sled's IO runs on the thread that asks for it (as sled does under miri and on
-// other systems), instead of a pool of seven threads that every flush woke all at once. See
-// PATCHED.md.
+// crosstalk: IO runs on the thread that asks for it, on every system, as
+// upstream does only under miri and on systems other than Linux, macOS,
+// Windows and the BSDs: src/threadpool.rs (left as published, no longer
+// compiled) is a pool of `sled-io` threads that every flush woke all at once.
+// See PATCHED.md.
 mod threadpool {
     use super::{OneShot, Result};
 
@@ -232,7 +236,6 @@ mod threadpool {
         Ok(promise)
     }
 }
-
 
 #[cfg(all(
     not(miri),
