@@ -62,7 +62,7 @@ pub trait Operation: 'static {
 ///
 /// A combinator, not an `async fn`: an `async fn` would keep its own copies of the caller
 /// and the request beside the operation's future for as long as that runs, and a parked
-/// wait runs for minutes (see the README, "10,000 waiters: where the memory goes").
+/// wait runs for minutes (see docs/benchmarks.md, "10,000 waiters: where the memory goes").
 pub fn call<'a, O: Operation>(
     face: &'static str,
     cx: &'a Ctx,
@@ -433,7 +433,7 @@ mod tests {
 
     /// A parked wait is held for minutes, thousands at a time, so the operation's future must
     /// be the relay's wait and little else: no second copy of the caller, the request or the
-    /// options at each layer, as an `async fn` wrapper keeps (the README's "10,000 waiters").
+    /// options at each layer, as an `async fn` wrapper keeps (docs/benchmarks.md, "10,000 waiters").
     #[actix_rt::test]
     async fn a_parked_wait_is_the_relays_wait_and_little_else() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! The README's cluster example as a user runs it: `scripts/relay-cluster` starts three NATS
+//! docs/operations.md's cluster example as a user runs it: `scripts/relay-cluster` starts three NATS
 //! JetStream servers, two relay nodes and nginx in front of them, all on 127.0.0.1; every
 //! request below goes through nginx, as a client behind a load balancer sends it.
 //!

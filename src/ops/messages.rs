@@ -209,7 +209,7 @@ impl Operation for Wait {
 
     fn run(cx: &Ctx, caller: Caller, r: WaitRequest) -> impl Future<Output = Result<Waited, OpError>> + Send + '_ {
         // Every check runs before the wait's future is built, and that future keeps only what
-        // the answer needs: a wait is parked for minutes, thousands at a time (the README's
+        // the answer needs: a wait is parked for minutes, thousands at a time (docs/benchmarks.md,
         // "10,000 waiters: where the memory goes").
         let parked = (|| {
             let name = channel(&r.channel)?;

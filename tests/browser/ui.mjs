@@ -130,7 +130,7 @@ let ids = await list.locator("li").evaluateAll((lis) => lis.map((l) => Number(l.
 check(new Set(ids).size === ids.length, "after a reload mid-stream no message is shown twice", ids);
 check(posted.every((id) => ids.includes(id)), "after a reload mid-stream no message is missing", { posted, ids });
 
-// A long channel (UI_LONG messages, 700 by default; the README's figure is from a run with
+// A long channel (UI_LONG messages, 700 by default; docs/console.md's figure is from a run with
 // 100,000) with 50 messages a second arriving: the page renders a window of it and pages back
 // by cursor. The timings are printed, not judged: CI machines are shared and noisy.
 const LONG = Number(process.env.UI_LONG || 700);
