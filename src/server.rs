@@ -19,8 +19,9 @@ use crate::rest::{self, resource};
 use crate::{error, guard, openapi, sse, telemetry};
 use actix_web::http::Method;
 use actix_web::{web, App, HttpServer};
+use crosstalk_actors::nats::NatsCluster;
 use crosstalk_actors::sled_store::SledStore;
-use crosstalk_actors::{Relay, RelayConfig};
+use crosstalk_actors::{Embedded, Relay, RelayConfig};
 use crosstalk_schema::Limits;
 use std::future::Future;
 use std::sync::Arc;
@@ -72,7 +73,7 @@ pub fn relay_config(config: &Config) -> RelayConfig {
         max_shared_bytes: config.max_shared_bytes,
         max_channels: config.max_channels,
         idle_after: config.idle_after,
-        log: None,
+        cluster: Arc::new(Embedded),
     }
 }
 
@@ -86,19 +87,17 @@ pub async fn open(config: &Config) -> Result<Relay, ServeError> {
     std::fs::create_dir_all(&config.data_dir)?;
     let store = SledStore::open(&config.data_dir).map_err(|e| store_err(e.into()))?;
     let mut relay_config = relay_config(config);
-    let stream = config.nats.as_ref().map(|n| n.stream.as_str());
-    let joined = crosstalk_actors::nats::claim_store(&store, stream).map_err(store_err)?;
     if let Some(nats) = &config.nats {
-        relay_config.log =
-            Some(
-                crosstalk_actors::nats::NatsLog::connect(nats)
-                    .await
-                    .map_err(|source| ServeError::Nats {
-                        urls: nats.urls.join(","),
-                        source,
-                    })?,
-            );
-        tracing::info!(stream = %nats.stream, urls = %nats.urls.join(","), joined, "sharing channels through NATS JetStream");
+        let cluster = NatsCluster::connect(nats).await.map_err(|source| ServeError::Nats {
+            urls: nats.urls.join(","),
+            source,
+        })?;
+        tracing::info!(stream = %nats.stream, urls = %nats.urls.join(","), "sharing channels through NATS JetStream");
+        relay_config.cluster = Arc::new(cluster);
+    }
+    let joined = relay_config.cluster.claim_store(&store).map_err(store_err)?;
+    if joined {
+        tracing::info!("this data directory is already the cluster's copy: following the log from where it stopped");
     }
     let (relay, repairs) = Relay::start(Arc::new(store), relay_config).map_err(store_err)?;
     for r in &repairs.damaged {

@@ -13,17 +13,17 @@
 //!   events; the view holds the committed state only;
 //! - the watermark is a wake-up, not a queue: subscribers re-read from the view by cursor.
 
+use crate::cluster::{Cluster, Sequenced};
 use crate::commit::Committer;
 use crate::error::RelayError;
 use crate::ids::IdAllocator;
-use crate::registry::Directory;
 use crate::store::EventStore;
 use crate::view::{ChannelView, Posted};
 use actix::prelude::*;
 use crosstalk_schema::{
-    codec, ChannelMeta, ChannelName, ChannelState, InvalidInput, Limits, Message, NewMessage, Overlay, Record,
-    Timestamp,
+    codec, ChannelMeta, ChannelName, ChannelState, Limits, Message, NewMessage, Overlay, Record, Timestamp,
 };
+use parking_lot::RwLock;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,10 +39,15 @@ mod waits;
 use batch::{InFlight, Pending};
 pub use idle::{CloseIfIdle, Closed};
 pub use logged::Apply;
+use logged::Folded;
 pub use retention::Retention;
 pub use sessions::{Describe, EndSession, StartSession};
 use waits::Waiter;
-pub use waits::{BeginWait, CheckRelease, ClusterWaits, EndWait, Role, WaitControl, WaitNews, NODE_ALIVE_EVERY};
+pub use waits::{BeginWait, CheckRelease, EndWait, Role, WaitControl};
+
+/// The open channels, by name: the registry writes it, [`crate::Relay`] reads it without a
+/// round trip, and an actor that goes idle leaves it.
+pub(crate) type Directory = Arc<RwLock<HashMap<ChannelName, ChannelHandle>>>;
 
 /// The channel mailbox's capacity. actix counts it per sender: a sender that finds the mailbox
 /// this full still queues its message, and only then waits (`send`) or is refused
@@ -68,11 +73,14 @@ pub struct ChannelConfig {
     pub retention_every: Duration,
     /// An actor nobody has used for this long, with nothing in flight, stops (`None`: never).
     pub idle_after: Option<Duration>,
-    /// The shared log the channel's writes go through when several relay nodes serve it
-    /// (see [`logged`]); `None`: this relay alone writes its channels.
-    pub log: Option<crate::nats::NatsLog>,
-    /// On a cluster node, the other nodes' active waits (for the mutual-wait release).
-    pub cluster_waits: Option<Arc<ClusterWaits>>,
+    /// Who orders the channel's events, and the other nodes' waits (see [`logged`]).
+    pub cluster: Arc<dyn Cluster>,
+}
+
+impl std::fmt::Debug for dyn Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cluster")
+    }
 }
 
 /// Post a message. The actor does not answer the message itself: it tells `reply` once the
@@ -143,8 +151,7 @@ pub struct ChannelActor {
     store: Arc<dyn EventStore>,
     committer: Committer,
     ids: Arc<IdAllocator>,
-    /// Shared by every channel actor: one copy, not one per open channel (it holds the NATS
-    /// client and its buckets, several KiB).
+    /// Shared by every channel actor: one copy, not one per open channel.
     config: Arc<ChannelConfig>,
     /// This channel's retention: the relay's, or its own `--channel-retention`.
     retention: Retention,
@@ -219,14 +226,8 @@ impl ChannelActor {
         }
     }
 
-    /// Assigns the next id to `record`, folds it into the working state, and queues it.
-    /// Returns the id and, for a message, what readers will see.
-    fn accept(&mut self, record: Record, idem: Option<String>) -> (u64, Option<Arc<Posted>>) {
-        let id = self.ids.next();
-        self.accept_at(id, record, idem)
-    }
-
-    /// [`accept`](Self::accept) with the id given (on a shared log, the event's sequence).
+    /// Folds `record`, checked, into the working state under `id` and queues it. Returns the
+    /// id and, for a message, what readers will see.
     fn accept_at(&mut self, id: u64, record: Record, idem: Option<String>) -> (u64, Option<Arc<Posted>>) {
         let session_was_active = self.state.active_session().is_some();
         let effects = self.state.apply(id, &record);
@@ -287,22 +288,17 @@ impl ChannelActor {
                 reason,
                 at: now,
             };
-            if self.config.log.is_some() {
-                // On a shared log every node's fold derives the end itself: it takes no id.
-                self.state.apply(id, &ended);
-                self.next_state_dirty = true;
-            } else {
-                self.accept(ended, None);
-            }
+            // Every fold derives the end itself (on a shared log, every node's alike): it
+            // takes no id of its own.
+            self.state.apply(id, &ended);
+            self.next_state_dirty = true;
         }
         (id, posted)
     }
 
     /// Refuses a write at once while the store is not answering, rather than queueing it.
     fn writable(&self) -> Result<(), RelayError> {
-        if let Some(log) = &self.config.log {
-            log.health().map_err(RelayError::StoreUnavailable)?;
-        }
+        self.config.cluster.health().map_err(RelayError::StoreUnavailable)?;
         self.committer.health().writable().map_err(RelayError::StoreUnavailable)
     }
 
@@ -383,26 +379,37 @@ impl ChannelActor {
                 ));
             }
         }
-        let mut record = post.into_record(&limits, Timestamp::now())?;
-        if self.config.log.is_some() {
-            // Idempotency, the reply's parent and the session are the fold's to decide.
-            let verdict = self.propose(Record::Message(record), idem, ctx);
-            return Ok(Accepted::Now(Landed(Land::Logged(verdict, self.view.clone()))));
-        }
-        if let Some(parent) = record.reply_to {
-            if !self.reply_to_exists(parent)? {
-                return Err(RelayError::Invalid(InvalidInput::Other(format!(
-                    "reply_to {parent} is not a message of channel {}",
-                    self.view.name()
-                ))));
-            }
-        }
-        if record.session_id.is_none() {
-            record.session_id = self.state.active_session().map(str::to_owned);
-        }
-        let (id, posted) = self.accept(Record::Message(record), idem);
-        Ok(Accepted::Once(id, Landed(Land::New(posted))))
+        let record = Record::Message(post.into_record(&limits, Timestamp::now())?);
+        Ok(match self.submit(record, idem, ctx)? {
+            Submitted::Folded(Folded::Stored(id, posted)) => Accepted::Once(id, Landed(Land::New(posted))),
+            Submitted::Folded(Folded::Duplicate(id)) => Accepted::Once(id, Landed(Land::Retry(id, self.view.clone()))),
+            Submitted::Folded(Folded::Rejected(e)) => return Err(e),
+            Submitted::Folded(Folded::Unchanged) => return Err(RelayError::Unavailable("not a message")),
+            Submitted::Proposed(verdict) => Accepted::Now(Landed(Land::Logged(verdict, self.view.clone()))),
+        })
     }
+
+    /// Puts a new event in order ([`Cluster::sequence`]) and folds it: at once under this
+    /// node's next id, or, on a shared log, when the log brings it back ([`Apply`]).
+    fn submit(
+        &mut self,
+        record: Record,
+        idem: Option<String>,
+        ctx: &mut Context<Self>,
+    ) -> Result<Submitted, RelayError> {
+        match self.config.cluster.sequence(self.view.name(), &record, idem.as_deref()) {
+            Sequenced::Here => Ok(Submitted::Folded(self.fold(None, record, idem))),
+            Sequenced::Log(append) => Ok(Submitted::Proposed(self.propose(append, ctx))),
+        }
+    }
+}
+
+/// Where a new event is once [`ChannelActor::submit`] returns.
+enum Submitted {
+    /// Folded here: what the fold made of it (durable once its batch is).
+    Folded(Folded),
+    /// Proposed to the shared log: the fold's verdict comes later.
+    Proposed(oneshot::Receiver<Result<logged::Outcome, RelayError>>),
 }
 
 /// What a face holds to use a channel: its actor for writes, its view for reads.

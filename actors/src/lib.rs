@@ -1,11 +1,13 @@
 //! crosstalk's state: one actix actor per channel owning that channel's append-only event log,
 //! a registry actor (channels and identities), a presence supervisor, shared data, the search
 //! indexer, the group committer that makes writes durable, and the event store behind a small
-//! trait.
+//! trait. What a relay shares with other nodes goes through one seam, [`cluster::Cluster`]:
+//! [`cluster::Embedded`] on a relay of its own, [`nats::NatsCluster`] on a NATS JetStream cluster.
 //!
 //! Nothing here speaks HTTP or MCP: the faces in the `crosstalk` binary talk to [`Relay`].
 
 pub mod channel;
+pub mod cluster;
 pub mod commit;
 pub mod error;
 pub mod identities;
@@ -21,6 +23,7 @@ pub mod store;
 pub mod view;
 
 pub use channel::{ChannelHandle, Retention, Role};
+pub use cluster::{Cluster, Embedded};
 pub use commit::Durability;
 pub use error::RelayError;
 pub use identities::InstanceView;

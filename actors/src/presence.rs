@@ -2,13 +2,12 @@
 //! heartbeat; a participant not heard from within the TTL is dropped. Arrivals and departures
 //! are broadcast per channel, for the streams to show.
 //!
-//! On a cluster node ([`crate::nats`]) it also publishes the participants heard on this node
+//! On a cluster node ([`crate::cluster`]) it also publishes the participants heard on this node
 //! (on arrival, when who they are changes, and about every third of the TTL while they stay)
 //! and mirrors the other nodes' ([`MergePresence`]): a channel's presence is the cluster's, a
 //! participant is listed once (as last heard on any node), and leaves when no node has it any
 //! more.
 
-use crate::nats::{PresenceChange, PresenceRecord};
 use crate::ShrinkAfterBurst;
 use actix::prelude::*;
 use crosstalk_schema::{ChannelName, Timestamp};
@@ -59,6 +58,28 @@ struct Entry {
     at: Timestamp,
     /// When this node last published it to the cluster (local entries on a cluster node).
     published: Option<Instant>,
+}
+
+/// One participant on one channel as a node last published it to the others.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PresenceRecord {
+    pub channel: String,
+    pub participant: Participant,
+    /// When that node last heard from it, µs since the epoch.
+    pub seen: i64,
+}
+
+/// A change in the cluster's presence, as the other nodes published it.
+#[derive(Debug, Clone)]
+pub enum PresenceChange {
+    /// A participant heard from on `node`.
+    Here { node: String, record: PresenceRecord },
+    /// A participant that left, or whose node stopped refreshing it.
+    Gone {
+        node: String,
+        channel: ChannelName,
+        participant_id: String,
+    },
 }
 
 /// What a cluster node tells the others about its own participants.

@@ -5,7 +5,8 @@
 //! trip once a channel is open. It also owns identities: registration, the binding of an
 //! identity to the session that registered it, heartbeats, and per-identity read cursors.
 
-use crate::channel::{ChannelActor, ChannelConfig, ChannelHandle, CloseIfIdle, Closed};
+use crate::channel::{ChannelActor, ChannelConfig, ChannelHandle, CloseIfIdle, Closed, Directory};
+use crate::cluster::{CursorChange, Registration};
 use crate::commit::Committer;
 use crate::error::RelayError;
 use crate::identities::{Identities, Identity, InstanceView};
@@ -16,12 +17,9 @@ use crate::view::ChannelView;
 use crate::ShrinkAfterBurst;
 use actix::prelude::*;
 use crosstalk_schema::{codec, ChannelName, Instance, InstanceKind, Timestamp};
-use parking_lot::RwLock;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-pub(crate) type Directory = Arc<RwLock<HashMap<ChannelName, ChannelHandle>>>;
 
 mod readers;
 pub use readers::ChannelCursors;
@@ -306,15 +304,15 @@ impl Handler<Register> for Registry {
             };
             let record = codec::encode(&instance);
             // On a cluster, the binding must also win the cluster's compare-and-set.
-            let claim = self.channel_config.log.as_ref().map(|log| {
-                let registration = crate::nats::Registration {
-                    instance: instance.clone(),
-                    session: Some(session.clone()),
-                    seen: now.0,
-                };
-                let (registrations, ttl) = (log.registrations().clone(), self.identities.ttl());
-                async move { registrations.claim(registration, ttl).await }
-            });
+            let registration = Registration {
+                instance: instance.clone(),
+                session: Some(session.clone()),
+                seen: now.0,
+            };
+            let claim = self
+                .channel_config
+                .cluster
+                .claim_registration(registration, self.identities.ttl());
             let identity = Identity::new(instance, Some(session.clone()), Some(now));
             let view = self.identities.view(&identity);
             // Bound at once, so a second registration racing this one sees it; taken back if
@@ -338,15 +336,13 @@ impl Handler<Register> for Registry {
         let identities = self.identities.clone();
         Box::pin(async move {
             let (mut registered, id, before, ticket, claim) = result?;
-            if let Some(claim) = claim {
-                match claim.await {
-                    Ok(stored) => {
-                        registered.instance.registered_at = stored.instance.registered_at.to_rfc3339();
-                    }
-                    Err(e) => {
-                        identities.restore(&id, before);
-                        return Err(e);
-                    }
+            match claim.await {
+                Ok(stored) => {
+                    registered.instance.registered_at = stored.instance.registered_at.to_rfc3339();
+                }
+                Err(e) => {
+                    identities.restore(&id, before);
+                    return Err(e);
                 }
             }
             match ticket.durable().await {
@@ -364,15 +360,13 @@ impl Handler<AdvanceCursor> for Registry {
     type Result = ();
 
     fn handle(&mut self, msg: AdvanceCursor, _: &mut Context<Self>) {
-        let cursor = self
-            .cursors
-            .entry(msg.instance_id.clone())
-            .or_default()
-            .entry(msg.channel.clone())
-            .or_insert(0);
-        if msg.id <= *cursor && *cursor != 0 {
+        let mine = self.cursors.entry(msg.instance_id.clone()).or_default();
+        // A cursor that is there already and as far: nothing to write. (A post by a
+        // registered sender asks for its cursor at 0 every time: only its first joins.)
+        if mine.get(&msg.channel).is_some_and(|at| msg.id <= *at) {
             return;
         }
+        let cursor = mine.entry(msg.channel.clone()).or_insert(0);
         *cursor = msg.id.max(*cursor);
         let writes = vec![(
             cursor_key(&msg.instance_id, &msg.channel),
@@ -383,16 +377,14 @@ impl Handler<AdvanceCursor> for Registry {
         let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
             store.write_aux(Space::Cursors, &writes)
         }));
-        let id = *cursor;
-        if let Some(shared) = self.shared_cursors() {
-            let (who, channel) = (msg.instance_id.clone(), msg.channel.clone());
-            actix::spawn(async move {
-                if let Err(e) = shared.advance(&who, &channel, id).await {
-                    tracing::warn!(error = %e, "sharing a cursor failed");
-                }
-            });
-        }
+        let shared = self
+            .channel_config
+            .cluster
+            .advance_cursor(&msg.instance_id, &msg.channel, *cursor);
         actix::spawn(async move {
+            if let Err(e) = shared.await {
+                tracing::warn!(error = %e, "sharing a cursor failed");
+            }
             if let Err(e) = ticket.durable().await {
                 tracing::warn!(error = %e, "cursor write failed");
             }
@@ -400,17 +392,10 @@ impl Handler<AdvanceCursor> for Registry {
     }
 }
 
-impl Registry {
-    /// The cluster's cursors, on a node of one.
-    fn shared_cursors(&self) -> Option<crate::nats::SharedCursors> {
-        self.channel_config.log.as_ref().map(|log| log.cursors().clone())
-    }
-}
-
 /// A cursor as another node of the cluster moved it (`id: None`: removed).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct MergeCursor(pub crate::nats::CursorChange);
+pub struct MergeCursor(pub CursorChange);
 
 impl Handler<MergeCursor> for Registry {
     type Result = ();
@@ -470,20 +455,16 @@ impl Handler<MoveCursors> for Registry {
             store.write_aux(Space::Cursors, &writes)
         }));
         let who = msg.instance_id;
-        let shared = self.shared_cursors().map(|s| {
-            let moves: Vec<(ChannelName, u64)> = before
-                .iter()
-                .filter_map(|(c, _)| self.cursors.get(&who).and_then(|m| m.get(c)).map(|id| (c.clone(), *id)))
-                .collect();
-            (s, who.clone(), moves)
-        });
+        // On a cluster, moved only once every node can see it.
+        let shared: Vec<_> = before
+            .iter()
+            .filter_map(|(c, _)| self.cursors.get(&who).and_then(|m| m.get(c)).map(|id| (c, *id)))
+            .map(|(channel, id)| self.channel_config.cluster.advance_cursor(&who, channel, id))
+            .collect();
         let durable = async move {
             ticket.durable().await?;
-            // On a cluster, moved only once every node can see it.
-            if let Some((s, who, moves)) = shared {
-                for (channel, id) in moves {
-                    s.advance(&who, &channel, id).await?;
-                }
+            for advance in shared {
+                advance.await?;
             }
             Ok::<(), RelayError>(())
         };
@@ -521,13 +502,13 @@ impl Handler<ForgetCursor> for Registry {
         let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
             store.write_aux(Space::Cursors, &writes)
         }));
-        let shared = self.shared_cursors();
-        let (who, channel) = (msg.instance_id.clone(), msg.channel.clone());
+        let shared = self
+            .channel_config
+            .cluster
+            .forget_cursor(&msg.instance_id, &msg.channel);
         let durable = async move {
             ticket.durable().await?;
-            if let Some(s) = shared {
-                s.forget(&who, &channel).await?;
-            }
+            shared.await?;
             Ok::<(), RelayError>(())
         };
         Box::pin(durable.into_actor(self).map(move |result, act, _| {

@@ -9,22 +9,23 @@ mod channels;
 mod data;
 mod directives;
 mod identity;
-mod projector;
+mod node;
 mod wait;
 
 pub use channels::ChannelInfo;
 pub use directives::Directives;
 pub use wait::{WaitOptions, WaitOutcome, WaitResult};
 
-use crate::channel::{ChannelConfig, ChannelHandle, ClusterWaits, Post, Retention};
+use crate::channel::{ChannelConfig, ChannelHandle, Directory, Post, Retention};
+use crate::cluster::{Cluster, Embedded};
 use crate::commit::{Committer, Durability};
 use crate::error::RelayError;
 use crate::identities::Identities;
 use crate::ids::IdAllocator;
 use crate::presence::{Heartbeat, Leave, ListPresence, Participant, PresenceEvent, PresenceSupervisor, WatchPresence};
-use crate::registry::{ChannelsConfig, Directory, OpenChannel, Registry};
+use crate::registry::{ChannelsConfig, OpenChannel, Registry};
 use crate::search::{Backlog, CaughtUp, Indexer};
-use crate::shared::SharedStore;
+use crate::shared::{self, SharedDataStore, SharedStore};
 use crate::store::{EventStore, RepairReport};
 use crate::view::{ChannelView, Posted};
 use actix::prelude::*;
@@ -67,9 +68,10 @@ pub struct RelayConfig {
     /// A channel actor nobody has used for this long, with no wait, stream or write in
     /// flight, stops and is reopened on demand (`None`: channels stay open).
     pub idle_after: Option<Duration>,
-    /// The shared log of a relay cluster (`--store nats://…`): channels' writes go through
-    /// it and this node folds it into its own store. `None`: this relay alone owns its store.
-    pub log: Option<crate::nats::NatsLog>,
+    /// What this relay shares with other nodes: [`Embedded`] for a relay on its own, or a
+    /// cluster (`--store nats://…`) whose log channels' writes go through, folded into this
+    /// node's own store.
+    pub cluster: Arc<dyn Cluster>,
 }
 
 /// Default of `--idle-after`.
@@ -91,7 +93,7 @@ impl Default for RelayConfig {
             max_shared_bytes: 1024 * 1024,
             max_channels: DEFAULT_MAX_CHANNELS,
             idle_after: Some(DEFAULT_IDLE_AFTER),
-            log: None,
+            cluster: Arc::new(Embedded),
         }
     }
 }
@@ -105,17 +107,16 @@ struct Inner {
     registry: Addr<Registry>,
     presence: Addr<PresenceSupervisor>,
     indexer: Addr<Indexer>,
-    shared: Addr<SharedStore>,
+    /// Where shared data is kept (this relay's store, or the cluster's).
+    shared: Arc<dyn SharedDataStore>,
     directory: Directory,
     identities: Arc<Identities>,
     store: Arc<dyn EventStore>,
     committer: Committer,
     shutdown: CancellationToken,
-    log: Option<crate::nats::NatsLog>,
+    cluster: Arc<dyn Cluster>,
     /// A cluster node's tasks following the shared log and buckets; they end on shutdown.
     cluster_tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    /// Largest shared data content, in bytes.
-    max_shared_bytes: usize,
     /// When the search index last had every committed message.
     index_caught_up: CaughtUp,
     /// When each (channel, poster) last sent a presence heartbeat.
@@ -145,7 +146,6 @@ impl Relay {
         let committer = Committer::start(store.clone(), config.durability)
             .map_err(|e| RelayError::Store(crate::StoreError::Io(e.to_string())))?;
         let directory = Directory::default();
-        let cluster_waits = config.log.as_ref().map(|_| ClusterWaits::new());
         let channel_config = ChannelConfig {
             limits: config.limits,
             presence_ttl: config.presence_ttl,
@@ -154,8 +154,7 @@ impl Relay {
             per_channel_retention: config.channel_retention.clone(),
             retention_every: config.retention_every,
             idle_after: config.idle_after,
-            log: config.log.clone(),
-            cluster_waits: cluster_waits.as_ref().map(|(w, _)| w.clone()),
+            cluster: config.cluster.clone(),
         };
         let identities = Arc::new(Identities::new(config.presence_ttl));
         let unindexed = Backlog::default();
@@ -175,7 +174,11 @@ impl Relay {
         )?
         .start();
         let presence = PresenceSupervisor::new(config.presence_ttl).start();
-        let shared = SharedStore::new(store.clone(), committer.clone(), config.max_shared_bytes).start();
+        let local = shared::Local {
+            actor: SharedStore::new(store.clone(), committer.clone(), config.max_shared_bytes).start(),
+            timeout: ACTOR_CALL_TIMEOUT,
+        };
+        let shared = config.cluster.shared_data(Arc::new(local), config.max_shared_bytes);
         // The indexer gets a thread of its own: its store writes must never stall the
         // channel actors (which share the system arbiter).
         let views_dir = directory.clone();
@@ -200,25 +203,14 @@ impl Relay {
                 store,
                 committer,
                 shutdown: CancellationToken::new(),
-                log: config.log.clone(),
+                cluster: config.cluster.clone(),
                 cluster_tasks: Default::default(),
-                max_shared_bytes: config.max_shared_bytes,
                 heartbeats: Default::default(),
                 index_caught_up: caught_up,
             }),
         };
-        if let Some(log) = config.log {
-            if let Some((waits, news)) = cluster_waits {
-                let task = actix::spawn(projector::share_waits(relay.clone(), log.clone(), waits, news));
-                relay.inner.cluster_tasks.lock().push(task);
-            }
-            relay.inner.cluster_tasks.lock().extend([
-                actix::spawn(projector::project(relay.clone(), log.clone())),
-                actix::spawn(projector::share_identities(relay.clone(), log.clone())),
-                actix::spawn(projector::share_presence(relay.clone(), log.clone())),
-                actix::spawn(projector::share_cursors(relay.clone(), log)),
-            ]);
-        }
+        let tasks = config.cluster.start(Arc::new(relay.clone()));
+        relay.inner.cluster_tasks.lock().extend(tasks);
         Ok((relay, repairs))
     }
 
@@ -387,9 +379,7 @@ impl Relay {
 
     /// Whether the store is answering and its last write succeeded (`Err(why)` if not).
     pub fn store_health(&self) -> Result<(), String> {
-        if let Some(log) = &self.inner.log {
-            log.health()?;
-        }
+        self.inner.cluster.health()?;
         self.inner.committer.health().check()
     }
 

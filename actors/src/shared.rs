@@ -6,8 +6,10 @@ use crate::error::RelayError;
 use crate::store::{EventStore, Space};
 use actix::prelude::*;
 use crosstalk_schema::{codec, InvalidInput, SharedData, Timestamp};
+use futures_util::future::BoxFuture;
 use serde::Serialize;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Longest shared data key, in bytes.
 pub const MAX_KEY: usize = 256;
@@ -66,6 +68,50 @@ impl From<&SharedData> for SharedSummary {
             updated_at: d.updated_at.to_rfc3339(),
             deleted: d.deleted,
         }
+    }
+}
+
+/// Where shared data is kept: this relay's own [`SharedStore`] ([`Local`]) or, on a cluster,
+/// the nodes' common store ([`crate::cluster::Cluster::shared_data`]). Every implementation
+/// applies the same rules: [`valid_key`], [`next_version`], [`deletion`].
+pub trait SharedDataStore: Send + Sync + 'static {
+    /// Publishes a version of `share.key`; the caller has authorised `share.owner`.
+    fn share(&self, share: Share) -> BoxFuture<'static, Result<SharedSummary, RelayError>>;
+    /// The current version of `key`, or version `version` (a deleted key's current version
+    /// is not found; its versions still are).
+    fn fetch(&self, key: String, version: Option<u64>) -> BoxFuture<'static, Result<SharedData, RelayError>>;
+    /// Every key's current version, deleted keys left out, by key.
+    fn list(&self) -> BoxFuture<'static, Result<Vec<SharedSummary>, RelayError>>;
+    /// Deletes `key`; the caller has authorised `owner`.
+    fn delete(&self, owner: String, key: String) -> BoxFuture<'static, Result<SharedSummary, RelayError>>;
+}
+
+/// Shared data in this relay's own store, through its [`SharedStore`] actor.
+pub struct Local {
+    pub actor: Addr<SharedStore>,
+    /// Longest a call waits for the actor.
+    pub timeout: Duration,
+}
+
+impl SharedDataStore for Local {
+    fn share(&self, share: Share) -> BoxFuture<'static, Result<SharedSummary, RelayError>> {
+        let call = self.actor.send(share).timeout(self.timeout);
+        Box::pin(async move { call.await? })
+    }
+
+    fn fetch(&self, key: String, version: Option<u64>) -> BoxFuture<'static, Result<SharedData, RelayError>> {
+        let call = self.actor.send(Fetch { key, version }).timeout(self.timeout);
+        Box::pin(async move { call.await? })
+    }
+
+    fn list(&self) -> BoxFuture<'static, Result<Vec<SharedSummary>, RelayError>> {
+        let call = self.actor.send(ListShared).timeout(self.timeout);
+        Box::pin(async move { call.await? })
+    }
+
+    fn delete(&self, owner: String, key: String) -> BoxFuture<'static, Result<SharedSummary, RelayError>> {
+        let call = self.actor.send(Unshare { key, owner }).timeout(self.timeout);
+        Box::pin(async move { call.await? })
     }
 }
 

@@ -184,14 +184,9 @@ impl ChannelActor {
     /// back to the store's idea of the state (the batch is never shown; if it reached the
     /// store's memory, a restart may read it back).
     fn fail(&mut self, batch: InFlight, e: StoreError) {
-        if self.config.log.is_some() {
-            // A node's copy must stay a prefix of the shared log: folding on past a batch its
-            // store refused would leave a hole that a restart cannot see (it resumes after the
-            // channel's last stored id). Stop instead; the restart replays the log from there.
-            tracing::error!(channel = %self.view.name(), error = %e,
-                "this node's store refused events of the shared log; exiting so that a restart replays them");
-            std::process::exit(75);
-        }
+        // Returns only if the relay can go on without the batch (not on a node's copy of a
+        // shared log, which must stay a prefix of it).
+        self.config.cluster.refused_batch(self.view.name(), &e);
         batch.answers.decide(Err(e.clone()));
         for p in batch.events.into_iter().chain(std::mem::take(&mut self.pending)) {
             if let Some(k) = &p.idem {

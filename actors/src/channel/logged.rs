@@ -1,6 +1,8 @@
-//! A channel on a shared log ([`crate::nats`]): several relay nodes serve it, so no node may
-//! decide alone. A write is *proposed*: appended to the log, where it gets its id (the stream
-//! sequence). It takes effect when the fold reaches it ([`Apply`], sent by the node's
+//! The fold: what a new event means given everything before it, one rule wherever the event
+//! was put in order ([`crate::cluster::Sequenced`]). On a relay of its own the channel folds
+//! an event as it takes it in, under the node's next id. On a shared log several relay nodes
+//! serve the channel, so no node may decide alone: a write is *proposed*: appended to the log,
+//! where it gets its id (the log's sequence). It takes effect when the fold reaches it ([`Apply`], sent by the node's
 //! projector in log order, on every node alike, the writer included): the fold validates it
 //! against the state as of that point (a reply to a message that does not exist, an
 //! idempotency key already used), assigns it, and commits it to the node's own store, from
@@ -11,11 +13,12 @@
 //! second DONE, the answer that closes a question) therefore come out the same on every node.
 
 use super::ChannelActor;
+use crate::cluster::LogEvent;
 use crate::error::RelayError;
-use crate::nats::LogEvent;
 use crate::view::{ChannelView, Posted};
 use actix::prelude::*;
 use crosstalk_schema::{ChannelState, InvalidInput, Record};
+use futures_util::future::BoxFuture;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -95,45 +98,46 @@ async fn durable(rx: oneshot::Receiver<Result<(), RelayError>>) -> Result<(), Re
 }
 
 impl ChannelActor {
-    /// Appends `record` to the shared log; the receiver gets the fold's verdict.
+    /// Waits for `append` (the event's place in the shared log); the receiver gets the fold's
+    /// verdict once the log brings the event back.
     pub(super) fn propose(
         &mut self,
-        record: Record,
-        idempotency_key: Option<String>,
+        append: BoxFuture<'static, Result<u64, RelayError>>,
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<Result<Outcome, RelayError>> {
         let (tx, rx) = oneshot::channel();
-        let Some(log) = self.config.log.clone() else {
-            let _ = tx.send(Err(RelayError::Unavailable("this channel has no shared log")));
-            return rx;
-        };
-        let channel = self.view.name().clone();
         self.proposals.appending += 1;
-        ctx.spawn(
-            async move { log.append(&channel, &record, idempotency_key.as_deref()).await }
-                .into_actor(self)
-                .map(move |appended, act, _| {
-                    act.proposals.appending -= 1;
-                    match appended {
-                        Ok(seq) => act.await_fold(seq, tx),
-                        Err(e) => {
-                            tracing::warn!(channel = %act.view.name(), error = %e, "append to the shared log failed");
-                            let _ = tx.send(Err(e));
-                        }
-                    }
-                }),
-        );
+        ctx.spawn(append.into_actor(self).map(move |appended, act, _| {
+            act.proposals.appending -= 1;
+            match appended {
+                Ok(seq) => act.await_fold(seq, tx),
+                Err(e) => {
+                    tracing::warn!(channel = %act.view.name(), error = %e, "append to the shared log failed");
+                    let _ = tx.send(Err(e));
+                }
+            }
+        }));
         rx
     }
 
-    /// The state once `record`, proposed, is folded and in the node's store.
+    /// The state once `record` is folded and in the node's store.
     pub(super) fn state_when_folded(
         &mut self,
         record: Record,
         ctx: &mut Context<Self>,
     ) -> ResponseFuture<Result<ChannelState, RelayError>> {
-        let verdict = self.propose(record, None, ctx);
         let view = self.view.clone();
+        let verdict = match self.submit(record, None, ctx) {
+            Ok(super::Submitted::Folded(Folded::Rejected(e))) | Err(e) => return Box::pin(async move { Err(e) }),
+            Ok(super::Submitted::Folded(folded)) => {
+                let outcome = self.outcome(folded);
+                self.start_commit(ctx);
+                let (tx, rx) = oneshot::channel();
+                let _ = tx.send(Ok(outcome));
+                rx
+            }
+            Ok(super::Submitted::Proposed(verdict)) => verdict,
+        };
         Box::pin(async move {
             let outcome = verdict
                 .await
@@ -183,14 +187,9 @@ impl ChannelActor {
         Outcome { folded, durable }
     }
 
-    /// The fold: what `event` means given everything before it in the log.
-    fn fold(&mut self, event: LogEvent) -> Folded {
-        let LogEvent {
-            seq,
-            record,
-            idempotency_key,
-            ..
-        } = event;
+    /// The fold: what `record` means given everything before it. `seq`: its place in the
+    /// shared log; `None`: this node puts it in order, under its next id once it is accepted.
+    pub(super) fn fold(&mut self, seq: Option<u64>, record: Record, idempotency_key: Option<String>) -> Folded {
         match record {
             Record::Message(mut m) => {
                 if let Some(key) = &idempotency_key {
@@ -215,7 +214,8 @@ impl ChannelActor {
                 if m.session_id.is_none() {
                     m.session_id = self.state.active_session().map(str::to_owned);
                 }
-                let (id, posted) = self.accept_at(seq, Record::Message(m), idempotency_key);
+                let id = seq.unwrap_or_else(|| self.ids.next());
+                let (id, posted) = self.accept_at(id, Record::Message(m), idempotency_key);
                 Folded::Stored(id, posted)
             }
             Record::SessionEnded { ref session_id, .. } if self.state.active_session() != Some(session_id.as_str()) => {
@@ -225,7 +225,8 @@ impl ChannelActor {
                 Folded::Unchanged
             }
             other => {
-                let (id, _) = self.accept_at(seq, other, None);
+                let id = seq.unwrap_or_else(|| self.ids.next());
+                let (id, _) = self.accept_at(id, other, None);
                 Folded::Stored(id, None)
             }
         }
@@ -242,7 +243,12 @@ impl Handler<Apply> for ChannelActor {
         if seq <= self.meta.last_id {
             return None;
         }
-        let folded = self.fold(event);
+        let LogEvent {
+            record,
+            idempotency_key,
+            ..
+        } = event;
+        let folded = self.fold(Some(seq), record, idempotency_key);
         let stored = match &folded {
             Folded::Stored(id, _) => Some(*id),
             _ => None,

@@ -22,25 +22,6 @@ pub struct EndSession;
 #[rtype(result = "Result<ChannelState, RelayError>")]
 pub struct Describe(pub String);
 
-impl ChannelActor {
-    /// Answer with the state once event `id` is durable.
-    pub(super) fn state_when_durable(
-        &mut self,
-        id: u64,
-        ctx: &mut Context<Self>,
-    ) -> ResponseFuture<Result<ChannelState, RelayError>> {
-        let durable = self.when_durable(id);
-        self.start_commit(ctx);
-        let view = self.view.clone();
-        Box::pin(async move {
-            durable
-                .await
-                .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
-            Ok(view.channel_state())
-        })
-    }
-}
-
 impl Handler<StartSession> for ChannelActor {
     type Result = ResponseFuture<Result<ChannelState, RelayError>>;
 
@@ -55,22 +36,8 @@ impl Handler<StartSession> for ChannelActor {
             max_turns: msg.max_turns,
             at: now,
         };
-        if self.config.log.is_some() {
-            // The fold replaces whatever session is active when it reaches the start.
-            return self.state_when_folded(started, ctx);
-        }
-        if let Some(active) = self.state.active_session().map(str::to_owned) {
-            self.accept(
-                Record::SessionEnded {
-                    session_id: active,
-                    reason: "replaced".into(),
-                    at: now,
-                },
-                None,
-            );
-        }
-        let (id, _) = self.accept(started, None);
-        self.state_when_durable(id, ctx)
+        // The fold replaces whatever session is active when it reaches the start.
+        self.state_when_folded(started, ctx)
     }
 }
 
@@ -90,11 +57,7 @@ impl Handler<EndSession> for ChannelActor {
             reason: "ended".into(),
             at: Timestamp::now(),
         };
-        if self.config.log.is_some() {
-            return self.state_when_folded(ended, ctx);
-        }
-        let (id, _) = self.accept(ended, None);
-        self.state_when_durable(id, ctx)
+        self.state_when_folded(ended, ctx)
     }
 }
 
@@ -122,10 +85,6 @@ impl Handler<Describe> for ChannelActor {
             description,
             at: Timestamp::now(),
         };
-        if self.config.log.is_some() {
-            return self.state_when_folded(described, ctx);
-        }
-        let (id, _) = self.accept(described, None);
-        self.state_when_durable(id, ctx)
+        self.state_when_folded(described, ctx)
     }
 }

@@ -1,9 +1,9 @@
 //! Identities over the registry: registering, who is registered, read cursors and the inbox.
 
 use super::{Relay, ACTOR_CALL_TIMEOUT};
+use crate::cluster::{Claim, CursorChange};
 use crate::error::RelayError;
 use crate::identities::InstanceView;
-use crate::nats::CursorChange;
 use crate::presence::LeaveAll;
 use crate::registry::{
     AdvanceCursor, ChannelCursors, Cursors, ForgetCursor, MergeCursor, MoveCursors, Register, Registered,
@@ -46,6 +46,12 @@ impl Relay {
     /// What is new for `who` on every channel it has joined (posted in or read), since its
     /// cursor: messages from others, addressed to it or to everyone. Moves the cursors, and
     /// answers only once they are durable, so nothing is ever handed out twice.
+    ///
+    /// Each channel's range is claimed first ([`crate::cluster::Cluster::claim_cursor`]): on a
+    /// cluster, in the shared cursor (moved from exactly where this node read from), so two
+    /// nodes' inboxes called at the same moment never hand out one message twice (the one that
+    /// loses reads again from where the other stopped); on a relay of its own, by the
+    /// registry's durable move of every claimed cursor at the end.
     pub async fn inbox(&self, who: &str, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
         // `any-human` messages belong in a human's inbox only.
         let kind = self
@@ -54,49 +60,12 @@ impl Relay {
             .get(who)
             .map_or(InstanceKind::Agent, |i| i.instance.kind);
         let cursors = self.cursors(who).await?;
-        if let Some(log) = &self.inner.log {
-            return self.claim_inbox(log.cursors(), who, kind, cursors, limit).await;
-        }
         let mut out = Vec::new();
-        let mut moves = Vec::new();
-        for (channel, cursor) in cursors {
-            if out.len() >= limit {
-                break;
-            }
-            let view = self.channel(&channel).await?.view;
-            let (batch, scanned) = view.read_scanned(cursor, limit - out.len())?;
-            out.extend(batch.into_iter().filter(|p| for_inbox(p, who, kind)));
-            moves.push((channel, scanned));
-        }
-        // Answer only once the cursors are durable; if they are not, they go back and
-        // nothing was handed out.
-        self.inner
-            .registry
-            .send(MoveCursors {
-                instance_id: who.to_owned(),
-                moves,
-            })
-            .timeout(ACTOR_CALL_TIMEOUT)
-            .await??;
-        Ok(out)
-    }
-
-    /// The inbox on a cluster node: each channel's range is claimed in the cluster's cursor
-    /// bucket (moved from exactly where this node read from) before it is handed out, so two
-    /// nodes' inboxes called at the same moment never hand out one message twice; the one
-    /// that loses reads again from where the other stopped.
-    async fn claim_inbox(
-        &self,
-        shared: &crate::nats::SharedCursors,
-        who: &str,
-        kind: InstanceKind,
-        cursors: Vec<(ChannelName, u64)>,
-        limit: usize,
-    ) -> Result<Vec<Arc<Posted>>, RelayError> {
-        let mut out = Vec::new();
+        // Ranges this node alone keeps the cursors of: handed out once their moves are durable.
+        let (mut own, mut moves) = (Vec::new(), Vec::new());
         let mut failed = None;
         'channels: for (channel, cursor) in cursors {
-            if out.len() >= limit {
+            if out.len() + own.len() >= limit {
                 break;
             }
             // An error after earlier channels were claimed must not lose what they claimed:
@@ -109,10 +78,11 @@ impl Relay {
                 }
             };
             // Read from where this node knows the identity has read (its own posts move
-            // that too); claim from where the cluster's cursor is.
+            // that too); claim from where the shared cursor is.
             let (mut read_from, mut expected) = (cursor, cursor);
             for _ in 0..CLAIM_ATTEMPTS {
-                let (batch, scanned) = match view.read_scanned(read_from, limit - out.len()) {
+                let room = limit - out.len() - own.len();
+                let (batch, scanned) = match view.read_scanned(read_from, room) {
                     Ok(read) => read,
                     Err(e) => {
                         failed = Some(e);
@@ -122,8 +92,14 @@ impl Relay {
                 if scanned <= read_from {
                     continue 'channels;
                 }
-                match shared.claim(who, &channel, expected, scanned).await {
-                    Ok(Ok(())) => {
+                let mine = batch.into_iter().filter(|p| for_inbox(p, who, kind));
+                match self.inner.cluster.claim_cursor(who, &channel, expected, scanned).await {
+                    Ok(Claim::Own) => {
+                        own.extend(mine);
+                        moves.push((channel, scanned));
+                        continue 'channels;
+                    }
+                    Ok(Claim::Moved) => {
                         // This node's mirror learns of the move now, not when the watch
                         // brings it back.
                         self.inner.registry.do_send(MergeCursor(CursorChange {
@@ -131,21 +107,40 @@ impl Relay {
                             channel: channel.clone(),
                             id: Some(scanned),
                         }));
-                        out.extend(batch.into_iter().filter(|p| for_inbox(p, who, kind)));
+                        out.extend(mine);
                         continue 'channels;
                     }
-                    Ok(Err(Some(at))) => {
+                    Ok(Claim::Elsewhere(at)) => {
                         expected = at;
                         read_from = read_from.max(at);
                     }
                     // It left the channel: the mirror removes the cursor.
-                    Ok(Err(None)) => continue 'channels,
+                    Ok(Claim::Left) => continue 'channels,
                     // This channel waits for the next call.
                     Err(e) => {
                         failed = Some(e);
                         continue 'channels;
                     }
                 }
+            }
+        }
+        if !moves.is_empty() {
+            // If the moves are not durable, the cursors go back and what they cover was not
+            // handed out.
+            let moved = self
+                .inner
+                .registry
+                .send(MoveCursors {
+                    instance_id: who.to_owned(),
+                    moves,
+                })
+                .timeout(ACTOR_CALL_TIMEOUT)
+                .await
+                .map_err(RelayError::from)
+                .and_then(|r| r);
+            match moved {
+                Ok(()) => out.extend(own),
+                Err(e) => failed = Some(e),
             }
         }
         match failed {

@@ -1,0 +1,409 @@
+//! The node's side of a cluster's shared state: tasks that follow the log and the buckets and
+//! hand what they find to this node ([`Node`]). One follows the log from the watermark this
+//! node recorded (how far its store has committed the fold) and hands each event, in order, to
+//! its channel ([`Node::apply`]), which folds it exactly as every other node does. Events a
+//! channel has already folded (its stored last id) are skipped by the channel, so a watermark
+//! behind some channels is safe. Another mirrors the cluster's registered identities into this
+//! node's and publishes when this node last heard from the identities bound on it; others
+//! share read cursors, per-channel presence and active waits.
+
+use super::cursors::SharedCursors;
+use super::log::Log;
+use super::presence::SharedPresence;
+use super::registrations::Registrations;
+use super::waits::{ClusterWaits, SharedWaits, WaitNews, NODE_ALIVE_EVERY};
+use crate::cluster::{LogEvent, Node};
+use crate::presence::Outgoing;
+use crate::store::Space;
+use crosstalk_schema::ChannelName;
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Backoff between attempts to follow the log after it failed.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+/// Attempts to hand an event to its channel (an actor stopping as it arrives is reopened).
+const DELIVERY_ATTEMPTS: usize = 20;
+
+pub(super) async fn project(node: Arc<dyn Node>, log: Log) {
+    let shutdown = node.shutdown();
+    let mut mark = match Watermark::read(&*node) {
+        Ok(mark) => mark,
+        Err(e) => {
+            // Without it, the whole log is read again; what is stored is skipped.
+            tracing::warn!(error = %e, "cannot read how far this node has folded the log; from its start");
+            Watermark::default()
+        }
+    };
+    let mut next = mark.recorded + 1;
+    tracing::info!(from = next, "following the shared log");
+    let mut backoff = RETRY_FIRST;
+    let mut every = tokio::time::interval(WATERMARK_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !shutdown.is_cancelled() {
+        match log.follow(next).await {
+            Ok((mut events, through)) => {
+                backoff = RETRY_FIRST;
+                let mut heard = Instant::now();
+                // The log's newest message at the last look, when the consumer was behind it.
+                let mut behind = None;
+                loop {
+                    let event = tokio::select! {
+                        e = events.next() => e,
+                        _ = every.tick() => {
+                            mark.advance(&*node).await;
+                            if heard.elapsed() >= STALL_AFTER {
+                                heard = Instant::now();
+                                let delivered = through.load(std::sync::atomic::Ordering::Relaxed);
+                                if behind.is_some_and(|last| last > delivered) {
+                                    tracing::warn!(
+                                        delivered,
+                                        behind,
+                                        "the consumer has not delivered what the log held {STALL_AFTER:?} ago; following again"
+                                    );
+                                    break;
+                                }
+                                behind = newest(&log).await.filter(|&last| last > delivered);
+                            }
+                            continue;
+                        }
+                        _ = shutdown.cancelled() => return,
+                    };
+                    heard = Instant::now();
+                    behind = None;
+                    match event {
+                        Some(Ok(event)) => {
+                            next = event.seq + 1;
+                            let (seq, channel) = (event.seq, event.channel.clone());
+                            match deliver(&*node, event).await {
+                                Ok(stored) => mark.delivered(seq, channel, stored),
+                                Err(()) => mark.lost(seq),
+                            }
+                            heard = Instant::now();
+                        }
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, next, "following the shared log failed; following again");
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, next, "cannot follow the shared log yet; retrying"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RETRY_MAX);
+    }
+}
+
+/// A consumer that has delivered nothing for this long is checked on. The client notices a
+/// consumer whose server died by its missed heartbeats; this catches one that is alive and
+/// says nothing all the same (seen once after a server of three was killed mid-write: a
+/// node's consumer, still heartbeating, had not delivered the log's last message 15 s later,
+/// when the test gave up). When the log held messages
+/// past what the consumer delivered at one check and it has still not delivered them at the
+/// next, the node follows again on a new consumer. While the cluster is quiet this costs a
+/// stream-info request every `STALL_AFTER` per node.
+const STALL_AFTER: Duration = Duration::from_secs(3);
+
+/// The sequence of the log's newest message; `None` when the question goes unanswered.
+async fn newest(log: &Log) -> Option<u64> {
+    tokio::time::timeout(STALL_AFTER, log.last_sequence()).await.ok()?.ok()
+}
+
+/// How often a node records how far it has folded the log.
+const WATERMARK_EVERY: Duration = Duration::from_secs(1);
+/// Where a node records it, in its own store.
+const WATERMARK_KEY: &[u8] = b"folded-through";
+
+/// How far this node has folded the log, durably: every event up to `recorded` is in its store
+/// (or was refused by the fold, or is a duplicate). Recorded in the store, so a restart follows
+/// the log from there rather than from its start. An event's fold becomes durable when its
+/// channel's batch does, so a candidate is recorded only once every channel it touched has
+/// committed what it stored.
+#[derive(Default)]
+struct Watermark {
+    recorded: u64,
+    /// The last event delivered.
+    last: u64,
+    /// Channels given events since the candidate was taken, and the last id each stored.
+    touched: HashMap<ChannelName, u64>,
+    /// A position to record once its channels have committed what they stored up to it.
+    candidate: Option<(u64, HashMap<ChannelName, u64>)>,
+    /// The first event this node could not fold: nothing from it on is recorded, so a restart
+    /// folds it again.
+    lost: Option<u64>,
+}
+
+impl Watermark {
+    fn read(node: &dyn Node) -> Result<Watermark, crate::RelayError> {
+        let recorded = node
+            .store()
+            .get_aux(Space::Jobs, WATERMARK_KEY)?
+            .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+            .map_or(0, u64::from_be_bytes);
+        Ok(Watermark {
+            recorded,
+            last: recorded,
+            ..Default::default()
+        })
+    }
+
+    fn delivered(&mut self, seq: u64, channel: ChannelName, stored: Option<u64>) {
+        self.last = seq;
+        if let Some(id) = stored {
+            let at = self.touched.entry(channel).or_default();
+            *at = (*at).max(id);
+        }
+    }
+
+    fn lost(&mut self, seq: u64) {
+        self.last = seq;
+        self.lost = Some(self.lost.map_or(seq, |l| l.min(seq)));
+    }
+
+    /// Records the candidate if its channels have committed; takes a new one if there is none.
+    async fn advance(&mut self, node: &dyn Node) {
+        let limit = self.lost.map_or(self.last, |l| self.last.min(l - 1));
+        if self.candidate.is_none() && limit > self.recorded {
+            self.candidate = Some((limit, std::mem::take(&mut self.touched)));
+        }
+        let Some((at, waiting)) = &mut self.candidate else {
+            return;
+        };
+        waiting.retain(|channel, id| node.channel_last_id(channel).map_or(true, |last| last < *id));
+        if !waiting.is_empty() {
+            return;
+        }
+        let at = *at;
+        let writes = vec![(WATERMARK_KEY.to_vec(), Some(at.to_be_bytes().to_vec()))];
+        match node.write_aux(Space::Jobs, writes).await {
+            Ok(()) => {
+                self.recorded = at;
+                self.candidate = None;
+            }
+            // Tried again next time; until then a restart reads a little more of the log.
+            Err(e) => tracing::debug!(error = %e, "recording the fold's watermark failed"),
+        }
+    }
+}
+
+/// Hands one event to its channel, and waits until the channel has folded it, so the next
+/// event of the channel comes after it. Answers the id the fold stored it under, if any;
+/// `Err` if it could not be folded here.
+async fn deliver(node: &dyn Node, event: LogEvent) -> Result<Option<u64>, ()> {
+    for attempt in 1..=DELIVERY_ATTEMPTS {
+        match node.apply(event.clone()).await {
+            Ok(stored) => return Ok(stored),
+            Err(e) => {
+                tracing::debug!(channel = %event.channel, seq = event.seq, error = %e, attempt, "cannot fold into the channel yet; retrying")
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50 * attempt as u64)).await;
+    }
+    // This node stays behind for the channel until a restart replays the log.
+    tracing::error!(channel = %event.channel, seq = event.seq, "an event of the shared log could not be folded on this node");
+    Err(())
+}
+
+/// Mirrors the cluster's registrations into this node's identities, and tells the cluster
+/// when this node last heard from each identity (every quarter of the presence TTL, at most
+/// every 5 s), so liveness and sign-off are the cluster's, not one node's.
+pub(super) async fn share_identities(node: Arc<dyn Node>, registrations: Registrations) {
+    let shutdown = node.shutdown();
+    let mirror = {
+        let (node, registrations) = (node.clone(), registrations.clone());
+        async move {
+            let shutdown = node.shutdown();
+            follow(
+                &shutdown,
+                "registrations",
+                || registrations.watch(),
+                |r| node.merge_registration(r),
+            )
+            .await
+        }
+    };
+    actix::spawn(mirror);
+    let every = (node.presence_ttl() / 4).clamp(Duration::from_millis(250), Duration::from_secs(5));
+    let mut published: HashMap<String, i64> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.cancelled() => return,
+        }
+        for (id, session, seen) in node.heard_since(&mut published) {
+            if let Err(e) = registrations.heard(&id, &session, seen).await {
+                tracing::debug!(%id, error = %e, "publishing a heartbeat failed; next round");
+                published.remove(&id);
+            }
+        }
+    }
+}
+
+/// Shares per-channel presence across the cluster: publishes the participants this node's
+/// supervisor hands over (arrivals, refreshes, departures) and mirrors the other nodes'.
+pub(super) async fn share_presence(node: Arc<dyn Node>, presence: impl Future<Output = Option<SharedPresence>>) {
+    let shutdown = node.shutdown();
+    let Some(shared) = presence.await else {
+        return;
+    };
+    let (tx, mut out) = tokio::sync::mpsc::unbounded_channel();
+    node.share_presence(tx, shared.node.clone());
+    let mirror = {
+        let (node, shared) = (node.clone(), shared.clone());
+        async move {
+            let shutdown = node.shutdown();
+            follow(
+                &shutdown,
+                "presence",
+                || shared.watch(),
+                |change| node.merge_presence(change),
+            )
+            .await
+        }
+    };
+    actix::spawn(mirror);
+    loop {
+        let next = tokio::select! {
+            next = out.recv() => next,
+            _ = shutdown.cancelled() => return,
+        };
+        let Some(next) = next else { return };
+        let published = match &next {
+            Outgoing::Here(record) => shared.here(record).await,
+            Outgoing::Gone(channel, id) => shared.gone(channel, id).await,
+        };
+        if let Err(e) = published {
+            // Presence is advisory: the next refresh publishes it again, and the bucket
+            // expires what is not refreshed.
+            tracing::debug!(error = %e, "publishing presence failed");
+        }
+    }
+}
+
+/// Shares active waits across the cluster, for the mutual-wait release: publishes this node's
+/// (in the order its channels changed them) and mirrors the others', telling an open channel
+/// to look again when another node's waits on it change.
+pub(super) async fn share_waits(
+    node: Arc<dyn Node>,
+    waits_bucket: impl Future<Output = Option<SharedWaits>>,
+    waits: Arc<ClusterWaits>,
+    mut news: tokio::sync::mpsc::UnboundedReceiver<WaitNews>,
+) {
+    let shutdown = node.shutdown();
+    let Some(shared) = waits_bucket.await else {
+        return;
+    };
+    let mirror = {
+        let (node, shared) = (node.clone(), shared.clone());
+        async move {
+            let shutdown = node.shutdown();
+            let own = shared.node.clone();
+            follow(
+                &shutdown,
+                "waits",
+                || shared.watch(),
+                |event| {
+                    for channel in waits.merge(event, &own) {
+                        node.check_release(&channel);
+                    }
+                },
+            )
+            .await
+        }
+    };
+    actix::spawn(mirror);
+    let mut alive = tokio::time::interval(NODE_ALIVE_EVERY);
+    loop {
+        // Biased: the first heartbeat goes out before this node's first wait.
+        let next = tokio::select! {
+            biased;
+            _ = alive.tick() => {
+                if let Err(e) = shared.alive().await {
+                    tracing::debug!(error = %e, "saying this node is alive failed");
+                }
+                continue;
+            }
+            next = news.recv() => next,
+            _ = shutdown.cancelled() => return,
+        };
+        let Some((channel, instance, waiting)) = next else {
+            return;
+        };
+        if let Err(e) = shared.set(&channel, &instance, waiting).await {
+            // The other nodes go on without it: a wait they do not see is not counted as
+            // waiting, so nobody is released early.
+            tracing::debug!(error = %e, "publishing a wait failed");
+        }
+    }
+}
+
+/// Mirrors the cluster's read cursors into this node's registry (moves on other nodes, and
+/// removals), so the inbox and "read by…" are the cluster's.
+pub(super) async fn share_cursors(node: Arc<dyn Node>, cursors: SharedCursors) {
+    let shutdown = node.shutdown();
+    follow(
+        &shutdown,
+        "cursors",
+        || cursors.watch(),
+        |change| node.merge_cursor(change),
+    )
+    .await
+}
+
+/// Opens one of the cluster's buckets, trying again (backing off) until it opens; `None` on
+/// shutdown.
+pub(super) async fn open<T, F>(shutdown: CancellationToken, what: &str, mut open: impl FnMut() -> F) -> Option<T>
+where
+    F: Future<Output = Result<T, crate::RelayError>>,
+{
+    let mut backoff = RETRY_FIRST;
+    loop {
+        match open().await {
+            Ok(bucket) => return Some(bucket),
+            Err(e) => tracing::warn!(error = %e, "cannot open the cluster's {what} bucket yet; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.cancelled() => return None,
+        }
+        backoff = (backoff * 2).min(RETRY_MAX);
+    }
+}
+
+/// Follows one of the cluster's buckets from its history on, handing each change to `apply`,
+/// and watches it again (backing off) whenever the watch fails or ends, until shutdown. Ends
+/// on shutdown while the runtime still runs: a watch's subscription unsubscribes on a task of
+/// its own when dropped.
+async fn follow<S, F, T>(
+    shutdown: &CancellationToken,
+    what: &str,
+    mut watch: impl FnMut() -> F,
+    mut apply: impl FnMut(T),
+) where
+    F: Future<Output = Result<S, crate::RelayError>>,
+    S: futures_util::Stream<Item = T> + Unpin,
+{
+    let mut backoff = RETRY_FIRST;
+    while !shutdown.is_cancelled() {
+        match watch().await {
+            Ok(mut changes) => {
+                backoff = RETRY_FIRST;
+                while let Some(change) = tokio::select! {
+                    c = changes.next() => c,
+                    _ = shutdown.cancelled() => return,
+                } {
+                    apply(change);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot watch the cluster's {what} yet; retrying"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RETRY_MAX);
+    }
+}

@@ -1,0 +1,286 @@
+//! One typed helper for the cluster's JetStream key-value buckets: opening one (and waiting
+//! for its leader), reading an entry with its revision, compare-and-set, and watching every
+//! change. Each bucket names its value type; keys are made of hex so that any identity or
+//! channel name is a valid KV key.
+
+use super::{unavailable, until_ready};
+use crate::error::RelayError;
+use crate::store::StoreError;
+use async_nats::jetstream::{self, kv, stream};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+/// What a bucket holds, and how it is written.
+pub(super) trait Value: Sized + Send + 'static {
+    fn encode(&self) -> Bytes;
+    fn decode(bytes: &[u8]) -> Result<Self, String>;
+}
+
+/// Values kept in the relay's record codec (`crosstalk_schema::codec`).
+pub(super) trait Coded: serde::Serialize + serde::de::DeserializeOwned + Send + 'static {}
+
+impl<T: Coded> Value for T {
+    fn encode(&self) -> Bytes {
+        Bytes::from(crosstalk_schema::codec::encode(self))
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        crosstalk_schema::codec::decode(bytes).map_err(|e| e.to_string())
+    }
+}
+
+/// A position (a read cursor): eight bytes, big-endian; anything else reads as 0.
+impl Value for u64 {
+    fn encode(&self) -> Bytes {
+        Bytes::copy_from_slice(&self.to_be_bytes())
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        Ok(<[u8; 8]>::try_from(bytes).map_or(0, u64::from_be_bytes))
+    }
+}
+
+/// An entry whose presence is all it says (a wait, a node's heartbeat).
+pub(super) struct Mark;
+
+impl Value for Mark {
+    fn encode(&self) -> Bytes {
+        Bytes::from_static(b"1")
+    }
+
+    fn decode(_: &[u8]) -> Result<Self, String> {
+        Ok(Mark)
+    }
+}
+
+/// A key's latest entry: its value (`None`: deleted) and its revision, for compare-and-set.
+pub(super) struct Stored<V> {
+    pub value: Option<V>,
+    pub revision: u64,
+}
+
+/// One change, as a watch sees it.
+pub(super) struct Change<V> {
+    pub key: String,
+    /// `None`: deleted (or expired).
+    pub value: Option<V>,
+    /// When the entry was written, ns since the epoch.
+    pub created_ns: i128,
+}
+
+/// A bucket `<STREAM>_<SUFFIX>` of values `V`.
+pub(super) struct Bucket<V> {
+    store: kv::Store,
+    /// Names the bucket in errors and logs.
+    what: &'static str,
+    value: PhantomData<fn() -> V>,
+}
+
+impl<V> Clone for Bucket<V> {
+    fn clone(&self) -> Self {
+        Bucket {
+            store: self.store.clone(),
+            what: self.what,
+            value: PhantomData,
+        }
+    }
+}
+
+/// How a bucket is opened: where, with how many replicas, and until when start-up waits.
+pub(super) struct Open<'a> {
+    /// The context the relay's requests go on.
+    pub js: &'a jetstream::Context,
+    /// The context of start-up's own requests (short time-outs).
+    pub setup: &'a jetstream::Context,
+    pub stream: &'a str,
+    pub replicas: usize,
+    pub deadline: tokio::time::Instant,
+}
+
+/// Whether a compare-and-set failed because another writer came first. The server answers
+/// a lost race with one of two "wrong last sequence" codes (10071, and 10164 when the key's
+/// subject had a newer message); the client library gives only the first its own kind.
+fn lost_race(e: &impl std::fmt::Display) -> bool {
+    e.to_string().contains("wrong last sequence")
+}
+
+impl<V: Value> Bucket<V> {
+    /// Creates (or opens) the bucket `<stream>_<suffix>`, whose entries expire after `max_age`
+    /// (`ZERO`: never), and waits until it has a leader: on a new cluster a created bucket
+    /// answers "no stream found" until its replicas elect one.
+    pub async fn open(at: &Open<'_>, suffix: &str, max_age: Duration, what: &'static str) -> Result<Self, RelayError> {
+        let config = kv::Config {
+            bucket: format!("{}_{suffix}", at.stream),
+            history: 1,
+            num_replicas: at.replicas,
+            storage: stream::StorageType::File,
+            max_age,
+            ..Default::default()
+        };
+        let step = format!("creating the {} bucket", config.bucket);
+        until_ready(
+            &step,
+            at.deadline,
+            || at.setup.create_or_update_key_value(config.clone()),
+            |_| false,
+        )
+        .await?;
+        let step = format!("waiting for the {} bucket's leader", config.bucket);
+        let name = format!("KV_{}", config.bucket);
+        until_ready(&step, at.deadline, || super::has_leader(at.setup, &name), |_| false).await?;
+        // Opened again on `js`, whose requests wait as long as the relay's own.
+        let store = until_ready(&step, at.deadline, || at.js.get_key_value(&config.bucket), |_| false).await?;
+        Ok(Bucket {
+            store,
+            what,
+            value: PhantomData,
+        })
+    }
+
+    fn corrupt(&self, key: &str, why: String) -> RelayError {
+        RelayError::Store(StoreError::Corrupt(format!("{} entry {key}: {why}", self.what)))
+    }
+
+    /// The key's latest entry, `None` if it never existed.
+    pub async fn entry(&self, key: &str) -> Result<Option<Stored<V>>, RelayError> {
+        let entry = self
+            .store
+            .entry(key)
+            .await
+            .map_err(|e| unavailable(&format!("reading the {} bucket", self.what), e))?;
+        let Some(e) = entry else { return Ok(None) };
+        let value = match e.operation {
+            kv::Operation::Put => Some(V::decode(&e.value).map_err(|why| self.corrupt(key, why))?),
+            _ => None,
+        };
+        Ok(Some(Stored {
+            value,
+            revision: e.revision,
+        }))
+    }
+
+    /// The key's current value.
+    pub async fn get(&self, key: &str) -> Result<Option<V>, RelayError> {
+        Ok(self.entry(key).await?.and_then(|s| s.value))
+    }
+
+    pub async fn put(&self, key: &str, value: &V) -> Result<(), RelayError> {
+        self.store
+            .put(key, value.encode())
+            .await
+            .map(|_| ())
+            .map_err(|e| unavailable(&format!("writing the {} bucket", self.what), e))
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<(), RelayError> {
+        self.store
+            .delete(key)
+            .await
+            .map_err(|e| unavailable(&format!("deleting from the {} bucket", self.what), e))
+    }
+
+    /// Writes `value` under `key` if the key is still at `revision` (`None`: if it has no
+    /// value); `false` if another writer came first.
+    pub async fn compare_and_set(&self, key: &str, revision: Option<u64>, value: &V) -> Result<bool, RelayError> {
+        let what = || format!("writing the {} bucket", self.what);
+        match revision {
+            None => match self.store.create(key, value.encode()).await {
+                Ok(_) => Ok(true),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists || lost_race(&e) => Ok(false),
+                Err(e) => Err(unavailable(&what(), e)),
+            },
+            Some(rev) => match self.store.update(key, value.encode(), rev).await {
+                Ok(_) => Ok(true),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision || lost_race(&e) => Ok(false),
+                Err(e) => Err(unavailable(&what(), e)),
+            },
+        }
+    }
+
+    /// Every key with a current value.
+    pub async fn keys(&self) -> Result<Vec<String>, RelayError> {
+        let what = format!("listing the {} bucket", self.what);
+        let mut keys = self.store.keys().await.map_err(|e| unavailable(&what, e))?;
+        let mut out = Vec::new();
+        while let Some(k) = keys.next().await {
+            out.push(k.map_err(|e| unavailable(&what, e))?);
+        }
+        Ok(out)
+    }
+
+    /// Every entry (its latest value per key), then each change as it happens, each made into
+    /// a `T` by `parse` (entries it cannot read are skipped). The changes end at the watch's
+    /// first error (its consumer lived on a server that died, say: then the client's watch
+    /// keeps failing rather than recovering), so the caller watches again, from the bucket's
+    /// history; every change is a merge, so seeing an entry twice changes nothing.
+    pub async fn watch<T>(
+        &self,
+        parse: fn(Change<V>) -> Option<T>,
+    ) -> Result<impl futures_util::Stream<Item = T> + Unpin, RelayError> {
+        let what = self.what;
+        let watch = self
+            .store
+            .watch_with_history(">")
+            .await
+            .map_err(|e| unavailable(&format!("watching the {what} bucket"), e))?;
+        Ok(watch
+            .take_while(move |e| {
+                if let Err(e) = e {
+                    tracing::warn!(error = %e, "watching the {what} bucket failed; watching it again");
+                }
+                std::future::ready(e.is_ok())
+            })
+            .filter_map(move |e| {
+                let change = e.ok().and_then(|e| {
+                    let value = match e.operation {
+                        kv::Operation::Put => Some(V::decode(&e.value).ok()?),
+                        _ => None,
+                    };
+                    Some(Change {
+                        key: e.key,
+                        value,
+                        created_ns: e.created.unix_timestamp_nanos(),
+                    })
+                });
+                std::future::ready(change.and_then(parse))
+            }))
+    }
+}
+
+/// Any string as a KV key part (keys allow only `[-/_=.a-zA-Z0-9]`): its bytes in hex.
+pub(super) fn hex(key: &str) -> String {
+    key.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The string a [`hex`] key part stands for.
+pub(super) fn unhex(hex: &str) -> Option<String> {
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_parts_are_hex_and_come_back() {
+        for s in ["alice", "team.alpha", "with space/and.dots", "ünïcode ✓", ""] {
+            let h = hex(s);
+            assert!(h.bytes().all(|b| b.is_ascii_hexdigit()), "{h}");
+            assert_eq!(unhex(&h).as_deref(), Some(s));
+        }
+        assert_eq!(unhex("zz"), None);
+    }
+
+    #[test]
+    fn positions_are_big_endian_and_anything_else_reads_as_zero() {
+        assert_eq!(u64::decode(&7u64.encode()).unwrap(), 7);
+        assert_eq!(&7u64.encode()[..], &[0, 0, 0, 0, 0, 0, 0, 7]);
+        assert_eq!(u64::decode(b"short").unwrap(), 0);
+    }
+}

