@@ -434,7 +434,11 @@ impl Operation for FindChannelByQ {
     type Response = FoundChannels;
 
     async fn run(cx: &Ctx, caller: Caller, r: Query) -> Result<FoundChannels, OpError> {
-        channels::FindChannel::run(cx, caller, FindRequest { query: r.q }).await
+        // Every match, as cross-claude answers, unless the caller names a `limit`.
+        let limit = super::limit(r.limit, usize::MAX)?;
+        let mut found = channels::FindChannel::run(cx, caller, FindRequest { query: r.q }).await?;
+        found.channels.truncate(limit);
+        Ok(found)
     }
 }
 
