@@ -10,9 +10,6 @@ use actix_web::http::StatusCode;
 use actix_web::{web, ResponseError};
 use std::collections::HashMap;
 
-/// Paths anyone may call: health checks from load balancers and orchestrators.
-const OPEN_PATHS: &[&str] = &["/healthz", crate::cc::HEALTH_PATH];
-
 #[derive(Debug, Clone, Default)]
 pub struct Auth {
     shared: Option<String>,
@@ -113,11 +110,7 @@ pub fn authenticate(req: &ServiceRequest) -> Result<Principal, Box<actix_web::Ht
     let Some(auth) = req.app_data::<web::Data<Auth>>() else {
         return Ok(Principal::Anyone);
     };
-    if !auth.enabled()
-        || OPEN_PATHS.contains(&req.path())
-        || crate::ui::is_open(req.path())
-        || oauth_discovery(req.path())
-    {
+    if !auth.enabled() || crate::http::is_open(req.path()) || oauth_discovery(req.path()) {
         return Ok(Principal::Anyone);
     }
     match token_of(req).and_then(|t| auth.resolve(&t)) {

@@ -1,24 +1,23 @@
 //! The cross-claude face at `/cc`: cross-claude-mcp's REST routes (`/cc/api`), its MCP tools
 //! and prompt (`/cc/mcp`), `/cc/health` and `/cc/openapi.json` with its operationIds, so a
 //! cross-claude-mcp user switches by changing a URL. Routes and tools are tables over the
-//! operations ([`ops`] adapts cross-claude's argument names and answer shapes); the rules are
-//! the operations'. `?api_key=` is accepted on `/cc/*` only (`crate::auth`).
+//! operations (`crate::ops::cross_claude` holds cross-claude's argument names, answer shapes
+//! and its own rules). `?api_key=` is accepted on `/cc/*` only (`crate::auth`).
 //!
 //! A cross-claude REST client sends no session: its calls share the session `cc-rest:<who the
 //! token is>`, so an identity it registers is bound to its token, and an MCP session (or
 //! another token) cannot post as it while it is active — nor it as theirs.
 
-pub mod ops;
-
-use crate::http::caller;
+use crate::http::routes::{mount, resource, route, Endpoint, Face};
+use crate::http::{caller, CC_HEALTH_PATH};
+use crate::ops::cross_claude as ops;
 use crate::ops::{channels, identity, shared, Caller, Principal};
-use crate::rest::{route, Endpoint, Face};
 use actix_web::http::{Method, StatusCode};
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest};
 use serde_json::{json, Map, Value};
 use std::sync::LazyLock;
 
-pub const HEALTH_PATH: &str = "/cc/health";
+pub const HEALTH_PATH: &str = CC_HEALTH_PATH;
 pub const OPENAPI_PATH: &str = "/cc/openapi.json";
 pub const MCP_PATH: &str = "/cc/mcp";
 
@@ -65,14 +64,15 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
     ]
 });
 
-/// Mounts `/cc/api`, `/cc/health` and `/cc/openapi.json` (`/cc/mcp` is mounted with `/mcp`).
+/// Mounts `/cc/api` and `/cc/health` (`/cc/mcp` is mounted with `/mcp`, `/cc/openapi.json`
+/// with `/openapi.json`).
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    crate::rest::mount(cfg, &ENDPOINTS);
-    cfg.service(crate::rest::resource(HEALTH_PATH, &[Method::GET]).route(web::get().to(crate::http::healthz)));
-    cfg.service(crate::rest::resource(OPENAPI_PATH, &[Method::GET]).route(web::get().to(serve_openapi)));
+    mount(cfg, &ENDPOINTS);
+    cfg.service(resource(HEALTH_PATH, &[Method::GET]).route(web::get().to(crate::http::healthz)));
 }
 
-fn transport_routes(paths: &mut Map<String, Value>) {
+/// What `/cc/openapi.json` documents besides the table: the health check.
+pub fn transport_routes(paths: &mut Map<String, Value>) {
     paths.insert(
         HEALTH_PATH.into(),
         json!({ "get": {
@@ -83,53 +83,11 @@ fn transport_routes(paths: &mut Map<String, Value>) {
     );
 }
 
-/// `/cc/openapi.json`, built once from the table.
-pub static DOCUMENT: LazyLock<Value> = LazyLock::new(|| {
-    crate::openapi::document(
-        &ENDPOINTS,
-        json!({
-            "title": "Cross-Claude MCP message bus (crosstalk)",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": "cross-claude-mcp's REST API, served by crosstalk: register, then read and send messages on named channels. Send message_type done when you are finished. MCP is at /cc/mcp.",
-        }),
-        transport_routes,
-    )
-});
-
-async fn serve_openapi() -> HttpResponse {
-    HttpResponse::Ok().json(&*DOCUMENT)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_document_has_cross_claudes_operation_ids() {
-        let doc = &*DOCUMENT;
-        let mut ids: Vec<&str> = Vec::new();
-        for item in doc["paths"].as_object().unwrap().values() {
-            for op in item.as_object().unwrap().values() {
-                ids.push(op["operationId"].as_str().unwrap());
-            }
-        }
-        for want in [
-            "register",
-            "listInstances",
-            "createChannel",
-            "listChannels",
-            "findChannel",
-            "sendMessage",
-            "getMessages",
-            "getReplies",
-            "searchMessages",
-            "shareData",
-            "listSharedData",
-            "getSharedData",
-        ] {
-            assert!(ids.contains(&want), "{want} missing from {ids:?}");
-        }
-        let q = &doc["paths"]["/cc/api/search"]["get"]["parameters"];
-        assert!(q.as_array().unwrap().iter().any(|p| p["name"] == "q"), "{q}");
-    }
+/// `/cc/openapi.json`'s `info`.
+pub fn openapi_info() -> Value {
+    json!({
+        "title": "Cross-Claude MCP message bus (crosstalk)",
+        "version": env!("CARGO_PKG_VERSION"),
+        "description": "cross-claude-mcp's REST API, served by crosstalk: register, then read and send messages on named channels. Send message_type done when you are finished. MCP is at /cc/mcp.",
+    })
 }

@@ -161,7 +161,7 @@ pub async fn guard(
         .unwrap_or("")
         .to_owned();
     // /healthz answers any Host: load balancers probe it by address, and it tells nothing.
-    let health = req.path() == crate::http::HEALTH_PATH || req.path() == crate::cc::HEALTH_PATH;
+    let health = crate::http::is_health(req.path());
     if !host_allowed(&policy.hosts, &host) && !health {
         return Ok(refuse(
             req,

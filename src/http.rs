@@ -1,6 +1,9 @@
-//! What the HTTP faces share: who a request's caller is (the auth middleware's principal and
-//! the session header), the REST face's policy and body limit, the transport routes'
-//! paths, and `/healthz`.
+//! What the HTTP faces and the middleware share: who a request's caller is (the auth
+//! middleware's principal and the session header), the REST faces' policy and body limit, the
+//! transport routes' paths, the paths open without a token, `/healthz`, and the REST route
+//! tables' machinery ([`routes`]).
+
+pub mod routes;
 
 use crate::ops::{Caller, Ctx, FacePolicy, Principal};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
@@ -32,6 +35,33 @@ pub struct BodyLimit(pub usize);
 pub const STREAM_PATH: &str = "/api/channels/{channel}/stream";
 pub const HEALTH_PATH: &str = "/healthz";
 pub const OPENAPI_PATH: &str = "/openapi.json";
+/// cross-claude-mcp's health check (the `/cc` face's).
+pub const CC_HEALTH_PATH: &str = "/cc/health";
+
+/// The health checks: they answer any Host and need no token (load balancers and
+/// orchestrators probe them by address, and they tell nothing).
+pub const HEALTH_PATHS: [&str; 2] = [HEALTH_PATH, CC_HEALTH_PATH];
+
+/// The web console's page and its static files (`/` redirects to the page): served without a
+/// token, since the page holds no data and asks the person for theirs.
+pub mod console {
+    pub const ROOT: &str = "/";
+    pub const PAGE: &str = "/ui";
+    pub const PAGE_SLASH: &str = "/ui/";
+    pub const SCRIPT: &str = "/ui/app.js";
+    pub const STYLE: &str = "/ui/app.css";
+    pub const PATHS: [&str; 5] = [ROOT, PAGE, PAGE_SLASH, SCRIPT, STYLE];
+}
+
+/// The paths served without a token: the health checks and the console's files.
+pub fn is_open(path: &str) -> bool {
+    HEALTH_PATHS.contains(&path) || console::PATHS.contains(&path)
+}
+
+/// A health check's path.
+pub fn is_health(path: &str) -> bool {
+    HEALTH_PATHS.contains(&path)
+}
 
 /// The session token the request carries, if any.
 pub fn session(req: &HttpRequest) -> Option<&str> {

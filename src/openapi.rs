@@ -1,10 +1,13 @@
-//! `/openapi.json`: the OpenAPI 3.1 document, generated from the REST route table and the
-//! operations' request and response types (their JSON Schemas, draft 2020-12, which is
-//! OpenAPI 3.1's dialect). Nothing in it is written by hand except the transport routes
-//! (`/healthz`, the SSE stream, `/metrics`, this document, `/mcp`) and the error body.
+//! The OpenAPI 3.1 documents of the REST faces, `/openapi.json` (crosstalk's `/api`) and
+//! `/cc/openapi.json` (cross-claude's `/cc/api`), generated from each face's route table and
+//! the operations' request and response types (their JSON Schemas, draft 2020-12, which is
+//! OpenAPI 3.1's dialect). Nothing in them is written by hand except the transport routes
+//! (`/healthz`, the SSE stream, `/metrics`, this document, `/mcp`; `/cc/health`) and the error
+//! body. It documents every REST face, so it is composition: no face imports it.
 
+use crate::http::routes::Endpoint;
 use crate::http::{HEALTH_PATH, OPENAPI_PATH, STREAM_PATH};
-use crate::rest::{Endpoint, ENDPOINTS};
+use crate::rest::ENDPOINTS;
 use crate::telemetry::METRICS_PATH;
 use actix_web::HttpResponse;
 use schemars::generate::SchemaSettings;
@@ -250,8 +253,21 @@ pub fn document(table: &[Endpoint], info: Value, transport: fn(&mut Map<String, 
     })
 }
 
+/// `/cc/openapi.json`, built once from the cross-claude table, with its operationIds.
+pub static CC_DOCUMENT: LazyLock<Value> = LazyLock::new(|| {
+    document(
+        &crate::cc::ENDPOINTS,
+        crate::cc::openapi_info(),
+        crate::cc::transport_routes,
+    )
+});
+
 pub async fn serve() -> HttpResponse {
     HttpResponse::Ok().json(&*DOCUMENT)
+}
+
+pub async fn serve_cc() -> HttpResponse {
+    HttpResponse::Ok().json(&*CC_DOCUMENT)
 }
 
 #[cfg(test)]
@@ -283,5 +299,34 @@ mod tests {
             let name = &r[..r.find('"').unwrap()];
             assert!(schemas.contains_key(name), "dangling $ref {name}");
         }
+    }
+
+    #[test]
+    fn the_document_has_cross_claudes_operation_ids() {
+        let doc = &*CC_DOCUMENT;
+        let mut ids: Vec<&str> = Vec::new();
+        for item in doc["paths"].as_object().unwrap().values() {
+            for op in item.as_object().unwrap().values() {
+                ids.push(op["operationId"].as_str().unwrap());
+            }
+        }
+        for want in [
+            "register",
+            "listInstances",
+            "createChannel",
+            "listChannels",
+            "findChannel",
+            "sendMessage",
+            "getMessages",
+            "getReplies",
+            "searchMessages",
+            "shareData",
+            "listSharedData",
+            "getSharedData",
+        ] {
+            assert!(ids.contains(&want), "{want} missing from {ids:?}");
+        }
+        let q = &doc["paths"]["/cc/api/search"]["get"]["parameters"];
+        assert!(q.as_array().unwrap().iter().any(|p| p["name"] == "q"), "{q}");
     }
 }

@@ -3,18 +3,20 @@
 //! response (`Serialize` + `JsonSchema`: the wire shape), and one async function that
 //! authorises the [`Caller`] and calls the [`Relay`]. The faces are built from it:
 //!
-//! - REST (`crate::rest`): a route is a method, a path and an operation;
-//! - MCP (`crate::mcp::tools`): a tool is an operation plus a text rendering; its input and
+//! - REST (`src/rest.rs`, `src/cc.rs`): a route is a method, a path and an operation;
+//! - MCP (`src/mcp/tools.rs`): a tool is an operation plus a text rendering; its input and
 //!   output schemas are the request's and response's;
-//! - OpenAPI (`crate::openapi`): generated from the REST table.
+//! - OpenAPI (`src/openapi.rs`): generated from the REST tables.
 //!
 //! The faces keep only transport: status codes, SSE framing, progress notifications, text.
 //!
 //! Codemap: [`messages`] (post, read, wait, one message, replies, ask), [`channels`]
 //! (list, create, find, presence, search), [`sessions`] (sessions and directives),
-//! [`identity`] (register, instances, inbox), [`shared`] (shared data).
+//! [`identity`] (register, instances, inbox), [`shared`] (shared data), [`cross_claude`]
+//! (cross-claude-mcp's operations, for the `/cc` routes and tools).
 
 pub mod channels;
+pub mod cross_claude;
 pub mod identity;
 pub mod messages;
 pub mod sessions;

@@ -12,10 +12,11 @@
 //! the store is flushed.
 
 use crate::config::Config;
+use crate::http::routes::resource;
 use crate::http::{self, BodyLimit, RestPolicy};
 use crate::mcp::{self, McpSettings};
 use crate::ops::Ctx;
-use crate::rest::{self, resource};
+use crate::rest;
 use crate::{error, guard, openapi, sse, telemetry};
 use actix_web::http::Method;
 use actix_web::{web, App, HttpServer};
@@ -205,6 +206,7 @@ pub async fn serve(
             .service(resource(http::STREAM_PATH, &[Method::GET]).route(web::get().to(sse::stream)))
             .service(resource(http::HEALTH_PATH, &[Method::GET]).route(web::get().to(http::healthz)))
             .service(resource(http::OPENAPI_PATH, &[Method::GET]).route(web::get().to(openapi::serve)))
+            .service(resource(crate::cc::OPENAPI_PATH, &[Method::GET]).route(web::get().to(openapi::serve_cc)))
             .service(resource(telemetry::METRICS_PATH, &[Method::GET]).route(web::get().to(telemetry::serve)))
             .default_service(web::route().to(error::not_found))
     })

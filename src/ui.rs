@@ -2,8 +2,10 @@
 //! binary (the relay stays one file to deploy), no build step, nothing fetched from another
 //! origin. The page holds no data: everything it shows comes from the REST API and SSE
 //! streams, authenticated with the token the person enters, like any other client. So the page
-//! itself loads without a token, and `/` redirects to it, as crosstalk-mcp's does.
+//! itself loads without a token (its paths are `crate::http::console`'s, which the auth
+//! middleware lets in), and `/` redirects to it, as crosstalk-mcp's does.
 
+use crate::http::console;
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 
@@ -15,11 +17,6 @@ const STYLE: &str = include_str!("ui/app.css");
 /// else (no inline script, so a message body can never become code).
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
     img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-/// The paths served without a token: the page's own static files.
-pub fn is_open(path: &str) -> bool {
-    matches!(path, "/" | "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css")
-}
 
 fn asset(body: &'static str, content_type: &'static str) -> HttpResponse {
     HttpResponse::Ok()
@@ -35,28 +32,28 @@ fn asset(body: &'static str, content_type: &'static str) -> HttpResponse {
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route(
-        "/",
+        console::ROOT,
         // 307, as crosstalk-mcp answers (tests/differential).
         web::get().to(|| async {
             HttpResponse::TemporaryRedirect()
-                .insert_header((header::LOCATION, "/ui"))
+                .insert_header((header::LOCATION, console::PAGE))
                 .finish()
         }),
     )
     .route(
-        "/ui",
+        console::PAGE,
         web::get().to(|| async { asset(INDEX, "text/html; charset=utf-8") }),
     )
     .route(
-        "/ui/",
+        console::PAGE_SLASH,
         web::get().to(|| async { asset(INDEX, "text/html; charset=utf-8") }),
     )
     .route(
-        "/ui/app.js",
+        console::SCRIPT,
         web::get().to(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") }),
     )
     .route(
-        "/ui/app.css",
+        console::STYLE,
         web::get().to(|| async { asset(STYLE, "text/css; charset=utf-8") }),
     );
 }

@@ -365,3 +365,53 @@ async fn subscribe_joins_the_inbox_and_unsubscribe_leaves_it() {
     let inbox = cc.call_ok("check_messages", json!({})).await;
     assert_eq!(inbox["messages"], json!([]), "{inbox}");
 }
+
+#[tokio::test]
+async fn find_channel_answers_every_match_or_at_most_limit() {
+    let s = Server::start();
+    let http = client();
+    for (name, about) in [
+        ("login-a", "sign-in"),
+        ("login-b", "sign-in"),
+        ("login-c", "sign-in"),
+        ("billing", "invoices"),
+    ] {
+        let (st, created) = post(
+            &http,
+            &s,
+            "/cc/api/channels",
+            json!({"name": name, "description": about}),
+        )
+        .await;
+        assert_eq!(st, 200, "{created}");
+    }
+    let names = |found: &Value| -> Vec<String> {
+        let mut n: Vec<String> = found["channels"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no channels: {found}"))
+            .iter()
+            .map(|c| c["channel"].as_str().unwrap().to_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    // Without a limit, every match, as cross-claude-mcp answers.
+    let (st, found) = get(&http, &s, "/cc/api/channels/search?q=login").await;
+    assert_eq!(st, 200, "{found}");
+    assert_eq!(names(&found), ["login-a", "login-b", "login-c"]);
+    // With one, at most that many of them.
+    let (st, found) = get(&http, &s, "/cc/api/channels/search?q=login&limit=2").await;
+    assert_eq!(st, 200, "{found}");
+    let two = names(&found);
+    assert_eq!(two.len(), 2, "{found}");
+    assert!(two.iter().all(|n| n.starts_with("login-")), "{found}");
+    let (_, found) = get(&http, &s, "/cc/api/channels/search?q=login&limit=10").await;
+    assert_eq!(names(&found).len(), 3, "{found}");
+    // A limit out of range is refused as on every listing.
+    for bad in ["0", "10001", "many"] {
+        let (st, e) = get(&http, &s, &format!("/cc/api/channels/search?q=login&limit={bad}")).await;
+        assert_eq!(st, 400, "limit={bad}: {e}");
+        assert_eq!(e["code"], "invalid_input", "{e}");
+        assert!(e["error"].as_str().unwrap().contains("limit"), "{e}");
+    }
+}

@@ -278,7 +278,7 @@ static ROUTES: LazyLock<Vec<Route>> = LazyLock::new(|| {
 
 /// cross-claude-mcp's 15 tools, under its names and arguments (`/cc/mcp`).
 static CC_ROUTES: LazyLock<Vec<Route>> = LazyLock::new(|| {
-    use crate::cc::ops as cc;
+    use crate::ops::cross_claude as cc;
     vec![
         tool_then::<cc::Register>(|cx, r| *cx.bound.lock() = Some(r.instance_id.clone())),
         tool::<cc::SendMessage>(),

@@ -2,7 +2,7 @@
 //! field names, the next call spelled out.
 
 use super::Render;
-use crate::cc::ops::{CcMessage, CcPage, CcRegistered, Created, Found, Reply, Sent, Subscription, Thread};
+use crate::ops::cross_claude::{CcMessage, CcPage, CcRegistered, Created, Found, Reply, Sent, Subscription, Thread};
 use crosstalk_actors::WaitOutcome;
 use std::fmt::Write as _;
 

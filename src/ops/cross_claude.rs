@@ -1,14 +1,17 @@
-//! cross-claude-mcp's tools and routes as adapters over the operation table: each one reads
-//! cross-claude's arguments (`content`, `message_type`, `in_reply_to`, `after_id`, …), calls
-//! the operation that owns the rule, and answers in cross-claude's shape. Nothing here
-//! decides who may post, what a wait returns or how ids are ordered.
+//! cross-claude-mcp's operations, which the `/cc` REST routes and the `/cc/mcp` tools both
+//! run: cross-claude's arguments (`content`, `message_type`, `in_reply_to`, `after_id`, …) and
+//! answer shapes, and the rules that are cross-claude's own — a read without `after_id`
+//! starts at the reader's cursor ([`start`]), `subscribe` and `unsubscribe` join and leave a
+//! channel's share of the inbox, `get_messages` without `after_id` is the newest `limit`.
+//! Everything else is the operation it calls: who may post, what a wait returns, how ids
+//! are ordered.
 
-use crate::ops::channels::{self, CreateRequest, FindRequest, FoundChannels, SearchRequest};
-use crate::ops::identity::{self, InboxRequest, RegisterRequest};
-use crate::ops::messages::{self, MessageRef, PostRequest, RoleArg, WaitRequest};
-use crate::ops::{channel, Caller, Ctx, OpError, Operation};
+use super::channels::{self, CreateRequest, FindRequest, FoundChannels, SearchRequest};
+use super::identity::{self, InboxRequest, RegisterRequest};
+use super::messages::{self, MessageRef, PostRequest, RoleArg, WaitRequest};
+use super::{channel, Caller, Ctx, OpError, Operation};
 use crosstalk_actors::{ChannelInfo, Posted, WaitOutcome};
-use crosstalk_schema::{InstanceKind, NewMessage};
+use crosstalk_schema::{ChannelName, InstanceKind, NewMessage};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -57,6 +60,22 @@ impl From<&Arc<Posted>> for CcMessage {
 
 fn cc(messages: &[Arc<Posted>]) -> Vec<CcMessage> {
     messages.iter().map(CcMessage::from).collect()
+}
+
+/// Where a read without `after_id` starts: after what the reader has read (its cursor), or,
+/// for an anonymous reader, `anonymous()`.
+async fn start(
+    cx: &Ctx,
+    name: &ChannelName,
+    after_id: Option<u64>,
+    reader: Option<&str>,
+    anonymous: impl FnOnce() -> Result<u64, OpError>,
+) -> Result<u64, OpError> {
+    match (after_id, reader) {
+        (Some(a), _) => Ok(a),
+        (None, Some(who)) => Ok(cx.relay.cursor(who, name).await?),
+        (None, None) => anonymous(),
+    }
 }
 
 // ---- register
@@ -254,11 +273,8 @@ impl Operation for CheckMessages {
         let name = channel(&ch)?;
         let limit = caller.limit(r.limit)?;
         let reader = caller.reader(cx, r.instance_id.as_deref())?;
-        let after = match (r.after_id, &reader) {
-            (Some(a), _) => a,
-            (None, Some(who)) => cx.relay.cursor(who, &name).await?,
-            (None, None) => 0,
-        };
+        // Anonymous: from the start.
+        let after = start(cx, &name, r.after_id, reader.as_deref(), || Ok(0)).await?;
         let found = cx.relay.read(&name, after, limit, reader.as_deref()).await?;
         Ok(CcPage {
             last_id: found.last().map_or(after, |p| p.id()),
@@ -312,12 +328,11 @@ impl Operation for WaitForReply {
     async fn run(cx: &Ctx, caller: Caller, r: WaitForReplyRequest) -> Result<Reply, OpError> {
         let name = channel(&r.channel)?;
         let reader = caller.reader(cx, r.instance_id.as_deref())?;
-        let after = match (r.after_id, &reader) {
-            (Some(a), _) => a,
-            (None, Some(who)) => cx.relay.cursor(who, &name).await?,
-            // Anonymous: from now on.
-            (None, None) => cx.relay.channel_last_id(&name)?,
-        };
+        // Anonymous: from now on.
+        let after = start(cx, &name, r.after_id, reader.as_deref(), || {
+            Ok(cx.relay.channel_last_id(&name)?)
+        })
+        .await?;
         let waited = messages::Wait::run(
             cx,
             caller,
@@ -419,7 +434,11 @@ impl Operation for FindChannelByQ {
     type Response = FoundChannels;
 
     async fn run(cx: &Ctx, caller: Caller, r: Query) -> Result<FoundChannels, OpError> {
-        channels::FindChannel::run(cx, caller, FindRequest { query: r.q }).await
+        // Every match, as cross-claude answers, unless the caller names a `limit`.
+        let limit = super::limit(r.limit, usize::MAX)?;
+        let mut found = channels::FindChannel::run(cx, caller, FindRequest { query: r.q }).await?;
+        found.channels.truncate(limit);
+        Ok(found)
     }
 }
 

@@ -1,0 +1,244 @@
+//! The REST route tables' machinery, shared by every REST face (crosstalk's `/api`, cross-
+//! claude's `/cc/api`): an [`Endpoint`] is a method, a path and an [`Operation`], plus the
+//! status it answers with and a projection of the operation's response; [`mount`] mounts a
+//! table, and `crate::openapi` documents one.
+//!
+//! A request is the operation's request type, read from the path parameters and the query
+//! string (GET, DELETE) or the path parameters and a JSON object body (POST). Nothing here
+//! decides anything about messages, identities or sessions.
+
+use super::BodyLimit;
+use crate::error::{self, ApiError};
+use crate::ops::{Caller, Ctx, Operation};
+use actix_web::http::{Method, StatusCode};
+use actix_web::{web, HttpRequest, HttpResponse};
+use futures_util::{FutureExt, StreamExt};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::future::Future;
+use std::sync::Arc;
+
+/// Bytes reserved for an answer up front: a page of ten messages fits without regrowing.
+const RESPONSE_CAPACITY: usize = 4096;
+
+type Mount = Arc<dyn Fn() -> actix_web::Route + Send + Sync>;
+
+/// Who a REST face's caller is: how it reads the caller from a request, and its name in the
+/// metrics.
+#[derive(Clone, Copy)]
+pub struct Face {
+    pub name: &'static str,
+    pub caller: fn(&HttpRequest) -> Caller,
+}
+
+/// One REST route of the table.
+pub struct Endpoint {
+    pub method: Method,
+    pub path: &'static str,
+    /// The status of a successful answer.
+    pub status: StatusCode,
+    /// The operation's name and description.
+    pub name: &'static str,
+    /// The OpenAPI `operationId` when it is not derived from the name and method.
+    pub operation_id: Option<&'static str>,
+    pub description: &'static str,
+    /// Schemas of the operation's request and of this route's answer.
+    pub request: fn(&mut SchemaGenerator) -> Schema,
+    pub response: fn(&mut SchemaGenerator) -> Schema,
+    mount: Mount,
+}
+
+fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
+    g.subschema_for::<T>()
+}
+
+/// A route of any face: its caller, an explicit `operationId` if it has one, and the
+/// projection of the operation's answer.
+pub fn route<O, P>(
+    face: Face,
+    operation_id: Option<&'static str>,
+    method: Method,
+    path: &'static str,
+    status: StatusCode,
+    project: fn(O::Response) -> P,
+) -> Endpoint
+where
+    O: Operation,
+    P: Serialize + JsonSchema + 'static,
+{
+    let m = method.clone();
+    Endpoint {
+        method,
+        path,
+        status,
+        name: O::NAME,
+        operation_id,
+        description: O::DESCRIPTION,
+        request: schema::<O::Request>,
+        response: schema::<P>,
+        mount: Arc::new(move || {
+            let route = web::route().method(m.clone());
+            if m == Method::POST {
+                route.to(
+                    move |req: HttpRequest, body: web::Payload, cx: web::Data<Ctx>| async move {
+                        let request = posted::<O::Request>(&req, body)
+                            .await
+                            .inspect_err(|e| crate::ops::counted(face.name, O::NAME, e.code))?;
+                        answer::<O, P>(face, &req, &cx, request, project, status).await
+                    },
+                )
+            } else {
+                route.to(move |req: HttpRequest, cx: web::Data<Ctx>| async move {
+                    let request = from_query::<O::Request>(&req)
+                        .inspect_err(|e| crate::ops::counted(face.name, O::NAME, e.code))?;
+                    answer::<O, P>(face, &req, &cx, request, project, status).await
+                })
+            }
+        }),
+    }
+}
+
+/// Mounts a route table.
+pub fn mount(cfg: &mut web::ServiceConfig, table: &'static [Endpoint]) {
+    let mut paths: Vec<&'static str> = Vec::new();
+    for e in table.iter() {
+        if !paths.contains(&e.path) {
+            paths.push(e.path);
+        }
+    }
+    for path in paths {
+        let methods: Vec<Method> = table
+            .iter()
+            .filter(|e| e.path == path)
+            .map(|e| e.method.clone())
+            .collect();
+        let r = table
+            .iter()
+            .filter(|e| e.path == path)
+            .fold(resource(path, &methods), |r, e| r.route((e.mount)()));
+        cfg.service(r);
+    }
+}
+
+/// A path whose other methods are a JSON 405.
+pub fn resource(path: &str, methods: &[Method]) -> actix_web::Resource {
+    let allow: String = methods.iter().map(Method::as_str).collect::<Vec<_>>().join(", ");
+    web::resource(path).default_service(web::route().to(move |req: HttpRequest| {
+        let allow = allow.clone();
+        async move { error::method_not_allowed(&req, &allow) }
+    }))
+}
+
+/// A POST's request: a JSON object body (none is `{}`) with the path parameters set.
+async fn posted<T: DeserializeOwned>(req: &HttpRequest, body: web::Payload) -> Result<T, ApiError> {
+    // A JSON body says so: a form or text/plain POST is what a web page can send cross-site
+    // without asking first.
+    let json = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|m| m.trim().to_ascii_lowercase())
+        .is_some_and(|m| m == "application/json" || m.ends_with("+json"));
+    let body = read_body(body, limit_of(req)).await?;
+    if !json && !body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as JSON with Content-Type: application/json",
+        ));
+    }
+    from_body(req, body)
+}
+
+/// Runs the operation and writes its (projected) answer. A combinator for the same reason
+/// as [`crate::ops::call`]: a parked long-poll holds only the operation's future.
+fn answer<'a, O, P>(
+    face: Face,
+    req: &HttpRequest,
+    cx: &'a Ctx,
+    request: O::Request,
+    project: fn(O::Response) -> P,
+    status: StatusCode,
+) -> impl Future<Output = Result<HttpResponse, ApiError>> + 'a
+where
+    O: Operation,
+    P: Serialize + 'a,
+{
+    crate::ops::call::<O>(face.name, cx, (face.caller)(req), request).map(move |answer| {
+        let answer = answer?;
+        let mut json = Vec::with_capacity(RESPONSE_CAPACITY);
+        serde_json::to_writer(&mut json, &project(answer))
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+        Ok(HttpResponse::build(status).content_type("application/json").body(json))
+    })
+}
+
+fn limit_of(req: &HttpRequest) -> usize {
+    req.app_data::<web::Data<BodyLimit>>().map_or(1 << 20, |l| l.0)
+}
+
+/// Reads a body of at most `limit` bytes, or answers 413.
+async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::BytesMut, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("request body is larger than {limit} bytes"),
+        )
+    };
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("unreadable body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A POST's request: its JSON object body (none is `{}`) with the path parameters set.
+fn from_body<T: DeserializeOwned>(req: &HttpRequest, body: web::BytesMut) -> Result<T, ApiError> {
+    let mut value = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Object(Default::default())
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?
+    };
+    let serde_json::Value::Object(fields) = &mut value else {
+        return Err(ApiError::bad_request("invalid fields: the body must be a JSON object"));
+    };
+    for (name, v) in req.match_info().iter() {
+        fields.insert(name.to_owned(), serde_json::Value::String(v.to_owned()));
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| invalid("invalid fields", e.path().to_string(), e.into_inner()))
+}
+
+/// A GET's or DELETE's request: the path parameters and the query string, read in one pass
+/// (the transport's own parameters, a token or a session, are fields no request has).
+fn from_query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+    let mut encoded = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in req.match_info().iter() {
+        encoded.append_pair(name, value);
+    }
+    let mut encoded = encoded.finish();
+    let query = req.query_string();
+    if !query.is_empty() {
+        if !encoded.is_empty() {
+            encoded.push('&');
+        }
+        encoded.push_str(query);
+    }
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(encoded.as_bytes()));
+    serde_path_to_error::deserialize(de)
+        .map_err(|e| invalid("invalid query string", e.path().to_string(), e.into_inner()))
+}
+
+fn invalid(what: &str, path: String, e: impl std::fmt::Display) -> ApiError {
+    if path == "." || path.is_empty() {
+        ApiError::bad_request(format!("{what}: {e}"))
+    } else {
+        ApiError::bad_request(format!("{what}: `{path}`: {e}"))
+    }
+}
