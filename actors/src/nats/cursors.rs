@@ -3,7 +3,7 @@
 //! only moves forward (compare-and-set keeps the larger); every node mirrors the bucket.
 
 use super::kv::{hex, unhex, Bucket, Change};
-use super::CAS_ATTEMPTS;
+use super::{after_lost_race, CAS_ATTEMPTS};
 use crate::cluster::{Claim, CursorChange};
 use crate::error::RelayError;
 use crosstalk_schema::ChannelName;
@@ -27,7 +27,7 @@ impl SharedCursors {
     /// Moves `who`'s cursor on `channel` to `id` unless it is already there or beyond.
     pub async fn advance(&self, who: &str, channel: &ChannelName, id: u64) -> Result<(), RelayError> {
         let key = key(who, channel);
-        for _ in 0..CAS_ATTEMPTS {
+        for attempt in 0..CAS_ATTEMPTS {
             let current = self.bucket.entry(&key).await?.filter(|s| s.value.is_some());
             if let Some(at) = current.as_ref().and_then(|s| s.value) {
                 if at >= id && at != 0 {
@@ -38,6 +38,7 @@ impl SharedCursors {
             if self.bucket.compare_and_set(&key, revision, &id).await? {
                 return Ok(());
             }
+            after_lost_race(attempt).await;
         }
         Err(contended(who, channel))
     }
@@ -49,7 +50,7 @@ impl SharedCursors {
     /// hand out one message twice.
     pub async fn claim(&self, who: &str, channel: &ChannelName, from: u64, to: u64) -> Result<Claim, RelayError> {
         let key = key(who, channel);
-        for _ in 0..CAS_ATTEMPTS {
+        for attempt in 0..CAS_ATTEMPTS {
             let (at, revision) = match self.bucket.entry(&key).await? {
                 Some(stored) => match stored.value {
                     Some(at) => (at, Some(stored.revision)),
@@ -64,6 +65,7 @@ impl SharedCursors {
             if self.bucket.compare_and_set(&key, revision, &to).await? {
                 return Ok(Claim::Moved);
             }
+            after_lost_race(attempt).await;
         }
         Err(contended(who, channel))
     }

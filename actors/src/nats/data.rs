@@ -5,7 +5,7 @@
 //! ownership rules as on a relay of its own ([`crate::shared`]).
 
 use super::kv::{hex, Bucket, Coded};
-use super::CAS_ATTEMPTS;
+use super::{after_lost_race, CAS_ATTEMPTS};
 use crate::error::RelayError;
 use crate::shared::{self, Share, SharedDataStore, SharedSummary};
 use crosstalk_schema::SharedData;
@@ -29,7 +29,7 @@ impl SharedBuckets {
         key: &str,
         change: impl Fn(Option<SharedData>) -> Result<SharedData, RelayError>,
     ) -> Result<SharedData, RelayError> {
-        for _ in 0..CAS_ATTEMPTS {
+        for attempt in 0..CAS_ATTEMPTS {
             let (current, revision) = match self.current.entry(&hex(key)).await? {
                 Some(stored) => {
                     let revision = stored.value.as_ref().map(|_| stored.revision);
@@ -44,6 +44,7 @@ impl SharedBuckets {
                     .await?;
                 return Ok(next);
             }
+            after_lost_race(attempt).await;
         }
         Err(RelayError::Conflict(format!(
             "shared data {key:?} is being changed by others; try again"

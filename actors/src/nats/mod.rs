@@ -37,6 +37,15 @@ use std::time::Duration;
 
 /// Compare-and-set attempts before a change of shared state is refused as contended.
 const CAS_ATTEMPTS: usize = 16;
+
+/// After a compare-and-set lost to another writer: a pause before reading the entry again,
+/// growing with each loss (1, 2, 4 … ms, at most 32). A bucket's read may be answered by a
+/// replica that has not yet applied the write that won (direct get), and read again at once
+/// it showed the same stale revision attempt after attempt, until a busy inbox was refused as
+/// contended (seen in tests/nats.rs, the inbox drained on two nodes at once).
+async fn after_lost_race(attempt: usize) {
+    tokio::time::sleep(Duration::from_millis(1 << attempt.min(5))).await;
+}
 /// How long start-up waits for a server, the stream and the buckets (a new cluster elects its
 /// leaders first; on a small machine, with several nodes starting at once, that takes a while).
 const STREAM_READY_TIMEOUT: Duration = Duration::from_secs(60);

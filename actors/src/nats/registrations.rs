@@ -4,7 +4,7 @@
 //! publishes, every few seconds, when it last heard from the identities bound on it.
 
 use super::kv::{hex, Bucket, Coded};
-use super::CAS_ATTEMPTS;
+use super::{after_lost_race, CAS_ATTEMPTS};
 use crate::cluster::Registration;
 use crate::error::RelayError;
 use crosstalk_schema::Timestamp;
@@ -27,7 +27,7 @@ impl Registrations {
     /// first registration time is the cluster's).
     pub async fn claim(&self, mut reg: Registration, ttl: Duration) -> Result<Registration, RelayError> {
         let id = reg.instance.instance_id.clone();
-        for _ in 0..CAS_ATTEMPTS {
+        for attempt in 0..CAS_ATTEMPTS {
             let current = self.bucket.entry(&hex(&id)).await?;
             let revision = current.as_ref().and_then(|s| s.value.as_ref().map(|_| s.revision));
             if let Some(held) = current.and_then(|s| s.value) {
@@ -43,6 +43,7 @@ impl Registrations {
             if self.bucket.compare_and_set(&hex(&id), revision, &reg).await? {
                 return Ok(reg);
             }
+            after_lost_race(attempt).await;
         }
         Err(RelayError::Conflict(format!(
             "instance id {id:?} is being registered elsewhere; try again"
@@ -52,7 +53,7 @@ impl Registrations {
     /// Records that `id`, bound to `session`, was heard from at `seen` (or signed off), if it
     /// is still bound to that session and the cluster has nothing newer.
     pub async fn heard(&self, id: &str, session: &str, seen: i64) -> Result<(), RelayError> {
-        for _ in 0..CAS_ATTEMPTS {
+        for attempt in 0..CAS_ATTEMPTS {
             let Some(stored) = self.bucket.entry(&hex(id)).await? else {
                 return Ok(());
             };
@@ -70,6 +71,7 @@ impl Registrations {
             {
                 return Ok(());
             }
+            after_lost_race(attempt).await;
         }
         Ok(())
     }
