@@ -1,10 +1,10 @@
 //! Channels: list, create, find, who is on one, and message search across them.
 
 use super::messages::MessageList;
-use super::{channel, Caller, Ctx, OpError, Operation};
+use super::{Caller, Ctx, Limit, OpError, Operation};
 use crosstalk_actors::search::Query;
 use crosstalk_actors::{ChannelInfo, Participant};
-use crosstalk_schema::ChannelSummary;
+use crosstalk_schema::{ChannelName, ChannelSummary};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -18,11 +18,9 @@ pub struct NoArgs {}
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct ListRequest {
     /// Page size (default: all).
-    #[schemars(range(min = 1, max = 10000))]
-    pub limit: Option<usize>,
+    pub limit: Option<Limit>,
     /// Start after this channel.
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub after: Option<String>,
+    pub after: Option<ChannelName>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -43,8 +41,7 @@ impl Operation for ListChannels {
 
     async fn run(cx: &Ctx, _: Caller, r: ListRequest) -> Result<ChannelList, OpError> {
         let mut channels = cx.relay.list_channels()?;
-        if let Some(after) = r.after.as_deref() {
-            let after = channel(after)?;
+        if let Some(after) = r.after {
             match channels.iter().position(|c| c.channel == after.as_str()) {
                 Some(at) => {
                     channels.drain(..=at);
@@ -52,7 +49,7 @@ impl Operation for ListChannels {
                 None => return Err(OpError::not_found(format!("no channel {after} to page after"))),
             }
         }
-        channels.truncate(super::limit(r.limit, usize::MAX)?);
+        channels.truncate(Limit::or(r.limit, usize::MAX));
         Ok(ChannelList { channels })
     }
 }
@@ -61,8 +58,7 @@ impl Operation for ListChannels {
 pub struct CreateRequest {
     /// Channel name.
     #[serde(alias = "channel")]
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub name: String,
+    pub name: ChannelName,
     /// What the channel is for.
     #[serde(default)]
     pub description: String,
@@ -78,8 +74,7 @@ impl Operation for CreateChannel {
     type Response = ChannelInfo;
 
     async fn run(cx: &Ctx, _: Caller, r: CreateRequest) -> Result<ChannelInfo, OpError> {
-        let name = channel(&r.name)?;
-        Ok(cx.relay.create_channel(&name, &r.description).await?)
+        Ok(cx.relay.create_channel(&r.name, &r.description).await?)
     }
 }
 
@@ -113,14 +108,12 @@ impl Operation for FindChannel {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ChannelRequest {
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Present {
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
     pub participants: Vec<Participant>,
 }
 
@@ -134,10 +127,9 @@ impl Operation for Presence {
     type Response = Present;
 
     async fn run(cx: &Ctx, _: Caller, r: ChannelRequest) -> Result<Present, OpError> {
-        let name = channel(&r.channel)?;
         Ok(Present {
-            participants: cx.relay.presence(&name).await?,
-            channel: name.to_string(),
+            participants: cx.relay.presence(&r.channel).await?,
+            channel: r.channel,
         })
     }
 }
@@ -147,14 +139,12 @@ pub struct SearchRequest {
     /// Words that must all appear (case-insensitive).
     #[serde(alias = "q")]
     pub query: String,
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: Option<String>,
+    pub channel: Option<ChannelName>,
     pub sender: Option<String>,
     #[serde(rename = "type")]
     pub kind: Option<String>,
     /// Default 20.
-    #[schemars(range(min = 1, max = 10000))]
-    pub limit: Option<usize>,
+    pub limit: Option<Limit>,
 }
 
 pub struct Search;
@@ -172,10 +162,10 @@ impl Operation for Search {
             .relay
             .search(Query {
                 text: r.query,
-                channel: r.channel.as_deref().map(channel).transpose()?,
+                channel: r.channel,
                 sender: r.sender,
                 kind: r.kind,
-                limit: super::limit(r.limit, DEFAULT_SEARCH_LIMIT)?,
+                limit: Limit::or(r.limit, DEFAULT_SEARCH_LIMIT),
             })
             .await?;
         Ok(MessageList { messages })
