@@ -167,11 +167,7 @@ impl Ctx {
     /// Holds one of the caller's waits or streams open, or refuses (429) when the principal
     /// already holds its maximum: one client cannot tie up the relay's connections.
     pub fn hold(&self, principal: &Principal) -> Result<Held, OpError> {
-        let key = match principal {
-            Principal::Anyone => "\0anyone".to_owned(),
-            Principal::Shared => "\0shared".to_owned(),
-            Principal::Participant(id) => id.clone(),
-        };
+        let key = principal.key().to_owned();
         let mut held = self.held.lock();
         let n = held.entry(key.clone()).or_insert(0);
         if *n >= self.max_held {
@@ -234,6 +230,26 @@ pub enum Principal {
     Shared,
     /// A participant token: may act only as this identity.
     Participant(String),
+}
+
+impl Principal {
+    /// What its waits, streams and requests are counted under: the participant's identity,
+    /// or for the others a name that starts with NUL, which no identity has.
+    pub fn key(&self) -> &str {
+        match self {
+            Principal::Anyone => "\0anyone",
+            Principal::Shared => "\0shared",
+            Principal::Participant(id) => id,
+        }
+    }
+
+    /// Who it is, in words: the participant's identity, `shared` or `anyone`.
+    pub fn name(&self) -> &str {
+        match self {
+            Principal::Participant(id) => id,
+            other => &other.key()[1..],
+        }
+    }
 }
 
 /// What a face may choose about paging and blocking: a model pays for every message it
