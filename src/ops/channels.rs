@@ -1,6 +1,7 @@
-//! Channels: list, create, find, who is on one, and message search across them.
+//! Channels: list, create, find, who is on one, one at a glance, and message search across
+//! them.
 
-use super::messages::MessageList;
+use super::messages::{MessageList, Messages};
 use super::{Caller, Ctx, Limit, OpError, Operation};
 use crosstalk_actors::search::Query;
 use crosstalk_actors::{ChannelInfo, Participant};
@@ -130,6 +131,48 @@ impl Operation for Presence {
         Ok(Present {
             participants: cx.relay.presence(&r.channel).await?,
             channel: r.channel,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GlanceRequest {
+    pub channel: ChannelName,
+    /// How many of the newest messages (default: the face's page size).
+    pub limit: Option<Limit>,
+}
+
+/// A channel at a glance: its newest messages and who is on it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Glance {
+    pub channel: ChannelName,
+    /// The newest message's id; 0 when there is none.
+    pub last_id: u64,
+    /// The newest `limit`, oldest first.
+    pub messages: Messages,
+    pub participants: Vec<Participant>,
+}
+
+/// What MCP's channel resource (`crosstalk://channels/{name}`) reads. Like every read it
+/// neither creates nor starts an unknown channel (that reads as empty), and it moves no read
+/// cursor: a resource is looked at, not consumed.
+pub struct GlanceAt;
+
+impl Operation for GlanceAt {
+    const NAME: &'static str = "read_channel";
+    const DESCRIPTION: &'static str = "A channel's newest messages, oldest first, and who is on it; moves no \
+        read cursor.";
+    const READ_ONLY: bool = true;
+    type Request = GlanceRequest;
+    type Response = Glance;
+
+    async fn run(cx: &Ctx, caller: Caller, r: GlanceRequest) -> Result<Glance, OpError> {
+        let messages = cx.relay.newest(&r.channel, caller.limit(r.limit), None).await?;
+        Ok(Glance {
+            last_id: messages.last().map_or(0, |p| p.id()),
+            participants: cx.relay.presence(&r.channel).await?,
+            channel: r.channel,
+            messages,
         })
     }
 }
