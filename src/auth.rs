@@ -80,28 +80,11 @@ fn token_of(req: &ServiceRequest) -> Option<String> {
     }
     // EventSource cannot send headers: `?token=` (crosstalk-mcp's page sends `?relay_token=`)
     // is accepted on the SSE stream route only.
-    if is_sse_stream(req.path()) {
+    if crate::http::is_sse_stream(req.path()) {
         let q = web::Query::<HashMap<String, String>>::from_query(req.query_string()).ok()?;
         return q.get("token").or_else(|| q.get("relay_token")).cloned();
     }
     None
-}
-
-/// `/api/channels/{channel}/stream`, and nothing else.
-fn is_sse_stream(path: &str) -> bool {
-    path.strip_prefix("/api/channels/")
-        .and_then(|rest| rest.strip_suffix("/stream"))
-        .is_some_and(|channel| !channel.is_empty() && !channel.contains('/'))
-}
-
-/// Where an MCP client looks for OAuth (RFC 9728 / RFC 8414 metadata, dynamic client
-/// registration). The relay has no OAuth: these answer 404 with or without a token, which the
-/// MCP authorization spec reads as "no authorization server", rather than a 401 that sends a
-/// client such as mcp-remote into a registration it cannot complete.
-fn oauth_discovery(path: &str) -> bool {
-    path.starts_with("/.well-known/oauth-")
-        || path.starts_with("/.well-known/openid-configuration")
-        || path == "/register"
 }
 
 /// Who the request is (from its token), or the 401 to answer. Called by the one middleware
@@ -110,7 +93,7 @@ pub fn authenticate(req: &ServiceRequest) -> Result<Principal, Box<actix_web::Ht
     let Some(auth) = req.app_data::<web::Data<Auth>>() else {
         return Ok(Principal::Anyone);
     };
-    if !auth.enabled() || crate::http::is_open(req.path()) || oauth_discovery(req.path()) {
+    if !auth.enabled() || crate::http::is_open(req.path()) {
         return Ok(Principal::Anyone);
     }
     match token_of(req).and_then(|t| auth.resolve(&t)) {
@@ -144,18 +127,5 @@ mod tests {
         assert_eq!(a.resolve(""), None);
         assert!(Auth::new(None, Some("nocolon")).is_err());
         assert!(!Auth::new(Some(" ".into()), None).unwrap().enabled());
-    }
-
-    #[test]
-    fn query_tokens_only_on_the_sse_route() {
-        assert!(is_sse_stream("/api/channels/dev/stream"));
-        for other in [
-            "/api/data/stream",
-            "/api/channels//stream",
-            "/api/channels/a/b/stream",
-            "/stream",
-        ] {
-            assert!(!is_sse_stream(other), "{other}");
-        }
     }
 }

@@ -11,7 +11,7 @@
 use crate::http::routes::{mount, resource, route, Endpoint, Face};
 use crate::http::{caller, CC_HEALTH_PATH};
 use crate::ops::cross_claude as ops;
-use crate::ops::{channels, identity, shared, Caller, Principal};
+use crate::ops::{channels, identity, shared, Caller};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest};
 use serde_json::{json, Map, Value};
@@ -25,12 +25,7 @@ pub const MCP_PATH: &str = "/cc/mcp";
 fn cc_caller(req: &HttpRequest) -> Caller {
     let mut c = caller(req, None);
     if c.session.is_none() {
-        let who = match &c.principal {
-            Principal::Anyone => "anyone",
-            Principal::Shared => "shared",
-            Principal::Participant(id) => id.as_str(),
-        };
-        c.session = Some(format!("cc-rest:{who}"));
+        c.session = Some(format!("cc-rest:{}", c.principal.name()));
     }
     c
 }

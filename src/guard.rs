@@ -8,12 +8,14 @@
 //! - **Browser headers**: `X-Content-Type-Options: nosniff` everywhere, `Cache-Control:
 //!   no-store` on API answers.
 //! - **Tokens** ([`crate::auth::authenticate`]): the principal, or a 401.
-//! - **Slow bodies**: a request body must arrive within [`BODY_TIMEOUT`] (408 otherwise) and
-//!   within the size limit (413), before any handler runs.
+//! - **Bodies**: a request body must arrive within [`BODY_TIMEOUT`] (408 otherwise) and
+//!   within the size limit (413), before any handler runs; it is read here only, and handed on
+//!   as [`crate::http::Body`].
 //! - **Compact request heads** ([`compact_headers`]): a parked wait holds its request for
 //!   minutes, so its header map should cost what its headers need.
 
 use crate::error::ApiError;
+use crate::http::{is_sse_stream, Body};
 use crate::ops::Principal;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
@@ -208,11 +210,7 @@ pub async fn guard(
         }
     };
     // Per token; without tokens the relay serves loopback only, and is not limited.
-    let key = match &principal {
-        Principal::Anyone => None,
-        Principal::Shared => Some("\0shared"),
-        Principal::Participant(id) => Some(id.as_str()),
-    };
+    let key = (principal != Principal::Anyone).then(|| principal.key());
     if let (Some(key), Some(limiter)) = (key, req.app_data::<web::Data<RateLimiter>>()) {
         if let Err(wait) = limiter.check(key, policy.rate) {
             rejected("rate_limited");
@@ -234,13 +232,17 @@ pub async fn guard(
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     ) {
         match read_body(req.take_payload(), policy.max_body).await {
-            Ok(body) => req.set_payload(Payload::from(body)),
+            Ok(body) => {
+                // Read once, here: handlers take it (`http::Body`), libraries read the payload.
+                req.set_payload(Payload::from(body.clone()));
+                req.extensions_mut().insert(Body(body));
+            }
             Err((status, code, message)) => {
                 return Ok(refuse(req, code, status, code, message).map_into_right_body());
             }
         }
     }
-    let sse = req.path().ends_with("/stream");
+    let sse = is_sse_stream(req.path());
     let mut res = next.call(req).await?;
     let headers = res.headers_mut();
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));

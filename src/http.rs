@@ -1,11 +1,13 @@
 //! What the HTTP faces and the middleware share: who a request's caller is (the auth
-//! middleware's principal and the session header), the REST faces' policy and body limit, the
-//! transport routes' paths, the paths open without a token, `/healthz`, and the REST route
-//! tables' machinery ([`routes`]).
+//! middleware's principal and the session header), the request body the guard read, the REST
+//! faces' policy, the transport routes' paths, the paths open without a token and the SSE
+//! route's test, `/healthz`, and the REST route tables' machinery ([`routes`]).
 
 pub mod routes;
 
+use crate::error::ApiError;
 use crate::ops::{Caller, Ctx, FacePolicy, Principal};
+use actix_web::http::StatusCode;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use std::time::Duration;
 
@@ -27,9 +29,25 @@ impl RestPolicy {
     }
 }
 
-/// Largest JSON body a route reads; set from the configuration.
-#[derive(Debug, Clone, Copy)]
-pub struct BodyLimit(pub usize);
+/// A request's body, read whole by the guard (`crate::guard`) within the time and size limits
+/// before any handler runs: the one place a body is read and measured. The guard also puts it
+/// back as the payload, for the libraries that read that (rmcp).
+#[derive(Debug, Clone)]
+pub struct Body(pub web::Bytes);
+
+impl Body {
+    /// Takes the body the guard read (each handler reads its request's body once).
+    pub fn take(req: &HttpRequest) -> Result<web::Bytes, ApiError> {
+        req.extensions_mut().remove::<Body>().map(|b| b.0).ok_or_else(|| {
+            // Every route is behind the guard (`crate::server`): this is a wiring mistake.
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the request body was not read",
+            )
+        })
+    }
+}
 
 /// Routes that are transport, not operations (documented by hand in the OpenAPI document).
 pub const STREAM_PATH: &str = "/api/channels/{channel}/stream";
@@ -53,9 +71,29 @@ pub mod console {
     pub const PATHS: [&str; 5] = [ROOT, PAGE, PAGE_SLASH, SCRIPT, STYLE];
 }
 
-/// The paths served without a token: the health checks and the console's files.
+/// The paths served without a token: the health checks, the console's files, and where an
+/// MCP client looks for OAuth.
 pub fn is_open(path: &str) -> bool {
-    HEALTH_PATHS.contains(&path) || console::PATHS.contains(&path)
+    HEALTH_PATHS.contains(&path) || console::PATHS.contains(&path) || oauth_discovery(path)
+}
+
+/// Where an MCP client looks for OAuth (RFC 9728 / RFC 8414 metadata, dynamic client
+/// registration). The relay has no OAuth: these answer 404 with or without a token, which the
+/// MCP authorization spec reads as "no authorization server", rather than a 401 that sends a
+/// client such as mcp-remote into a registration it cannot complete.
+fn oauth_discovery(path: &str) -> bool {
+    path.starts_with("/.well-known/oauth-")
+        || path.starts_with("/.well-known/openid-configuration")
+        || path == "/register"
+}
+
+/// [`STREAM_PATH`], `/api/channels/{channel}/stream`, and nothing else: where EventSource
+/// clients, which cannot send headers, may send their token in the query, and whose answers
+/// set their own caching headers.
+pub fn is_sse_stream(path: &str) -> bool {
+    path.strip_prefix("/api/channels/")
+        .and_then(|rest| rest.strip_suffix("/stream"))
+        .is_some_and(|channel| !channel.is_empty() && !channel.contains('/'))
 }
 
 /// A health check's path.
@@ -105,4 +143,23 @@ pub async fn healthz(cx: web::Data<Ctx>) -> HttpResponse {
         "ok"
     };
     HttpResponse::Ok().json(serde_json::json!({ "status": status, "streams": streams, "waits": waits }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_sse_route_is_the_sse_route() {
+        assert!(is_sse_stream("/api/channels/dev/stream"));
+        for other in [
+            "/api/data/stream",
+            "/api/channels//stream",
+            "/api/channels/a/b/stream",
+            "/cc/api/messages/stream",
+            "/stream",
+        ] {
+            assert!(!is_sse_stream(other), "{other}");
+        }
+    }
 }

@@ -18,7 +18,7 @@ pub mod schema;
 pub mod sessions;
 pub mod tools;
 
-use crate::ops::{Ctx, Principal};
+use crate::ops::{Caller, Ctx, Principal};
 use parking_lot::Mutex;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse, Implementation,
@@ -140,6 +140,17 @@ pub struct CrosstalkMcp {
 }
 
 impl CrosstalkMcp {
+    /// The caller of a request other than a tool call (a resource read), as a tool call's
+    /// ([`tools::Cx`]) is built: the same principal, session, bound identity and policy.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
+        Caller {
+            principal: principal(context),
+            session: session(context),
+            bound: self.bound.lock().clone(),
+            policy: tools::policy(self.wait_cap),
+        }
+    }
+
     pub fn new(ctx: Ctx, wait_cap: Duration, face: Face) -> Self {
         CrosstalkMcp {
             face,
@@ -157,6 +168,20 @@ fn header(context: &RequestContext<RoleServer>, name: &str) -> Option<String> {
     let parts = context.extensions.get::<http::request::Parts>()?;
     let v = parts.headers.get(name)?.to_str().ok()?.trim();
     (!v.is_empty()).then(|| v.to_owned())
+}
+
+/// The crosstalk session token if the client sends one (stateless clients), else the MCP
+/// session: what an identity registered here is bound to.
+fn session(context: &RequestContext<RoleServer>) -> Option<String> {
+    header(context, crate::http::SESSION_HEADER).or_else(|| header(context, "mcp-session-id"))
+}
+
+/// Who the request's token is: the auth middleware's verdict, carried through rmcp.
+fn principal(context: &RequestContext<RoleServer>) -> Principal {
+    rmcp_actix_web::transport::on_request_extensions(&context.extensions)
+        .and_then(|e| e.get::<Principal>())
+        .cloned()
+        .unwrap_or(Principal::Anyone)
 }
 
 /// What the server tells every client at connection time.
@@ -207,13 +232,8 @@ impl ServerHandler for CrosstalkMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let cx = tools::Cx {
-            // The crosstalk session token if the client sends one (stateless clients),
-            // else the MCP session: what an identity registered here is bound to.
-            session: header(&context, crate::http::SESSION_HEADER).or_else(|| header(&context, "mcp-session-id")),
-            principal: rmcp_actix_web::transport::on_request_extensions(&context.extensions)
-                .and_then(|e| e.get::<Principal>())
-                .cloned()
-                .unwrap_or(Principal::Anyone),
+            session: session(&context),
+            principal: principal(&context),
             bound: self.bound.clone(),
             ctx: self.ctx.clone(),
             wait_cap: self.wait_cap,
@@ -231,9 +251,9 @@ impl ServerHandler for CrosstalkMcp {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        resources::list(&self.ctx.relay)
+        resources::list(&self.ctx, self.caller(&context), self.face.label()).await
     }
 
     async fn list_resource_templates(
@@ -247,9 +267,11 @@ impl ServerHandler for CrosstalkMcp {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        resources::read(&self.ctx.relay, &request.uri).await.map(Into::into)
+        resources::read(&self.ctx, self.caller(&context), self.face.label(), &request.uri)
+            .await
+            .map(Into::into)
     }
 
     #[allow(deprecated)] // the 2025-11-25 way; 2026-07-28 clients use `listen` below

@@ -25,9 +25,10 @@ pub mod shared;
 use crosstalk_actors::{RelayError, StoreError};
 use crosstalk_schema::{ChannelName, InvalidInput};
 use futures_util::FutureExt;
-use schemars::JsonSchema;
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,8 +36,58 @@ use std::time::Duration;
 
 pub use crosstalk_actors::Relay;
 
-/// Largest `limit` a client may ask for on any listing.
-pub const MAX_LIMIT: usize = 10_000;
+/// A listing's `limit` as a request names it: 1 to [`Limit::MAX`], checked when the request
+/// is deserialized, and its JSON Schema gives the bounds. A request that names none gets its
+/// face's default ([`Caller::limit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit(usize);
+
+impl Limit {
+    /// Largest `limit` a client may ask for on any listing.
+    pub const MAX: usize = 10_000;
+
+    pub fn new(n: usize) -> Result<Limit, OpError> {
+        if (1..=Limit::MAX).contains(&n) {
+            Ok(Limit(n))
+        } else {
+            Err(OpError::invalid(format!(
+                "limit {n} is out of range: use 1 to {}",
+                Limit::MAX
+            )))
+        }
+    }
+
+    pub fn get(self) -> usize {
+        self.0
+    }
+
+    /// The `limit` asked for, or `default` when none was.
+    pub fn or(requested: Option<Limit>, default: usize) -> usize {
+        requested.map_or(default, Limit::get)
+    }
+}
+
+impl<'de> Deserialize<'de> for Limit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Limit::new(usize::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for Limit {
+    /// Inline, as the `usize` it replaces: a field keeps its own description, and an
+    /// `Option` of it is `["integer", "null"]`.
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Limit".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "integer", "format": "uint", "minimum": 1, "maximum": Limit::MAX })
+    }
+}
 
 /// One capability of the relay, described once for every face.
 pub trait Operation: 'static {
@@ -116,11 +167,7 @@ impl Ctx {
     /// Holds one of the caller's waits or streams open, or refuses (429) when the principal
     /// already holds its maximum: one client cannot tie up the relay's connections.
     pub fn hold(&self, principal: &Principal) -> Result<Held, OpError> {
-        let key = match principal {
-            Principal::Anyone => "\0anyone".to_owned(),
-            Principal::Shared => "\0shared".to_owned(),
-            Principal::Participant(id) => id.clone(),
-        };
+        let key = principal.key().to_owned();
         let mut held = self.held.lock();
         let n = held.entry(key.clone()).or_insert(0);
         if *n >= self.max_held {
@@ -183,6 +230,26 @@ pub enum Principal {
     Shared,
     /// A participant token: may act only as this identity.
     Participant(String),
+}
+
+impl Principal {
+    /// What its waits, streams and requests are counted under: the participant's identity,
+    /// or for the others a name that starts with NUL, which no identity has.
+    pub fn key(&self) -> &str {
+        match self {
+            Principal::Anyone => "\0anyone",
+            Principal::Shared => "\0shared",
+            Principal::Participant(id) => id,
+        }
+    }
+
+    /// Who it is, in words: the participant's identity, `shared` or `anyone`.
+    pub fn name(&self) -> &str {
+        match self {
+            Principal::Participant(id) => id,
+            other => &other.key()[1..],
+        }
+    }
 }
 
 /// What a face may choose about paging and blocking: a model pays for every message it
@@ -275,9 +342,9 @@ impl Caller {
         }
     }
 
-    /// A listing's `limit`, checked, or the face's default.
-    pub fn limit(&self, requested: Option<usize>) -> Result<usize, OpError> {
-        limit(requested, self.policy.default_limit)
+    /// A listing's `limit`, or the face's default.
+    pub fn limit(&self, requested: Option<Limit>) -> usize {
+        Limit::or(requested, self.policy.default_limit)
     }
 
     /// A blocking call's `timeout_s`, checked and capped to what the face allows.
@@ -293,18 +360,7 @@ impl Caller {
     }
 }
 
-/// A `limit`: 1 to [`MAX_LIMIT`], or `default` when absent.
-pub fn limit(requested: Option<usize>, default: usize) -> Result<usize, OpError> {
-    match requested {
-        None => Ok(default),
-        Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
-        Some(n) => Err(OpError::invalid(format!(
-            "limit {n} is out of range: use 1 to {MAX_LIMIT}"
-        ))),
-    }
-}
-
-/// A channel name from a request.
+/// A channel name from a request that is not deserialized (a path, a URI).
 pub fn channel(raw: &str) -> Result<ChannelName, OpError> {
     Ok(ChannelName::parse(raw)?)
 }
@@ -454,7 +510,7 @@ mod tests {
             },
         };
         let request = messages::WaitRequest {
-            channel: "parked".into(),
+            channel: channel("parked").unwrap(),
             since_id: 0,
             limit: None,
             timeout_s: Some(1.0),
@@ -472,12 +528,15 @@ mod tests {
     }
 
     #[test]
-    fn limits_are_checked_once() {
-        assert_eq!(limit(None, 100), Ok(100));
-        assert_eq!(limit(Some(1), 100), Ok(1));
-        assert_eq!(limit(Some(MAX_LIMIT), 100), Ok(MAX_LIMIT));
-        for bad in [0, MAX_LIMIT + 1] {
-            assert_eq!(limit(Some(bad), 100).unwrap_err().kind, ErrorKind::Invalid);
+    fn limits_are_checked_when_deserialized() {
+        let limit = |json: &str| serde_json::from_str::<Option<Limit>>(json).map(|l| Limit::or(l, 100));
+        assert_eq!(limit("null").unwrap(), 100);
+        assert_eq!(limit("1").unwrap(), 1);
+        assert_eq!(limit(&Limit::MAX.to_string()).unwrap(), Limit::MAX);
+        for bad in [0, Limit::MAX + 1] {
+            let e = limit(&bad.to_string()).unwrap_err().to_string();
+            assert!(e.contains(&format!("out of range: use 1 to {}", Limit::MAX)), "{e}");
         }
+        assert!(limit("-1").is_err());
     }
 }

@@ -13,7 +13,7 @@
 
 use crate::config::Config;
 use crate::http::routes::resource;
-use crate::http::{self, BodyLimit, RestPolicy};
+use crate::http::{self, RestPolicy};
 use crate::mcp::{self, McpSettings};
 use crate::ops::Ctx;
 use crate::rest;
@@ -164,7 +164,6 @@ pub async fn serve(
     let auth = web::Data::new(config.auth.clone());
     let policy = web::Data::new(RestPolicy::new(config.wait_cap));
     let max_body = config.max_body_bytes.max(config.max_shared_bytes) + JSON_OVERHEAD;
-    let body_limit = web::Data::new(BodyLimit(max_body));
     let guard_policy = web::Data::new(guard::Policy {
         hosts: guard::allowed_hosts(&config.allowed_hosts),
         cors_origins: config.cors_origins.clone(),
@@ -178,7 +177,6 @@ pub async fn serve(
             .app_data(data.clone())
             .app_data(auth.clone())
             .app_data(policy.clone())
-            .app_data(body_limit.clone())
             .app_data(guard_policy.clone())
             .app_data(limiter.clone())
             .app_data(owners.clone())

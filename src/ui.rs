@@ -8,8 +8,13 @@
 use crate::http::console;
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
+use crosstalk_schema::ChannelName;
+use std::sync::LazyLock;
 
-const INDEX: &str = include_str!("ui/index.html");
+/// The page, with the relay's channel-name rule in its new-channel field: the one rule the
+/// relay applies, checked in the browser before the request is sent.
+static INDEX: LazyLock<String> =
+    LazyLock::new(|| include_str!("ui/index.html").replace("{{channel-pattern}}", &html_pattern()));
 const SCRIPT: &str = include_str!("ui/app.js");
 const STYLE: &str = include_str!("ui/app.css");
 
@@ -17,6 +22,15 @@ const STYLE: &str = include_str!("ui/app.css");
 /// else (no inline script, so a message body can never become code).
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
     img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// [`ChannelName::pattern`] as an HTML `pattern` attribute reads it: anchored already, with no
+/// surrounding whitespace (the page trims the name), and in the `v` mode of regular
+/// expressions, where a `-` in a class is escaped.
+fn html_pattern() -> String {
+    let pattern = ChannelName::pattern();
+    let bare = pattern.trim_start_matches(r"^\s*").trim_end_matches(r"\s*$");
+    bare.replace("-]", r"\-]")
+}
 
 fn asset(body: &'static str, content_type: &'static str) -> HttpResponse {
     HttpResponse::Ok()
@@ -42,11 +56,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .route(
         console::PAGE,
-        web::get().to(|| async { asset(INDEX, "text/html; charset=utf-8") }),
+        web::get().to(|| async { asset(&INDEX, "text/html; charset=utf-8") }),
     )
     .route(
         console::PAGE_SLASH,
-        web::get().to(|| async { asset(INDEX, "text/html; charset=utf-8") }),
+        web::get().to(|| async { asset(&INDEX, "text/html; charset=utf-8") }),
     )
     .route(
         console::SCRIPT,
@@ -56,4 +70,19 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         console::STYLE,
         web::get().to(|| async { asset(STYLE, "text/css; charset=utf-8") }),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_checks_new_channel_names_with_the_relays_rule() {
+        assert!(!INDEX.contains("{{"), "a placeholder is left on the page");
+        let attribute = format!(r#"pattern="{}""#, html_pattern());
+        assert!(INDEX.contains(&attribute), "the page lacks {attribute}");
+        // Markup-safe as it is, and `v`-mode-safe: every `-` in a class is escaped or a range.
+        assert!(!html_pattern().contains(['"', '&', '<']));
+        assert!(!html_pattern().replace(r"\-]", "").contains("-]"));
+    }
 }

@@ -64,6 +64,12 @@ async fn channels_are_listed_and_read_as_resources() {
         templates["resourceTemplates"][0]["uriTemplate"],
         "crosstalk://channels/{name}"
     );
+    // Listing and reading are operations, run and counted like every face's.
+    let metrics = c.get(s.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for op in ["list_channels", "read_channel"] {
+        let line = format!("crosstalk_operations_total{{face=\"mcp\",operation=\"{op}\",outcome=\"ok\"}}");
+        assert!(metrics.contains(&line), "{line} missing from /metrics");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

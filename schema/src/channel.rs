@@ -1,17 +1,27 @@
 //! Channel names (normalised and validated) and the per-channel summary kept beside the log.
 
 use crate::{InvalidInput, Timestamp};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::borrow::Cow;
 use std::fmt;
 
 /// Longest channel name accepted, in bytes.
 pub const MAX_CHANNEL_NAME: usize = 64;
 
+/// What a channel name may start with, and what it may hold after that, as a client may send
+/// them (before lowercasing): the classes of [`ChannelName::pattern`]. [`ChannelName::parse`]
+/// checks the same characters (a test holds the two together).
+const FIRST_CHARS: &str = "[A-Za-z0-9_-]";
+const NAME_CHARS: &str = "[A-Za-z0-9._-]";
+
 /// A valid channel name: 1–64 of `a-z`, `0-9`, `-`, `_`, `.`, not starting with `.`.
 /// Input is trimmed and lowercased first, so `General` and `general` are one channel.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema)]
-#[schemars(transparent)]
+///
+/// A request names a channel with this type: it is checked when the request is deserialized,
+/// and its JSON Schema carries the rule ([`ChannelName::pattern`]), so every face and every
+/// schema has it from here.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct ChannelName(String);
 
 impl ChannelName {
@@ -25,7 +35,7 @@ impl ChannelName {
             return Err(bad("must not be empty"));
         }
         if name.len() > MAX_CHANNEL_NAME {
-            return Err(bad("must be at most 64 characters"));
+            return Err(bad(TOO_LONG));
         }
         if name.starts_with('.') {
             return Err(bad("must not start with '.'"));
@@ -42,6 +52,45 @@ impl ChannelName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The rule as a regular expression over what a client sends (it may pad the name with
+    /// whitespace, which is trimmed): the schemas' `pattern`.
+    pub fn pattern() -> String {
+        format!(r"^\s*{FIRST_CHARS}{NAME_CHARS}{{0,{}}}\s*$", MAX_CHANNEL_NAME - 1)
+    }
+}
+
+impl<'de> Deserialize<'de> for ChannelName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Cow::<str>::deserialize(d)?;
+        ChannelName::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for ChannelName {
+    /// Inline, as the `String` it replaces: a field keeps its own description, and an
+    /// `Option` of it is `["string", "null"]`.
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "ChannelName".into()
+    }
+
+    /// An answer's channel (the serialize contract) also says what it is: a request's field
+    /// describes itself, and every description in a tool's input costs a model's context.
+    fn json_schema(g: &mut SchemaGenerator) -> Schema {
+        let mut schema = json_schema!({ "type": "string", "pattern": ChannelName::pattern() });
+        if g.contract().is_serialize() {
+            let about = format!(
+                "A valid channel name: 1–{MAX_CHANNEL_NAME} of `a-z`, `0-9`, `-`, `_`, `.`, not starting with `.`.\n\
+                 Input is trimmed and lowercased first, so `General` and `general` are one channel."
+            );
+            schema.insert("description".into(), about.into());
+        }
+        schema
+    }
 }
 
 impl fmt::Display for ChannelName {
@@ -49,6 +98,9 @@ impl fmt::Display for ChannelName {
         f.write_str(&self.0)
     }
 }
+
+/// Why a name longer than [`MAX_CHANNEL_NAME`] is refused (a test checks that it says so).
+const TOO_LONG: &str = "must be at most 64 characters";
 
 /// What the log knows about a channel without reading its messages. Written in the same
 /// atomic batch as the events it counts, so it never disagrees with the log.
@@ -129,6 +181,58 @@ mod tests {
             assert!(ChannelName::parse(bad).is_err(), "{bad:?} accepted");
         }
         assert!(ChannelName::parse(&"x".repeat(64)).is_ok());
+        assert!(TOO_LONG.contains(&MAX_CHANNEL_NAME.to_string()));
+    }
+
+    /// A class of [`FIRST_CHARS`] or [`NAME_CHARS`] as the set of bytes it matches.
+    fn class(class: &str) -> Vec<u8> {
+        let body = class
+            .strip_prefix('[')
+            .and_then(|c| c.strip_suffix(']'))
+            .unwrap()
+            .as_bytes();
+        let mut bytes = Vec::new();
+        let mut i = 0;
+        while i < body.len() {
+            if i + 2 < body.len() && body[i + 1] == b'-' {
+                bytes.extend(body[i]..=body[i + 2]);
+                i += 3;
+            } else {
+                bytes.push(body[i]);
+                i += 1;
+            }
+        }
+        bytes
+    }
+
+    #[test]
+    fn the_pattern_says_what_parse_accepts() {
+        let (first, rest) = (class(FIRST_CHARS), class(NAME_CHARS));
+        for b in 0u8..128 {
+            let c = b as char;
+            // Leading whitespace is trimmed (the pattern's `\s*`).
+            assert_eq!(
+                ChannelName::parse(&format!("{c}x")).is_ok(),
+                first.contains(&b) || c.is_whitespace(),
+                "{c:?} first"
+            );
+            assert_eq!(
+                ChannelName::parse(&format!("x{c}x")).is_ok(),
+                rest.contains(&b),
+                "{c:?} inside"
+            );
+        }
+        let long = "x".repeat(MAX_CHANNEL_NAME);
+        assert!(ChannelName::parse(&long).is_ok());
+        assert!(ChannelName::parse(&format!("{long}x")).is_err());
+    }
+
+    #[test]
+    fn a_name_is_checked_when_it_is_deserialized() {
+        let ok: ChannelName = serde_json::from_str(r#"" Dev ""#).unwrap();
+        assert_eq!(ok.as_str(), "dev");
+        let e = serde_json::from_str::<ChannelName>(r#""a b""#).unwrap_err();
+        assert!(e.to_string().contains("invalid channel name"), "{e}");
     }
 
     #[test]

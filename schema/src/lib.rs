@@ -10,7 +10,7 @@ pub mod time;
 
 pub use channel::{ChannelMeta, ChannelName, ChannelSummary};
 pub use codec::{decode, encode, CodecError, FORMAT_VERSION};
-pub use identity::{Instance, InstanceKind, SharedData};
+pub use identity::{Instance, InstanceId, InstanceKind, SharedData};
 pub use message::{kind_is, Limits, Message, MessageRecord, NewMessage, Overlay, Record};
 pub use state::{ChannelState, Effects, Session};
 pub use time::Timestamp;

@@ -7,12 +7,12 @@
 //! string (GET, DELETE) or the path parameters and a JSON object body (POST). Nothing here
 //! decides anything about messages, identities or sessions.
 
-use super::BodyLimit;
+use super::Body;
 use crate::error::{self, ApiError};
 use crate::ops::{Caller, Ctx, Operation};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
-use futures_util::{FutureExt, StreamExt};
+use futures_util::FutureExt;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -81,9 +81,11 @@ where
             let route = web::route().method(m.clone());
             if m == Method::POST {
                 route.to(
-                    move |req: HttpRequest, body: web::Payload, cx: web::Data<Ctx>| async move {
-                        let request = posted::<O::Request>(&req, body)
-                            .await
+                    move |req: HttpRequest, payload: web::Payload, cx: web::Data<Ctx>| async move {
+                        // The guard's copy of the body, for libraries: ours is `Body`. Dropped
+                        // at once, as a blocking call (ask) keeps its request for minutes.
+                        drop(payload);
+                        let request = posted::<O::Request>(&req)
                             .inspect_err(|e| crate::ops::counted(face.name, O::NAME, e.code))?;
                         answer::<O, P>(face, &req, &cx, request, project, status).await
                     },
@@ -131,7 +133,7 @@ pub fn resource(path: &str, methods: &[Method]) -> actix_web::Resource {
 }
 
 /// A POST's request: a JSON object body (none is `{}`) with the path parameters set.
-async fn posted<T: DeserializeOwned>(req: &HttpRequest, body: web::Payload) -> Result<T, ApiError> {
+fn posted<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
     // A JSON body says so: a form or text/plain POST is what a web page can send cross-site
     // without asking first.
     let json = req
@@ -141,7 +143,7 @@ async fn posted<T: DeserializeOwned>(req: &HttpRequest, body: web::Payload) -> R
         .and_then(|v| v.split(';').next())
         .map(|m| m.trim().to_ascii_lowercase())
         .is_some_and(|m| m == "application/json" || m.ends_with("+json"));
-    let body = read_body(body, limit_of(req)).await?;
+    let body = Body::take(req)?;
     if !json && !body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -175,32 +177,8 @@ where
     })
 }
 
-fn limit_of(req: &HttpRequest) -> usize {
-    req.app_data::<web::Data<BodyLimit>>().map_or(1 << 20, |l| l.0)
-}
-
-/// Reads a body of at most `limit` bytes, or answers 413.
-async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::BytesMut, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("request body is larger than {limit} bytes"),
-        )
-    };
-    let mut body = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("unreadable body: {e}")))?;
-        if body.len() + chunk.len() > limit {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
 /// A POST's request: its JSON object body (none is `{}`) with the path parameters set.
-fn from_body<T: DeserializeOwned>(req: &HttpRequest, body: web::BytesMut) -> Result<T, ApiError> {
+fn from_body<T: DeserializeOwned>(req: &HttpRequest, body: web::Bytes) -> Result<T, ApiError> {
     let mut value = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Object(Default::default())
     } else {

@@ -9,13 +9,13 @@
 //! matches the body), and requests are untouched: a request without the header is still
 //! refused, as the specification says.
 
+use crate::http::Body;
 use actix_web::body::MessageBody;
-use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::Method;
 use actix_web::middleware::Next;
 use actix_web::HttpMessage;
-use futures_util::StreamExt;
 use serde_json::Value;
 
 const MCP_METHOD: &str = "mcp-method";
@@ -34,20 +34,14 @@ pub async fn notifications(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    // The guard read the body (`http::Body`); rmcp reads its copy in the payload. Ours goes
+    // now: a tool call that waits keeps its request, and all it holds, for minutes.
+    let body = req.extensions_mut().remove::<Body>();
     if req.method() == Method::POST && !req.headers().contains_key(MCP_METHOD) {
-        // The guard has read the body already (it is in memory): take it, look, put it back.
-        let mut payload = req.take_payload();
-        let mut body = actix_web::web::BytesMut::new();
-        while let Some(chunk) = payload.next().await {
-            body.extend_from_slice(&chunk?);
+        let method = body.and_then(|b| notification_method(&b.0));
+        if let Some(value) = method.and_then(|m| HeaderValue::from_str(&m).ok()) {
+            req.headers_mut().insert(HeaderName::from_static(MCP_METHOD), value);
         }
-        let body = body.freeze();
-        if let Some(method) = notification_method(&body) {
-            if let Ok(value) = HeaderValue::from_str(&method) {
-                req.headers_mut().insert(HeaderName::from_static(MCP_METHOD), value);
-            }
-        }
-        req.set_payload(Payload::from(body));
     }
     next.call(req).await
 }

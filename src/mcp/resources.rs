@@ -1,8 +1,11 @@
-//! Channels as MCP resources, `crosstalk://channels/{name}`: list, read (the newest messages),
-//! and push. A subscription is a watcher on the channel view's watermark that sends
-//! `notifications/resources/updated` on every commit; it ends with the subscription, the
-//! session, or the relay.
+//! Channels as MCP resources, `crosstalk://channels/{name}`: list and read (the newest
+//! messages), which are operations (`list_channels`, `read_channel`) run for the session's
+//! caller like its tool calls, and push. A subscription is a watcher on the channel view's
+//! watermark that sends `notifications/resources/updated` on every commit; it ends with the
+//! subscription, the session, or the relay.
 
+use crate::ops::channels::{GlanceAt, GlanceRequest, ListChannels, ListRequest};
+use crate::ops::{Caller, Ctx, Limit};
 use crosstalk_actors::Relay;
 use crosstalk_schema::ChannelName;
 use parking_lot::Mutex;
@@ -21,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 pub const CHANNEL_URI_PREFIX: &str = "crosstalk://channels/";
 /// Newest messages a `resources/read` of a channel returns; older ones via `get_messages`.
 pub const READ_TAIL: usize = 50;
+const _: () = assert!(READ_TAIL >= 1 && READ_TAIL <= Limit::MAX, "READ_TAIL is a valid limit");
 /// Subscriptions one session may hold, so a client cannot start watchers without bound.
 pub const MAX_SUBSCRIPTIONS: usize = 256;
 
@@ -48,11 +52,13 @@ pub fn template() -> ResourceTemplate {
         .with_mime_type("application/json")
 }
 
-pub fn list(relay: &Relay) -> Result<ListResourcesResult, McpError> {
-    let channels = relay
-        .list_channels()
+/// Every channel, as `list_channels` answers (`face` names the MCP face in the metrics).
+pub async fn list(cx: &Ctx, caller: Caller, face: &'static str) -> Result<ListResourcesResult, McpError> {
+    let channels = crate::ops::call::<ListChannels>(face, cx, caller, ListRequest::default())
+        .await
         .map_err(|e| McpError::internal_error(format!("cannot list channels: {e}"), None))?;
     let resources = channels
+        .channels
         .into_iter()
         .map(|c| {
             Resource::new(format!("{CHANNEL_URI_PREFIX}{}", c.channel), c.channel.clone())
@@ -63,52 +69,22 @@ pub fn list(relay: &Relay) -> Result<ListResourcesResult, McpError> {
     Ok(ListResourcesResult::with_all_items(resources))
 }
 
-/// The newest messages of a channel. A valid channel name with no messages reads as empty:
-/// channels come into being with their first post, and may be watched before it.
-pub async fn read(relay: &Relay, uri: &str) -> Result<ReadResourceResult, McpError> {
-    let name = parse_uri(uri)?;
-    let read_err =
-        |e: crosstalk_actors::RelayError| McpError::internal_error(format!("cannot read channel: {e}"), None);
-    // Reads only: an unknown channel is not started (nor created) by being read.
-    let mut tail = relay.read(&name, 0, READ_TAIL + 1, None).await.map_err(read_err)?;
-    if tail.len() > READ_TAIL {
-        let after = newest_after(relay, &name).await?;
-        tail = relay.read(&name, after, READ_TAIL, None).await.map_err(read_err)?;
-    }
-    let last_id = tail.last().map_or(0, |p| p.id());
-    let messages: Vec<serde_json::Value> = tail.iter().filter_map(|p| serde_json::to_value(p).ok()).collect();
-    // Who is on the channel (streaming, waiting, posted recently): presence over MCP.
-    let participants = relay.presence(&name).await.map_err(read_err)?;
-    let body = json!({ "channel": name, "last_id": last_id, "messages": messages, "participants": participants });
-    Ok(ReadResourceResult::new(vec![ResourceContents::text(
-        body.to_string(),
-        uri,
-    )
-    .with_mime_type("application/json")]))
-}
-
-/// The cursor after which exactly the newest `READ_TAIL` messages remain, for a channel
-/// holding more. Ids are global, so a channel's ids have gaps: binary-search the cursor,
-/// each probe a read of at most `READ_TAIL + 1` messages (at most 64 probes).
-async fn newest_after(relay: &Relay, name: &ChannelName) -> Result<u64, McpError> {
-    let fits = |after: u64| async move {
-        relay
-            .read(name, after, READ_TAIL + 1, None)
-            .await
-            .map(|found| found.len() <= READ_TAIL)
-            .map_err(|e| McpError::internal_error(format!("cannot read channel: {e}"), None))
+/// The newest messages of a channel and who is on it (streaming, waiting, posted recently:
+/// presence over MCP), as `read_channel` answers. A valid channel name with no messages reads
+/// as empty: channels come into being with their first post, and may be watched before it.
+pub async fn read(cx: &Ctx, caller: Caller, face: &'static str, uri: &str) -> Result<ReadResourceResult, McpError> {
+    let request = GlanceRequest {
+        channel: parse_uri(uri)?,
+        limit: Limit::new(READ_TAIL).ok(),
     };
-    // Invariant: fits(hi) and !fits(lo).
-    let (mut lo, mut hi) = (0u64, u64::MAX);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if fits(mid).await? {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    Ok(hi)
+    let glance = crate::ops::call::<GlanceAt>(face, cx, caller, request)
+        .await
+        .map_err(|e| McpError::internal_error(format!("cannot read channel: {e}"), None))?;
+    let body = serde_json::to_string(&glance)
+        .map_err(|e| McpError::internal_error(format!("cannot read channel: {e}"), None))?;
+    Ok(ReadResourceResult::new(vec![
+        ResourceContents::text(body, uri).with_mime_type("application/json")
+    ]))
 }
 
 /// Resource subscriptions of one session. Each has a watcher task holding only a token;

@@ -61,16 +61,21 @@ pub struct Cx {
     pub face: Face,
 }
 
+/// The MCP faces' policy: small pages, and blocking calls capped at `wait_cap`.
+pub fn policy(wait_cap: Duration) -> FacePolicy {
+    FacePolicy {
+        default_limit: MCP_DEFAULT_LIMIT,
+        wait_cap,
+    }
+}
+
 impl Cx {
     fn caller(&self) -> Caller {
         Caller {
             principal: self.principal.clone(),
             session: self.session.clone(),
             bound: self.bound.lock().clone(),
-            policy: FacePolicy {
-                default_limit: MCP_DEFAULT_LIMIT,
-                wait_cap: self.wait_cap,
-            },
+            policy: policy(self.wait_cap),
         }
     }
 }

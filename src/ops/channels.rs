@@ -1,10 +1,11 @@
-//! Channels: list, create, find, who is on one, and message search across them.
+//! Channels: list, create, find, who is on one, one at a glance, and message search across
+//! them.
 
-use super::messages::MessageList;
-use super::{channel, Caller, Ctx, OpError, Operation};
+use super::messages::{MessageList, Messages};
+use super::{Caller, Ctx, Limit, OpError, Operation};
 use crosstalk_actors::search::Query;
 use crosstalk_actors::{ChannelInfo, Participant};
-use crosstalk_schema::ChannelSummary;
+use crosstalk_schema::{ChannelName, ChannelSummary};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -18,11 +19,9 @@ pub struct NoArgs {}
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct ListRequest {
     /// Page size (default: all).
-    #[schemars(range(min = 1, max = 10000))]
-    pub limit: Option<usize>,
+    pub limit: Option<Limit>,
     /// Start after this channel.
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub after: Option<String>,
+    pub after: Option<ChannelName>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -43,8 +42,7 @@ impl Operation for ListChannels {
 
     async fn run(cx: &Ctx, _: Caller, r: ListRequest) -> Result<ChannelList, OpError> {
         let mut channels = cx.relay.list_channels()?;
-        if let Some(after) = r.after.as_deref() {
-            let after = channel(after)?;
+        if let Some(after) = r.after {
             match channels.iter().position(|c| c.channel == after.as_str()) {
                 Some(at) => {
                     channels.drain(..=at);
@@ -52,7 +50,7 @@ impl Operation for ListChannels {
                 None => return Err(OpError::not_found(format!("no channel {after} to page after"))),
             }
         }
-        channels.truncate(super::limit(r.limit, usize::MAX)?);
+        channels.truncate(Limit::or(r.limit, usize::MAX));
         Ok(ChannelList { channels })
     }
 }
@@ -61,8 +59,7 @@ impl Operation for ListChannels {
 pub struct CreateRequest {
     /// Channel name.
     #[serde(alias = "channel")]
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub name: String,
+    pub name: ChannelName,
     /// What the channel is for.
     #[serde(default)]
     pub description: String,
@@ -78,8 +75,7 @@ impl Operation for CreateChannel {
     type Response = ChannelInfo;
 
     async fn run(cx: &Ctx, _: Caller, r: CreateRequest) -> Result<ChannelInfo, OpError> {
-        let name = channel(&r.name)?;
-        Ok(cx.relay.create_channel(&name, &r.description).await?)
+        Ok(cx.relay.create_channel(&r.name, &r.description).await?)
     }
 }
 
@@ -113,14 +109,12 @@ impl Operation for FindChannel {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ChannelRequest {
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Present {
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
     pub participants: Vec<Participant>,
 }
 
@@ -134,10 +128,51 @@ impl Operation for Presence {
     type Response = Present;
 
     async fn run(cx: &Ctx, _: Caller, r: ChannelRequest) -> Result<Present, OpError> {
-        let name = channel(&r.channel)?;
         Ok(Present {
-            participants: cx.relay.presence(&name).await?,
-            channel: name.to_string(),
+            participants: cx.relay.presence(&r.channel).await?,
+            channel: r.channel,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GlanceRequest {
+    pub channel: ChannelName,
+    /// How many of the newest messages (default: the face's page size).
+    pub limit: Option<Limit>,
+}
+
+/// A channel at a glance: its newest messages and who is on it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Glance {
+    pub channel: ChannelName,
+    /// The newest message's id; 0 when there is none.
+    pub last_id: u64,
+    /// The newest `limit`, oldest first.
+    pub messages: Messages,
+    pub participants: Vec<Participant>,
+}
+
+/// What MCP's channel resource (`crosstalk://channels/{name}`) reads. Like every read it
+/// neither creates nor starts an unknown channel (that reads as empty), and it moves no read
+/// cursor: a resource is looked at, not consumed.
+pub struct GlanceAt;
+
+impl Operation for GlanceAt {
+    const NAME: &'static str = "read_channel";
+    const DESCRIPTION: &'static str = "A channel's newest messages, oldest first, and who is on it; moves no \
+        read cursor.";
+    const READ_ONLY: bool = true;
+    type Request = GlanceRequest;
+    type Response = Glance;
+
+    async fn run(cx: &Ctx, caller: Caller, r: GlanceRequest) -> Result<Glance, OpError> {
+        let messages = cx.relay.newest(&r.channel, caller.limit(r.limit), None).await?;
+        Ok(Glance {
+            last_id: messages.last().map_or(0, |p| p.id()),
+            participants: cx.relay.presence(&r.channel).await?,
+            channel: r.channel,
+            messages,
         })
     }
 }
@@ -147,14 +182,12 @@ pub struct SearchRequest {
     /// Words that must all appear (case-insensitive).
     #[serde(alias = "q")]
     pub query: String,
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: Option<String>,
+    pub channel: Option<ChannelName>,
     pub sender: Option<String>,
     #[serde(rename = "type")]
     pub kind: Option<String>,
     /// Default 20.
-    #[schemars(range(min = 1, max = 10000))]
-    pub limit: Option<usize>,
+    pub limit: Option<Limit>,
 }
 
 pub struct Search;
@@ -172,10 +205,10 @@ impl Operation for Search {
             .relay
             .search(Query {
                 text: r.query,
-                channel: r.channel.as_deref().map(channel).transpose()?,
+                channel: r.channel,
                 sender: r.sender,
                 kind: r.kind,
-                limit: super::limit(r.limit, DEFAULT_SEARCH_LIMIT)?,
+                limit: Limit::or(r.limit, DEFAULT_SEARCH_LIMIT),
             })
             .await?;
         Ok(MessageList { messages })

@@ -9,9 +9,9 @@
 use super::channels::{self, CreateRequest, FindRequest, FoundChannels, SearchRequest};
 use super::identity::{self, InboxRequest, RegisterRequest};
 use super::messages::{self, MessageRef, PostRequest, RoleArg, WaitRequest};
-use super::{channel, Caller, Ctx, OpError, Operation};
+use super::{Caller, Ctx, Limit, OpError, Operation};
 use crosstalk_actors::{ChannelInfo, Posted, WaitOutcome};
-use crosstalk_schema::{ChannelName, InstanceKind, NewMessage};
+use crosstalk_schema::{ChannelName, InstanceId, InstanceKind, NewMessage};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -19,8 +19,8 @@ use std::sync::Arc;
 /// The channel cross-claude uses when none is named.
 pub const DEFAULT_CHANNEL: &str = "general";
 
-fn general() -> String {
-    DEFAULT_CHANNEL.to_owned()
+fn general() -> ChannelName {
+    ChannelName::parse(DEFAULT_CHANNEL).expect("the default channel's name is valid")
 }
 
 /// A message in cross-claude's field names (plus crosstalk's reply count and status).
@@ -83,8 +83,7 @@ async fn start(
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CcRegisterRequest {
     /// Your name on the bus, e.g. "builder".
-    #[schemars(length(min = 1, max = 128))]
-    pub instance_id: String,
+    pub instance_id: InstanceId,
     /// What you are working on.
     pub description: Option<String>,
 }
@@ -132,7 +131,7 @@ impl Operation for Register {
 pub struct SendRequest {
     /// Channel (default general; created on first message).
     #[serde(default = "general")]
-    pub channel: String,
+    pub channel: ChannelName,
     /// Your instance_id (default: the one you registered).
     #[serde(default)]
     pub sender: String,
@@ -192,13 +191,12 @@ impl Operation for SendMessage {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct MessagesRequest {
     #[serde(default = "general")]
-    pub channel: String,
+    pub channel: ChannelName,
     /// Messages with id > after_id, oldest first; without it, the newest `limit`.
     pub after_id: Option<u64>,
     /// Your instance_id: your read position moves on.
     pub instance_id: Option<String>,
-    #[schemars(range(min = 1, max = 10000))]
-    pub limit: Option<usize>,
+    pub limit: Option<Limit>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -218,8 +216,8 @@ impl Operation for GetMessages {
     type Response = CcPage;
 
     async fn run(cx: &Ctx, caller: Caller, r: MessagesRequest) -> Result<CcPage, OpError> {
-        let name = channel(&r.channel)?;
-        let limit = caller.limit(r.limit)?;
+        let name = r.channel;
+        let limit = caller.limit(r.limit);
         let reader = caller.reader(cx, r.instance_id.as_deref())?;
         let found = match r.after_id {
             Some(after) => cx.relay.read(&name, after, limit, reader.as_deref()).await?,
@@ -235,13 +233,12 @@ impl Operation for GetMessages {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CheckRequest {
     /// A channel; without one, what is new for you on every channel you joined.
-    pub channel: Option<String>,
+    pub channel: Option<ChannelName>,
     /// Your instance_id (default: the one you registered).
     pub instance_id: Option<String>,
     /// Messages with id > after_id; without it, those you have not read yet.
     pub after_id: Option<u64>,
-    #[schemars(range(min = 1, max = 10000))]
-    pub limit: Option<usize>,
+    pub limit: Option<Limit>,
 }
 
 pub struct CheckMessages;
@@ -270,8 +267,8 @@ impl Operation for CheckMessages {
                 messages: cc(&inbox.messages),
             });
         };
-        let name = channel(&ch)?;
-        let limit = caller.limit(r.limit)?;
+        let name = ch;
+        let limit = caller.limit(r.limit);
         let reader = caller.reader(cx, r.instance_id.as_deref())?;
         // Anonymous: from the start.
         let after = start(cx, &name, r.after_id, reader.as_deref(), || Ok(0)).await?;
@@ -288,7 +285,7 @@ impl Operation for CheckMessages {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct WaitForReplyRequest {
     #[serde(default = "general")]
-    pub channel: String,
+    pub channel: ChannelName,
     /// Your instance_id (default: the one you registered); your own messages do not wake you.
     pub instance_id: Option<String>,
     /// Wait for messages with id > after_id (default: what you have not read yet).
@@ -326,11 +323,10 @@ impl Operation for WaitForReply {
     type Response = Reply;
 
     async fn run(cx: &Ctx, caller: Caller, r: WaitForReplyRequest) -> Result<Reply, OpError> {
-        let name = channel(&r.channel)?;
         let reader = caller.reader(cx, r.instance_id.as_deref())?;
         // Anonymous: from now on.
-        let after = start(cx, &name, r.after_id, reader.as_deref(), || {
-            Ok(cx.relay.channel_last_id(&name)?)
+        let after = start(cx, &r.channel, r.after_id, reader.as_deref(), || {
+            Ok(cx.relay.channel_last_id(&r.channel)?)
         })
         .await?;
         let waited = messages::Wait::run(
@@ -375,8 +371,7 @@ impl Operation for GetReplies {
     type Response = Thread;
 
     async fn run(cx: &Ctx, caller: Caller, r: MessageRef) -> Result<Thread, OpError> {
-        let name = channel(&r.channel)?;
-        let parent = messages::existing(cx, &name, r.message_id).await?;
+        let parent = messages::existing(cx, &r.channel, r.message_id).await?;
         let replies = messages::Replies::run(cx, caller, r).await?;
         Ok(Thread {
             parent: CcMessage::from(&parent),
@@ -420,8 +415,7 @@ pub struct Query {
     /// Words to look for (case-insensitive).
     #[serde(alias = "query")]
     pub q: String,
-    #[schemars(range(min = 1, max = 10000))]
-    pub limit: Option<usize>,
+    pub limit: Option<Limit>,
 }
 
 pub struct FindChannelByQ;
@@ -435,7 +429,7 @@ impl Operation for FindChannelByQ {
 
     async fn run(cx: &Ctx, caller: Caller, r: Query) -> Result<FoundChannels, OpError> {
         // Every match, as cross-claude answers, unless the caller names a `limit`.
-        let limit = super::limit(r.limit, usize::MAX)?;
+        let limit = Limit::or(r.limit, usize::MAX);
         let mut found = channels::FindChannel::run(cx, caller, FindRequest { query: r.q }).await?;
         found.channels.truncate(limit);
         Ok(found)
@@ -495,7 +489,7 @@ impl Operation for SearchMessages {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SubscribeRequest {
-    pub channel: String,
+    pub channel: ChannelName,
     /// Your instance_id (default: the one you registered).
     pub instance_id: Option<String>,
 }
@@ -510,7 +504,7 @@ pub struct Subscription {
 
 /// Joins (`subscribe`) or leaves (`unsubscribe`) a channel's share of the caller's inbox.
 async fn membership(cx: &Ctx, caller: Caller, r: SubscribeRequest, join: bool) -> Result<Subscription, OpError> {
-    let name = channel(&r.channel)?;
+    let name = r.channel;
     let who = caller.identity(cx, r.instance_id.as_deref())?;
     if join {
         cx.relay.join(&who, &name).await?;

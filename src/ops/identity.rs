@@ -2,17 +2,16 @@
 
 use super::channels::NoArgs;
 use super::messages::MessageList;
-use super::{Caller, Ctx, OpError, Operation};
+use super::{Caller, Ctx, Limit, OpError, Operation};
 use crosstalk_actors::{InstanceView, Registered};
-use crosstalk_schema::InstanceKind;
+use crosstalk_schema::{InstanceId, InstanceKind};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct RegisterRequest {
     /// The name to act as.
-    #[schemars(length(min = 1, max = 128))]
-    pub instance_id: String,
+    pub instance_id: InstanceId,
     /// What you do, for the others.
     pub description: Option<String>,
     /// agent (default) or human.
@@ -33,7 +32,7 @@ impl Operation for Register {
     async fn run(cx: &Ctx, caller: Caller, r: RegisterRequest) -> Result<Registered, OpError> {
         // The token and the session's own registration bind as everywhere; the registry
         // refuses a name live in another session (409).
-        let who = caller.claim(&r.instance_id)?;
+        let who = caller.claim(r.instance_id.as_str())?;
         Ok(cx
             .relay
             .register(&who, r.description, r.kind, caller.session.clone())
@@ -67,8 +66,7 @@ pub struct InboxRequest {
     /// Whose inbox; defaults to your own identity.
     pub instance_id: Option<String>,
     /// At most this many.
-    #[schemars(range(min = 1, max = 10000))]
-    pub limit: Option<usize>,
+    pub limit: Option<Limit>,
 }
 
 pub struct Inbox;
@@ -82,7 +80,7 @@ impl Operation for Inbox {
 
     async fn run(cx: &Ctx, caller: Caller, r: InboxRequest) -> Result<MessageList, OpError> {
         let who = caller.identity(cx, r.instance_id.as_deref())?;
-        let limit = caller.limit(r.limit)?;
+        let limit = caller.limit(r.limit);
         Ok(MessageList {
             messages: cx.relay.inbox(&who, limit).await?,
         })

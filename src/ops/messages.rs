@@ -1,6 +1,6 @@
 //! Messages: post, read, wait, one message, its replies, and asking a human.
 
-use super::{channel, Caller, Ctx, Gauge, OpError, Operation};
+use super::{Caller, Ctx, Gauge, Limit, OpError, Operation};
 use crosstalk_actors::{Posted, Role, WaitOptions, WaitOutcome};
 use crosstalk_schema::message::{ANY_HUMAN, QUESTION};
 use crosstalk_schema::{ChannelName, NewMessage};
@@ -28,8 +28,7 @@ pub type Messages = Vec<Arc<Posted>>;
 #[derive(Debug, JsonSchema)]
 pub struct PostRequest {
     /// Channel name (created on first post).
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
     #[serde(flatten)]
     pub message: NewMessage,
 }
@@ -39,7 +38,7 @@ impl<'de> Deserialize<'de> for PostRequest {
         use serde::de::Error;
         let mut fields = serde_json::Map::deserialize(d)?;
         let channel = match fields.remove("channel") {
-            Some(serde_json::Value::String(c)) => c,
+            Some(serde_json::Value::String(c)) => ChannelName::parse(&c).map_err(D::Error::custom)?,
             Some(other) => return Err(D::Error::custom(format!("channel: expected a string, got {other}"))),
             None => return Err(D::Error::missing_field("channel")),
         };
@@ -64,10 +63,9 @@ impl Operation for Post {
     type Response = Arc<Posted>;
 
     async fn run(cx: &Ctx, caller: Caller, r: PostRequest) -> Result<Arc<Posted>, OpError> {
-        let name = channel(&r.channel)?;
         let mut message = r.message;
         message.sender = caller.identity(cx, Some(message.sender.as_str()).filter(|s| !s.trim().is_empty()))?;
-        Ok(cx.relay.post(&name, message).await?)
+        Ok(cx.relay.post(&r.channel, message).await?)
     }
 }
 
@@ -75,14 +73,12 @@ impl Operation for Post {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ReadRequest {
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
     /// Messages with id > since_id.
     #[serde(default)]
     pub since_id: u64,
     /// Page size.
-    #[schemars(range(min = 1, max = 10000))]
-    pub limit: Option<usize>,
+    pub limit: Option<Limit>,
     /// Your identity: your read cursor moves on.
     pub instance_id: Option<String>,
     /// Page back: the messages before this id.
@@ -111,8 +107,8 @@ impl Operation for Read {
     type Response = Page;
 
     async fn run(cx: &Ctx, caller: Caller, r: ReadRequest) -> Result<Page, OpError> {
-        let name = channel(&r.channel)?;
-        let limit = caller.limit(r.limit)?;
+        let name = r.channel;
+        let limit = caller.limit(r.limit);
         if let Some(before) = r.before_id {
             // One more than asked tells whether older ones remain.
             let mut messages = cx.relay.older(&name, before, limit + 1).await?;
@@ -158,14 +154,12 @@ pub enum RoleArg {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct WaitRequest {
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
     /// The largest id you have seen.
     #[serde(default)]
     pub since_id: u64,
     /// Page size.
-    #[schemars(range(min = 1, max = 10000))]
-    pub limit: Option<usize>,
+    pub limit: Option<Limit>,
     /// Default 30.
     #[schemars(range(min = 0))]
     pub timeout_s: Option<f64>,
@@ -212,8 +206,8 @@ impl Operation for Wait {
         // the answer needs: a wait is parked for minutes, thousands at a time (docs/benchmarks.md,
         // "10,000 waiters: where the memory goes").
         let parked = (|| {
-            let name = channel(&r.channel)?;
-            let limit = caller.limit(r.limit)?;
+            let name = r.channel;
+            let limit = caller.limit(r.limit);
             let timeout = caller.timeout(r.timeout_s, DEFAULT_WAIT)?;
             let instance = caller.reader(cx, r.instance_id.as_deref())?;
             let held = cx.hold(&caller.principal)?;
@@ -264,19 +258,16 @@ impl Operation for Wait {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct MessageRef {
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
     #[serde(alias = "id")]
     pub message_id: u64,
     /// Page size.
-    #[schemars(range(min = 1, max = 10000))]
-    pub limit: Option<usize>,
+    pub limit: Option<Limit>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct MessageId {
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
     #[serde(alias = "id")]
     pub message_id: u64,
 }
@@ -291,7 +282,7 @@ impl Operation for GetMessage {
     type Response = Arc<Posted>;
 
     async fn run(cx: &Ctx, _: Caller, r: MessageId) -> Result<Arc<Posted>, OpError> {
-        existing(cx, &channel(&r.channel)?, r.message_id).await
+        existing(cx, &r.channel, r.message_id).await
     }
 }
 
@@ -322,7 +313,7 @@ impl Operation for GetReaders {
     type Response = Readers;
 
     async fn run(cx: &Ctx, _: Caller, r: MessageId) -> Result<Readers, OpError> {
-        let name = channel(&r.channel)?;
+        let name = r.channel;
         existing(cx, &name, r.message_id).await?;
         let (read_by, not_yet): (Vec<_>, Vec<_>) = cx
             .relay
@@ -355,10 +346,9 @@ impl Operation for Replies {
     type Response = MessageList;
 
     async fn run(cx: &Ctx, caller: Caller, r: MessageRef) -> Result<MessageList, OpError> {
-        let name = channel(&r.channel)?;
-        let limit = caller.limit(r.limit)?;
+        let limit = caller.limit(r.limit);
         Ok(MessageList {
-            messages: cx.relay.replies(&name, r.message_id, limit).await?,
+            messages: cx.relay.replies(&r.channel, r.message_id, limit).await?,
         })
     }
 }
@@ -367,8 +357,7 @@ impl Operation for Replies {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct AskRequest {
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
     /// The question.
     #[serde(alias = "body")]
     pub question: String,
@@ -400,7 +389,7 @@ impl Operation for Ask {
     type Response = Asked;
 
     async fn run(cx: &Ctx, caller: Caller, r: AskRequest) -> Result<Asked, OpError> {
-        let name = channel(&r.channel)?;
+        let name = r.channel;
         let sender = caller.identity(cx, r.sender.as_deref())?;
         let timeout = caller.timeout(r.timeout_s, DEFAULT_ASK_WAIT)?;
         let question = NewMessage {

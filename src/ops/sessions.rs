@@ -3,7 +3,7 @@
 
 use super::channels::ChannelRequest;
 use super::messages::Messages;
-use super::{channel, Caller, Ctx, ErrorKind, OpError, Operation};
+use super::{Caller, Ctx, ErrorKind, OpError, Operation};
 use crosstalk_schema::{ChannelName, ChannelState, Session};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -55,8 +55,7 @@ fn no_active_session(channel: &ChannelName) -> OpError {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct StartRequest {
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
     /// End after this many messages.
     pub max_turns: Option<NonZeroU32>,
 }
@@ -72,7 +71,7 @@ impl Operation for StartSession {
     type Response = SessionView;
 
     async fn run(cx: &Ctx, _: Caller, r: StartRequest) -> Result<SessionView, OpError> {
-        let name = channel(&r.channel)?;
+        let name = r.channel;
         let state = cx.relay.start_session(&name, r.max_turns.map(NonZeroU32::get)).await?;
         let session = state.session.as_ref().ok_or_else(|| no_active_session(&name))?;
         Ok(SessionView::new(&name, session))
@@ -89,7 +88,7 @@ impl Operation for GetSession {
     type Response = SessionView;
 
     async fn run(cx: &Ctx, _: Caller, r: ChannelRequest) -> Result<SessionView, OpError> {
-        let name = channel(&r.channel)?;
+        let name = r.channel;
         let state: ChannelState = cx.relay.channel_state(&name)?;
         match state.session.as_ref().filter(|s| s.is_active()) {
             Some(s) => Ok(SessionView::new(&name, s)),
@@ -119,7 +118,7 @@ impl Operation for EndSession {
     type Response = SessionEnded;
 
     async fn run(cx: &Ctx, _: Caller, r: ChannelRequest) -> Result<SessionEnded, OpError> {
-        let name = channel(&r.channel)?;
+        let name = r.channel;
         let ended = cx.relay.end_session(&name).await?;
         let session = ended.as_ref().and_then(|st| st.session.as_ref());
         Ok(SessionEnded {
@@ -133,8 +132,7 @@ impl Operation for EndSession {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct DirectivesRequest {
-    #[schemars(pattern(r"^\s*[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\s*$"))]
-    pub channel: String,
+    pub channel: ChannelName,
     /// Whose directives: a participant id (none: everyone's).
     pub recipient: Option<String>,
     /// Directives with an id greater than this.
@@ -177,7 +175,7 @@ impl Operation for Directives {
     type Response = DirectivesView;
 
     async fn run(cx: &Ctx, _: Caller, r: DirectivesRequest) -> Result<DirectivesView, OpError> {
-        let name = channel(&r.channel)?;
+        let name = r.channel;
         let recipient = r.recipient.as_deref().map(str::trim).filter(|r| !r.is_empty());
         let d = cx.relay.directives(&name, recipient, r.since_id).await?;
         Ok(DirectivesView {
