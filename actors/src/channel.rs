@@ -77,12 +77,6 @@ pub struct ChannelConfig {
     pub cluster: Arc<dyn Cluster>,
 }
 
-impl std::fmt::Debug for dyn Cluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Cluster")
-    }
-}
-
 /// Post a message. The actor does not answer the message itself: it tells `reply` once the
 /// post is durable and visible, straight from the store thread, or at once when it refuses it.
 /// Send it with `do_send`, so that nothing crosses back to the sender's thread before the
@@ -380,7 +374,7 @@ impl ChannelActor {
             }
         }
         let record = Record::Message(post.into_record(&limits, Timestamp::now())?);
-        Ok(match self.submit(record, idem, ctx)? {
+        Ok(match self.submit(record, idem, ctx) {
             Submitted::Folded(Folded::Stored(id, posted)) => Accepted::Once(id, Landed(Land::New(posted))),
             Submitted::Folded(Folded::Duplicate(id)) => Accepted::Once(id, Landed(Land::Retry(id, self.view.clone()))),
             Submitted::Folded(Folded::Rejected(e)) => return Err(e),
@@ -391,15 +385,10 @@ impl ChannelActor {
 
     /// Puts a new event in order ([`Cluster::sequence`]) and folds it: at once under this
     /// node's next id, or, on a shared log, when the log brings it back ([`Apply`]).
-    fn submit(
-        &mut self,
-        record: Record,
-        idem: Option<String>,
-        ctx: &mut Context<Self>,
-    ) -> Result<Submitted, RelayError> {
+    fn submit(&mut self, record: Record, idem: Option<String>, ctx: &mut Context<Self>) -> Submitted {
         match self.config.cluster.sequence(self.view.name(), &record, idem.as_deref()) {
-            Sequenced::Here => Ok(Submitted::Folded(self.fold(None, record, idem))),
-            Sequenced::Log(append) => Ok(Submitted::Proposed(self.propose(append, ctx))),
+            Sequenced::Here => Submitted::Folded(self.fold(None, record, idem)),
+            Sequenced::Log(append) => Submitted::Proposed(self.propose(append, ctx)),
         }
     }
 }

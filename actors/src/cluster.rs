@@ -121,9 +121,9 @@ pub trait Cluster: Send + Sync + 'static {
     /// Removes `who`'s cursor on `channel` on every node.
     fn forget_cursor(&self, who: &str, channel: &ChannelName) -> BoxFuture<'static, Result<(), RelayError>>;
 
-    /// Where shared data is kept: `local`, this node's own, or the nodes' common store (taking
-    /// contents of up to `max_size` bytes, as `local` does).
-    fn shared_data(&self, local: Arc<dyn SharedDataStore>, max_size: usize) -> Arc<dyn SharedDataStore>;
+    /// Where shared data is kept: this node's own (`local` starts it), or the nodes' common
+    /// store, taking contents of up to `max_size` bytes.
+    fn shared_data(&self, local: &dyn Fn() -> Arc<dyn SharedDataStore>, max_size: usize) -> Arc<dyn SharedDataStore>;
 
     /// The identities waiting actively on `channel` on other nodes (for the mutual-wait
     /// release).
@@ -183,6 +183,12 @@ pub trait Node: Send + Sync + 'static {
     fn merge_cursor(&self, change: CursorChange);
 }
 
+impl std::fmt::Debug for dyn Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cluster")
+    }
+}
+
 /// A relay on its own: its store is the whole truth, and there is nobody to tell.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Embedded;
@@ -226,8 +232,8 @@ impl Cluster for Embedded {
         ready(Ok(()))
     }
 
-    fn shared_data(&self, local: Arc<dyn SharedDataStore>, _: usize) -> Arc<dyn SharedDataStore> {
-        local
+    fn shared_data(&self, local: &dyn Fn() -> Arc<dyn SharedDataStore>, _: usize) -> Arc<dyn SharedDataStore> {
+        local()
     }
 
     fn waiting_elsewhere(&self, _: &ChannelName) -> Vec<String> {

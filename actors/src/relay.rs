@@ -174,11 +174,13 @@ impl Relay {
         )?
         .start();
         let presence = PresenceSupervisor::new(config.presence_ttl).start();
-        let local = shared::Local {
-            actor: SharedStore::new(store.clone(), committer.clone(), config.max_shared_bytes).start(),
-            timeout: ACTOR_CALL_TIMEOUT,
+        let local = || -> Arc<dyn SharedDataStore> {
+            Arc::new(shared::Local {
+                actor: SharedStore::new(store.clone(), committer.clone(), config.max_shared_bytes).start(),
+                timeout: ACTOR_CALL_TIMEOUT,
+            })
         };
-        let shared = config.cluster.shared_data(Arc::new(local), config.max_shared_bytes);
+        let shared = config.cluster.shared_data(&local, config.max_shared_bytes);
         // The indexer gets a thread of its own: its store writes must never stall the
         // channel actors (which share the system arbiter).
         let views_dir = directory.clone();
@@ -219,7 +221,7 @@ impl Relay {
         self.open_channel(name, false).await
     }
 
-    /// As [`channel`](Self::channel); `to_fold`: for the projector, beyond `--max-channels`.
+    /// As [`channel`](Self::channel); `to_fold`: for the follower of a shared log, beyond `--max-channels`.
     async fn open_channel(&self, name: &ChannelName, to_fold: bool) -> Result<ChannelHandle, RelayError> {
         if let Some(h) = self.inner.directory.read().get(name) {
             h.view.touch();

@@ -1,12 +1,13 @@
 //! The fold: what a new event means given everything before it, one rule wherever the event
 //! was put in order ([`crate::cluster::Sequenced`]). On a relay of its own the channel folds
 //! an event as it takes it in, under the node's next id. On a shared log several relay nodes
-//! serve the channel, so no node may decide alone: a write is *proposed*: appended to the log,
-//! where it gets its id (the log's sequence). It takes effect when the fold reaches it ([`Apply`], sent by the node's
-//! projector in log order, on every node alike, the writer included): the fold validates it
-//! against the state as of that point (a reply to a message that does not exist, an
-//! idempotency key already used), assigns it, and commits it to the node's own store, from
-//! which the view publishes it to readers as on a single node. The proposer answers its
+//! serve the channel, so no node may decide alone: a write is *proposed*, appended to the log,
+//! where it gets its id (the log's sequence). It takes effect when the fold reaches it
+//! ([`Apply`], sent in log order by the node's follower of the log, `crate::nats`, on every
+//! node alike, the writer included): the fold validates it against the state as of that
+//! point (a reply to a message that does not exist, an idempotency key already used), assigns
+//! it, and commits it to the node's own store, from which the view publishes it to readers as
+//! on a single node. The proposer answers its
 //! caller with what the fold decided, once the node's store has it.
 //!
 //! Rules the fold alone decides (an idempotent retry, a session's end at `max_turns` or on the
@@ -26,7 +27,7 @@ use tokio::sync::oneshot;
 /// Verdicts kept for proposals whose acknowledgement arrives after the fold reached them.
 const RECENT_VERDICTS: usize = 4096;
 
-/// Fold one event of the shared log into this channel. Sent by the projector, in log order.
+/// Fold one event of the shared log into this channel. Sent by the follower of the log (`crate::nats`), in log order.
 /// Answers the id it is stored under, if the fold stored it (the channel's committed last id
 /// reaches it once it is durable).
 #[derive(Message)]
@@ -127,21 +128,18 @@ impl ChannelActor {
         ctx: &mut Context<Self>,
     ) -> ResponseFuture<Result<ChannelState, RelayError>> {
         let view = self.view.clone();
-        let verdict = match self.submit(record, None, ctx) {
-            Ok(super::Submitted::Folded(Folded::Rejected(e))) | Err(e) => return Box::pin(async move { Err(e) }),
-            Ok(super::Submitted::Folded(folded)) => {
+        let verdict: BoxFuture<'static, Result<Outcome, RelayError>> = match self.submit(record, None, ctx) {
+            super::Submitted::Folded(folded) => {
                 let outcome = self.outcome(folded);
                 self.start_commit(ctx);
-                let (tx, rx) = oneshot::channel();
-                let _ = tx.send(Ok(outcome));
-                rx
+                Box::pin(std::future::ready(Ok(outcome)))
             }
-            Ok(super::Submitted::Proposed(verdict)) => verdict,
+            super::Submitted::Proposed(later) => {
+                Box::pin(async move { later.await.unwrap_or(Err(RelayError::Unavailable("channel stopped"))) })
+            }
         };
         Box::pin(async move {
-            let outcome = verdict
-                .await
-                .unwrap_or(Err(RelayError::Unavailable("channel stopped")))?;
+            let outcome = verdict.await?;
             if let Folded::Rejected(e) = outcome.folded {
                 return Err(e);
             }
@@ -238,7 +236,7 @@ impl Handler<Apply> for ChannelActor {
 
     fn handle(&mut self, Apply(event): Apply, ctx: &mut Context<Self>) -> Option<u64> {
         let seq = event.seq;
-        // Folded before (after a restart the projector replays from its recorded watermark,
+        // Folded before (after a restart the follower of the log replays from its recorded watermark,
         // which may be behind some channels).
         if seq <= self.meta.last_id {
             return None;

@@ -2,8 +2,7 @@
 //! "read by…"), in a key-value bucket (`<STREAM>_CURSORS`, key `<who>.<channel>`). A cursor
 //! only moves forward (compare-and-set keeps the larger); every node mirrors the bucket.
 
-use super::kv::{hex, unhex, Bucket, Change};
-use super::{after_lost_race, CAS_ATTEMPTS};
+use super::kv::{hex, unhex, Bucket, Change, Step};
 use crate::cluster::{Claim, CursorChange};
 use crate::error::RelayError;
 use crosstalk_schema::ChannelName;
@@ -26,21 +25,16 @@ fn contended(who: &str, channel: &ChannelName) -> RelayError {
 impl SharedCursors {
     /// Moves `who`'s cursor on `channel` to `id` unless it is already there or beyond.
     pub async fn advance(&self, who: &str, channel: &ChannelName, id: u64) -> Result<(), RelayError> {
-        let key = key(who, channel);
-        for attempt in 0..CAS_ATTEMPTS {
-            let current = self.bucket.entry(&key).await?.filter(|s| s.value.is_some());
-            if let Some(at) = current.as_ref().and_then(|s| s.value) {
-                if at >= id && at != 0 {
-                    return Ok(());
-                }
-            }
-            let revision = current.map(|s| s.revision);
-            if self.bucket.compare_and_set(&key, revision, &id).await? {
-                return Ok(());
-            }
-            after_lost_race(attempt).await;
-        }
-        Err(contended(who, channel))
+        let done = self
+            .bucket
+            .change(&key(who, channel), |current| {
+                Ok(match current.and_then(|s| s.value) {
+                    Some(at) if at >= id && at != 0 => Step::Done(()),
+                    _ => Step::Write(id, ()),
+                })
+            })
+            .await?;
+        done.ok_or_else(|| contended(who, channel))
     }
 
     /// Claims what `who`'s inbox hands out of `channel`: moves its cursor from exactly `from`
@@ -49,25 +43,19 @@ impl SharedCursors {
     /// [`Claim::Left`] when the identity left the channel. Two nodes' inboxes therefore never
     /// hand out one message twice.
     pub async fn claim(&self, who: &str, channel: &ChannelName, from: u64, to: u64) -> Result<Claim, RelayError> {
-        let key = key(who, channel);
-        for attempt in 0..CAS_ATTEMPTS {
-            let (at, revision) = match self.bucket.entry(&key).await? {
-                Some(stored) => match stored.value {
-                    Some(at) => (at, Some(stored.revision)),
+        let claimed = self
+            .bucket
+            .change(&key(who, channel), |current| {
+                Ok(match current.map(|s| s.value) {
                     // Removed: the identity left the channel.
-                    None => return Ok(Claim::Left),
-                },
-                None => (0, None),
-            };
-            if at != from {
-                return Ok(Claim::Elsewhere(at));
-            }
-            if self.bucket.compare_and_set(&key, revision, &to).await? {
-                return Ok(Claim::Moved);
-            }
-            after_lost_race(attempt).await;
-        }
-        Err(contended(who, channel))
+                    Some(None) => Step::Done(Claim::Left),
+                    Some(Some(at)) if at != from => Step::Done(Claim::Elsewhere(at)),
+                    None if from != 0 => Step::Done(Claim::Elsewhere(0)),
+                    _ => Step::Write(to, Claim::Moved),
+                })
+            })
+            .await?;
+        claimed.ok_or_else(|| contended(who, channel))
     }
 
     /// Removes `who`'s cursor on `channel`.

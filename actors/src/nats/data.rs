@@ -4,8 +4,7 @@
 //! once exactly one wins and the other tries again from the new current version, with the same
 //! ownership rules as on a relay of its own ([`crate::shared`]).
 
-use super::kv::{hex, Bucket, Coded};
-use super::{after_lost_race, CAS_ATTEMPTS};
+use super::kv::{hex, Bucket, Coded, Step};
 use crate::error::RelayError;
 use crate::shared::{self, Share, SharedDataStore, SharedSummary};
 use crosstalk_schema::SharedData;
@@ -13,15 +12,22 @@ use futures_util::future::BoxFuture;
 
 impl Coded for SharedData {}
 
+/// The two buckets.
 #[derive(Clone)]
-pub(super) struct SharedBuckets {
+pub(super) struct Buckets {
     pub current: Bucket<SharedData>,
     pub versions: Bucket<SharedData>,
+}
+
+/// The cluster's shared data, taking contents of up to `max_size` bytes.
+#[derive(Clone)]
+pub(super) struct SharedBuckets {
+    pub buckets: Buckets,
     /// Largest content accepted, in bytes.
     pub max_size: usize,
 }
 
-impl SharedBuckets {
+impl Buckets {
     /// Applies `change` to the current version of `key` (compare-and-set, retried), then
     /// records the new version.
     async fn change(
@@ -29,26 +35,20 @@ impl SharedBuckets {
         key: &str,
         change: impl Fn(Option<SharedData>) -> Result<SharedData, RelayError>,
     ) -> Result<SharedData, RelayError> {
-        for attempt in 0..CAS_ATTEMPTS {
-            let (current, revision) = match self.current.entry(&hex(key)).await? {
-                Some(stored) => {
-                    let revision = stored.value.as_ref().map(|_| stored.revision);
-                    (stored.value, revision)
-                }
-                None => (None, None),
-            };
-            let next = change(current)?;
-            if self.current.compare_and_set(&hex(key), revision, &next).await? {
-                self.versions
-                    .put(&format!("{}.{}", hex(key), next.version), &next)
-                    .await?;
-                return Ok(next);
-            }
-            after_lost_race(attempt).await;
-        }
-        Err(RelayError::Conflict(format!(
-            "shared data {key:?} is being changed by others; try again"
-        )))
+        let next = self
+            .current
+            .change(&hex(key), |current| {
+                let next = change(current.and_then(|s| s.value))?;
+                Ok(Step::Write(next.clone(), next))
+            })
+            .await?
+            .ok_or_else(|| {
+                RelayError::Conflict(format!("shared data {key:?} is being changed by others; try again"))
+            })?;
+        self.versions
+            .put(&format!("{}.{}", hex(key), next.version), &next)
+            .await?;
+        Ok(next)
     }
 
     /// The current version of `key`, or version `version`.
@@ -65,10 +65,9 @@ impl SharedBuckets {
 
 impl SharedDataStore for SharedBuckets {
     fn share(&self, share: Share) -> BoxFuture<'static, Result<SharedSummary, RelayError>> {
-        let this = self.clone();
+        let (this, max) = (self.buckets.clone(), self.max_size);
         Box::pin(async move {
             let key = shared::valid_key(&share.key)?;
-            let max = this.max_size;
             let next = this
                 .change(&key, |current| {
                     shared::next_version(&key, current.as_ref(), &share, max)
@@ -79,7 +78,7 @@ impl SharedDataStore for SharedBuckets {
     }
 
     fn fetch(&self, key: String, version: Option<u64>) -> BoxFuture<'static, Result<SharedData, RelayError>> {
-        let this = self.clone();
+        let this = self.buckets.clone();
         Box::pin(async move {
             let key = shared::valid_key(&key)?;
             let found = this.version(&key, version).await?;
@@ -90,7 +89,7 @@ impl SharedDataStore for SharedBuckets {
     }
 
     fn list(&self) -> BoxFuture<'static, Result<Vec<SharedSummary>, RelayError>> {
-        let this = self.clone();
+        let this = self.buckets.clone();
         Box::pin(async move {
             let mut all = Vec::new();
             for k in this.current.keys().await? {
@@ -104,7 +103,7 @@ impl SharedDataStore for SharedBuckets {
     }
 
     fn delete(&self, owner: String, key: String) -> BoxFuture<'static, Result<SharedSummary, RelayError>> {
-        let this = self.clone();
+        let this = self.buckets.clone();
         Box::pin(async move {
             let key = shared::valid_key(&key)?;
             let next = this

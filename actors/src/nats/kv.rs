@@ -55,10 +55,21 @@ impl Value for Mark {
     }
 }
 
+/// Compare-and-set attempts before a change of shared state is given up as contended.
+const CAS_ATTEMPTS: usize = 16;
+
 /// A key's latest entry: its value (`None`: deleted) and its revision, for compare-and-set.
 pub(super) struct Stored<V> {
     pub value: Option<V>,
     pub revision: u64,
+}
+
+/// What [`Bucket::change`] makes of a key's latest entry.
+pub(super) enum Step<V, R> {
+    /// Nothing to write: the change answers `R`.
+    Done(R),
+    /// Write `V` if the key is still as it was read, then answer `R`.
+    Write(V, R),
 }
 
 /// One change, as a watch sees it.
@@ -181,9 +192,38 @@ impl<V: Value> Bucket<V> {
             .map_err(|e| unavailable(&format!("deleting from the {} bucket", self.what), e))
     }
 
+    /// Changes `key` by compare-and-set: reads its latest entry (`None`: it never existed),
+    /// asks `step` what to make of it, and writes that only if the key is still as it was
+    /// read. When another writer came first it reads again, after a pause that grows with each
+    /// loss (1, 2, 4 … ms, at most 32): a read may be answered by a replica that has not yet
+    /// applied the write that won, and read again at once it showed the same stale revision
+    /// attempt after attempt (seen in tests/nats.rs, an inbox drained on two nodes at once).
+    /// `None` when every attempt lost.
+    pub async fn change<R>(
+        &self,
+        key: &str,
+        mut step: impl FnMut(Option<Stored<V>>) -> Result<Step<V, R>, RelayError>,
+    ) -> Result<Option<R>, RelayError> {
+        for attempt in 0..CAS_ATTEMPTS {
+            let current = self.entry(key).await?;
+            // Written over only as it was read; a deleted key is created anew.
+            let revision = current.as_ref().and_then(|s| s.value.as_ref().map(|_| s.revision));
+            match step(current)? {
+                Step::Done(answer) => return Ok(Some(answer)),
+                Step::Write(value, answer) => {
+                    if self.compare_and_set(key, revision, &value).await? {
+                        return Ok(Some(answer));
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(1 << attempt.min(5))).await;
+        }
+        Ok(None)
+    }
+
     /// Writes `value` under `key` if the key is still at `revision` (`None`: if it has no
     /// value); `false` if another writer came first.
-    pub async fn compare_and_set(&self, key: &str, revision: Option<u64>, value: &V) -> Result<bool, RelayError> {
+    async fn compare_and_set(&self, key: &str, revision: Option<u64>, value: &V) -> Result<bool, RelayError> {
         let what = || format!("writing the {} bucket", self.what);
         match revision {
             None => match self.store.create(key, value.encode()).await {

@@ -35,17 +35,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Compare-and-set attempts before a change of shared state is refused as contended.
-const CAS_ATTEMPTS: usize = 16;
-
-/// After a compare-and-set lost to another writer: a pause before reading the entry again,
-/// growing with each loss (1, 2, 4 … ms, at most 32). A bucket's read may be answered by a
-/// replica that has not yet applied the write that won (direct get), and read again at once
-/// it showed the same stale revision attempt after attempt, until a busy inbox was refused as
-/// contended (seen in tests/nats.rs, the inbox drained on two nodes at once).
-async fn after_lost_race(attempt: usize) {
-    tokio::time::sleep(Duration::from_millis(1 << attempt.min(5))).await;
-}
 /// How long start-up waits for a server, the stream and the buckets (a new cluster elects its
 /// leaders first; on a small machine, with several nodes starting at once, that takes a while).
 const STREAM_READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -240,7 +229,7 @@ pub struct NatsCluster {
     /// The context the relay's own requests go on (bucket opening after start-up too).
     js: jetstream::Context,
     replicas: usize,
-    shared: data::SharedBuckets,
+    shared: data::Buckets,
     registrations: registrations::Registrations,
     cursors: cursors::SharedCursors,
     /// The other nodes' active waits, and this node's changes on their way to the bucket.
@@ -334,10 +323,9 @@ impl NatsCluster {
             replicas,
             deadline,
         };
-        let shared = data::SharedBuckets {
+        let shared = data::Buckets {
             current: kv::Bucket::open(&at, "DATA", Duration::ZERO, "shared data").await?,
             versions: kv::Bucket::open(&at, "DATA_VERSIONS", Duration::ZERO, "shared data versions").await?,
-            max_size: usize::MAX,
         };
         let registrations = registrations::Registrations {
             bucket: kv::Bucket::open(&at, "INSTANCES", Duration::ZERO, "instances").await?,
@@ -363,11 +351,6 @@ impl NatsCluster {
             news: Arc::new(parking_lot::Mutex::new(Some(news))),
             node: uuid::Uuid::new_v4().simple().to_string(),
         })
-    }
-
-    /// The stream's name.
-    pub fn stream(&self) -> &str {
-        &self.log.stream
     }
 
     /// Opens a bucket after start-up (presence, waits), on the relay's own context.
@@ -452,10 +435,10 @@ impl Cluster for NatsCluster {
         Box::pin(async move { cursors.forget(&who, &channel).await })
     }
 
-    fn shared_data(&self, _local: Arc<dyn SharedDataStore>, max_size: usize) -> Arc<dyn SharedDataStore> {
+    fn shared_data(&self, _local: &dyn Fn() -> Arc<dyn SharedDataStore>, max_size: usize) -> Arc<dyn SharedDataStore> {
         Arc::new(data::SharedBuckets {
+            buckets: self.shared.clone(),
             max_size,
-            ..self.shared.clone()
         })
     }
 

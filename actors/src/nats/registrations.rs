@@ -3,8 +3,7 @@
 //! every node mirrors the bucket into its own identities ([`crate::identities`]) and
 //! publishes, every few seconds, when it last heard from the identities bound on it.
 
-use super::kv::{hex, Bucket, Coded};
-use super::{after_lost_race, CAS_ATTEMPTS};
+use super::kv::{hex, Bucket, Coded, Step};
 use crate::cluster::Registration;
 use crate::error::RelayError;
 use crosstalk_schema::Timestamp;
@@ -25,54 +24,44 @@ impl Registrations {
     /// Binds `reg`'s id to its session across the cluster, unless another session holds it
     /// and was heard from within `ttl` on any node. Returns the registration as stored (its
     /// first registration time is the cluster's).
-    pub async fn claim(&self, mut reg: Registration, ttl: Duration) -> Result<Registration, RelayError> {
+    pub async fn claim(&self, reg: Registration, ttl: Duration) -> Result<Registration, RelayError> {
         let id = reg.instance.instance_id.clone();
-        for attempt in 0..CAS_ATTEMPTS {
-            let current = self.bucket.entry(&hex(&id)).await?;
-            let revision = current.as_ref().and_then(|s| s.value.as_ref().map(|_| s.revision));
-            if let Some(held) = current.and_then(|s| s.value) {
-                if held.session.is_some() && held.session != reg.session && live(&held, ttl) {
-                    return Err(RelayError::Conflict(format!(
-                        "instance id {id:?} is in use by another live session; pick another id, or wait until it \
-                         has been silent for {} s",
-                        ttl.as_secs()
-                    )));
+        let claimed = self
+            .bucket
+            .change(&hex(&id), |current| {
+                let mut reg = reg.clone();
+                if let Some(held) = current.and_then(|s| s.value) {
+                    if held.session.is_some() && held.session != reg.session && live(&held, ttl) {
+                        return Err(RelayError::Conflict(format!(
+                            "instance id {id:?} is in use by another live session; pick another id, or wait \
+                             until it has been silent for {} s",
+                            ttl.as_secs()
+                        )));
+                    }
+                    reg.instance.registered_at = held.instance.registered_at;
                 }
-                reg.instance.registered_at = held.instance.registered_at;
-            }
-            if self.bucket.compare_and_set(&hex(&id), revision, &reg).await? {
-                return Ok(reg);
-            }
-            after_lost_race(attempt).await;
-        }
-        Err(RelayError::Conflict(format!(
-            "instance id {id:?} is being registered elsewhere; try again"
-        )))
+                Ok(Step::Write(reg.clone(), reg))
+            })
+            .await?;
+        claimed
+            .ok_or_else(|| RelayError::Conflict(format!("instance id {id:?} is being registered elsewhere; try again")))
     }
 
     /// Records that `id`, bound to `session`, was heard from at `seen` (or signed off), if it
-    /// is still bound to that session and the cluster has nothing newer.
+    /// is still bound to that session and the cluster has nothing newer. Gives up quietly when
+    /// others keep changing it: the next round says it again.
     pub async fn heard(&self, id: &str, session: &str, seen: i64) -> Result<(), RelayError> {
-        for attempt in 0..CAS_ATTEMPTS {
-            let Some(stored) = self.bucket.entry(&hex(id)).await? else {
-                return Ok(());
-            };
-            let Some(mut reg) = stored.value else {
-                return Ok(());
-            };
-            if reg.session.as_deref() != Some(session) || reg.seen.abs() >= seen.abs() {
-                return Ok(());
-            }
-            reg.seen = seen;
-            if self
-                .bucket
-                .compare_and_set(&hex(id), Some(stored.revision), &reg)
-                .await?
-            {
-                return Ok(());
-            }
-            after_lost_race(attempt).await;
-        }
+        self.bucket
+            .change(&hex(id), |current| {
+                Ok(match current.and_then(|s| s.value) {
+                    Some(mut reg) if reg.session.as_deref() == Some(session) && reg.seen.abs() < seen.abs() => {
+                        reg.seen = seen;
+                        Step::Write(reg, ())
+                    }
+                    _ => Step::Done(()),
+                })
+            })
+            .await?;
         Ok(())
     }
 
