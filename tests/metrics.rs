@@ -4,7 +4,7 @@
 mod common;
 
 use common::mcp::Mcp;
-use common::{client, Server};
+use common::{client, request, Server};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -213,4 +213,42 @@ async fn idle_channel_actors_leave_memory_and_come_back_with_their_messages() {
         .await
         .unwrap();
     assert_eq!(got[0]["body"], "body 7", "{got}");
+}
+
+/// A post by a registered sender is one store write: joining the channel by posting writes
+/// its read cursor once, not again with every post (it did: a cursor at 0 was written anew
+/// each time, doubling the writes of every registered poster, and on a cluster adding a
+/// key-value write per post). Counted by the store thread's own histogram.
+#[tokio::test]
+async fn a_registered_senders_posts_cost_one_write_each() {
+    let s = Server::start_with(&["--token", TOKEN]);
+    let http = common::client_with_token(TOKEN);
+    let (status, registered) = request(
+        &http,
+        "POST",
+        &s.url("/api/register"),
+        Some(json!({"instance_id": "alice"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{registered}");
+    let session = registered["session"].as_str().unwrap();
+    let writes = |text: &str| sample(text, "crosstalk_commit_round_writes_sum").unwrap_or(0.0);
+    let before = writes(&scrape(&s).await);
+    const POSTS: u32 = 100;
+    let url = s.url("/api/channels/w/messages");
+    for i in 0..POSTS {
+        let body = json!({"sender": "alice", "body": format!("m{i}")});
+        let (status, answer) = request(&http, "POST", &url, Some(body), Some(session)).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let after = writes(&scrape(&s).await);
+    let per_post = (after - before) / f64::from(POSTS);
+    // One write a post, plus the join's once (and a little room for other bookkeeping); the
+    // defect made it two.
+    assert!(per_post < 1.5, "{per_post} store writes a post ({before} -> {after})");
+    assert!(
+        per_post >= 1.0,
+        "{per_post} store writes a post: the histogram does not count them"
+    );
 }
