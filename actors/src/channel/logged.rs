@@ -190,7 +190,10 @@ impl ChannelActor {
     pub(super) fn fold(&mut self, seq: Option<u64>, record: Record, idempotency_key: Option<String>) -> Folded {
         match record {
             Record::Message(mut m) => {
-                if let Some(key) = &idempotency_key {
+                // A post ordered here had its key looked up as it came in (`accept_post`, one
+                // lookup, a store read once committed); one from the log is looked up in log
+                // order, since another node may have taken the key meanwhile.
+                if let (Some(key), Some(_)) = (&idempotency_key, seq) {
                     match self.idempotent(key) {
                         Ok(Some(original)) => return Folded::Duplicate(original),
                         Ok(None) => {}
