@@ -28,18 +28,7 @@ fn script() -> std::path::PathBuf {
 /// A base port whose NATS (`+0..2`, routes `+100..102`), node (`+10`, `+11`) and load
 /// balancer (`+20`) ports are all free now.
 fn free_base_port() -> u16 {
-    let pid = std::process::id() as u64;
-    for attempt in 0..200u64 {
-        let base = 20_000 + ((pid * 7907 + attempt * 337) % 20_000) as u16;
-        let ports = [0, 1, 2, 10, 11, 20, 100, 101, 102].map(|p| base + p);
-        if ports
-            .iter()
-            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        {
-            return base;
-        }
-    }
-    panic!("no free ports for the cluster example");
+    common::free_base_port(&[0, 1, 2, 10, 11, 20, 100, 101, 102])
 }
 
 impl Cluster {

@@ -338,7 +338,7 @@ async fn threads_questions_directives_and_ask() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_count_turns_end_by_rule_and_survive_a_restart() {
-    let mut s = Server::start();
+    let mut s = Server::process(&[]);
     let c = client();
     let sess = s.url("/api/channels/pair/session");
     let (status, st) = request(&c, "POST", &sess, Some(json!({"max_turns": 3})), None).await;

@@ -78,7 +78,7 @@ async fn acknowledged_messages_survive_repeated_sigkill() {
     println!("crash test seed {seed}");
     let mut rng = Rng(seed);
 
-    let mut server = Server::start();
+    let mut server = Server::process(&[]);
     let tmp = server.take_dir().unwrap();
     let dir = tmp.path().to_path_buf();
     let base = Arc::new(RwLock::new(server.base.clone()));
@@ -225,7 +225,7 @@ async fn fill(s: &Server, channel: &str, n: usize) -> Vec<Value> {
 async fn a_torn_last_record_is_reported_and_everything_before_it_served() {
     use crosstalk_actors::sled_store::SledStore;
     use crosstalk_schema::ChannelName;
-    let mut s = Server::start();
+    let mut s = Server::process(&[]);
     let sent = fill(&s, "dev", 20).await;
     s.terminate();
     let tmp = s.take_dir().unwrap();
@@ -250,7 +250,7 @@ async fn a_torn_last_record_is_reported_and_everything_before_it_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_truncated_store_file_is_reported_and_its_prefix_served() {
-    let mut s = Server::start();
+    let mut s = Server::process(&[]);
     let sent = fill(&s, "dev", 300).await;
     s.kill();
     let tmp = s.take_dir().unwrap();
@@ -285,9 +285,9 @@ async fn a_truncated_store_file_is_reported_and_its_prefix_served() {
 /// a SIGKILL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sled_writes_on_the_store_thread_and_keeps_no_io_pool() {
-    let mut s = Server::start();
+    let mut s = Server::process(&[]);
     let written = fill(&s, "pool", 200).await;
-    let pid = s.child.id();
+    let pid = s.pid();
     let pool: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .expect("/proc lists the relay's threads")
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())

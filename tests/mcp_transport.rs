@@ -156,7 +156,7 @@ fn an_empty_allow_list_is_refused_at_startup() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_open_mcp_sessions_quickly() {
-    let mut s = Server::start();
+    let mut s = Server::process(&[]);
     let m = Mcp::connect(&s).await;
     let mut stream = m.listen().await;
     let m2 = Mcp::connect(&s).await;

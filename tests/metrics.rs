@@ -29,7 +29,7 @@ async fn scrape(s: &Server) -> String {
 
 #[tokio::test]
 async fn metrics_count_what_the_relay_did_and_need_the_token() {
-    let s = Server::start_with(&["--token", TOKEN]);
+    let s = Server::process(&["--token", TOKEN]);
     let http = client();
     let anonymous = http.get(s.url("/metrics")).send().await.unwrap();
     assert_eq!(anonymous.status(), 401, "metrics must need the token");
@@ -157,7 +157,7 @@ async fn the_allocator_purges_in_background_threads_unless_malloc_conf_says_othe
     let http = client();
     for (env, expect_threads) in [(None, true), (Some("background_thread:false"), false)] {
         let s = match env {
-            None => Server::start(),
+            None => Server::process(&[]),
             Some(conf) => Server::start_with_env(&[], &[("MALLOC_CONF", conf)]),
         };
         // Some traffic, so every arena the relay uses is in play.
@@ -170,7 +170,7 @@ async fn the_allocator_purges_in_background_threads_unless_malloc_conf_says_othe
                 .unwrap();
             assert!(r.status().is_success());
         }
-        let threads = threads_named(s.child.id(), "jemalloc_bg_thd");
+        let threads = threads_named(s.pid(), "jemalloc_bg_thd");
         assert_eq!(
             threads > 0,
             expect_threads,
@@ -181,7 +181,7 @@ async fn the_allocator_purges_in_background_threads_unless_malloc_conf_says_othe
 
 #[tokio::test]
 async fn idle_channel_actors_leave_memory_and_come_back_with_their_messages() {
-    let s = Server::start_with(&["--token", TOKEN, "--idle-after-secs", "1", "--presence-ttl-secs", "1"]);
+    let s = Server::process(&["--token", TOKEN, "--idle-after-secs", "1", "--presence-ttl-secs", "1"]);
     let http = client();
     for i in 0..20 {
         let r = http
@@ -221,7 +221,7 @@ async fn idle_channel_actors_leave_memory_and_come_back_with_their_messages() {
 /// key-value write per post). Counted by the store thread's own histogram.
 #[tokio::test]
 async fn a_registered_senders_posts_cost_one_write_each() {
-    let s = Server::start_with(&["--token", TOKEN]);
+    let s = Server::process(&["--token", TOKEN]);
     let http = common::client_with_token(TOKEN);
     let (status, registered) = request(
         &http,

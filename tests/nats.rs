@@ -41,22 +41,7 @@ fn cluster_ports(base: u16) -> [u16; 6] {
 
 /// A base port whose [`cluster_ports`] are all free now.
 fn free_base_port() -> u16 {
-    // Two calls of one process never start from the same candidate: a port found free here is
-    // bound only later, by the nats-server started on it, so a second caller checking meanwhile
-    // would pick it too and its node would talk to the first test's server.
-    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let pid = std::process::id() as u64;
-    let first = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 200;
-    for attempt in first..first + 200 {
-        let base = 20_000 + ((pid * 7919 + attempt * 331) % 20_000) as u16;
-        if cluster_ports(base)
-            .iter()
-            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        {
-            return base;
-        }
-    }
-    panic!("no free ports for a NATS cluster");
+    common::free_base_port(&[0, 1, 2, 100, 101, 102])
 }
 
 #[test]
@@ -139,11 +124,7 @@ impl Drop for Nats {
 }
 
 fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + T;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nats-server on {port} did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_for_port(port, T)
 }
 
 /// One cluster at a time: each test runs three nats-servers and two relays, and several at
@@ -151,7 +132,7 @@ fn wait_for_port(port: u16) {
 static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn node(nats: &Nats) -> Server {
-    Server::start_with(&["--store", &nats.urls(), "--nats-replicas", "3"])
+    Server::process(&["--store", &nats.urls(), "--nats-replicas", "3"])
 }
 
 /// Waits until `node` holds at least `n` messages of `channel`.
@@ -874,7 +855,7 @@ async fn posts_through(server: &Single, args: &[&str]) {
     let url = server.url();
     let mut all = vec!["--store", url.as_str()];
     all.extend_from_slice(args);
-    let node = Server::start_with(&all);
+    let node = Server::process(&all);
     let c = client();
     let m = post(&c, &node, "guarded", msg("a", "through")).await;
     assert_eq!(m["body"], "through");
@@ -888,7 +869,7 @@ async fn a_post_that_reaches_no_stream_is_sent_again_until_one_takes_it() {
     use async_nats::jetstream;
     let _one = ONE_CLUSTER.lock().await;
     let server = Single::start("");
-    let node = Server::start_with(&["--store", server.url().as_str()]);
+    let node = Server::process(&["--store", server.url().as_str()]);
     let c = client();
     post(&c, &node, "dev", msg("a", "first")).await;
     let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
@@ -1092,7 +1073,7 @@ async fn a_relays_own_store_and_a_nodes_copy_are_never_mixed() {
     let nats = Single::start("");
     let c = client();
     // A relay's own (sled) data directory, with a channel in it.
-    let mut own = Server::start();
+    let mut own = Server::process(&[]);
     post(&c, &own, "mine", msg("a", "kept")).await;
     own.terminate();
     let own_dir = own.take_dir().unwrap();
@@ -1102,7 +1083,7 @@ async fn a_relays_own_store_and_a_nodes_copy_are_never_mixed() {
         "{err}"
     );
     // A node's copy of the stream.
-    let mut n = Server::start_with(&["--store", &nats.url()]);
+    let mut n = Server::process(&["--store", &nats.url()]);
     post(&c, &n, "shared", msg("a", "in the log")).await;
     n.terminate();
     let node_dir = n.take_dir().unwrap();
@@ -1144,7 +1125,7 @@ async fn a_node_whose_disk_fills_stops_and_catches_up_from_the_log() {
         // Its copy can no longer follow the log: the node stops rather than leave a hole.
         let deadline = Instant::now() + T;
         let status = loop {
-            if let Some(s) = n.child.try_wait().unwrap() {
+            if let Some(s) = n.child().try_wait().unwrap() {
                 break s;
             }
             assert!(
@@ -1195,7 +1176,7 @@ async fn who_is_on_a_channel_is_the_clusters() {
     let _one = ONE_CLUSTER.lock().await;
     let nats = Single::start("");
     let args = ["--store", &nats.url(), "--presence-ttl-secs", "3"];
-    let (mut a, b) = (Server::start_with(&args), Server::start_with(&args));
+    let (mut a, b) = (Server::process(&args), Server::start_with(&args));
     let c = client();
     let mut watcher = SseReader::open(&c, &b.url("/api/channels/room/stream"), None).await;
     assert_eq!(watcher.next(T).await.unwrap().event, "ready");
@@ -1275,8 +1256,8 @@ async fn a_restarted_node_follows_the_log_from_where_it_had_folded() {
     let url = nats.url();
     let args = ["--store", url.as_str()];
     let c = client();
-    let mut a = Server::start_with(&args);
-    let b = Server::start_with(&args);
+    let mut a = Server::process(&args);
+    let b = Server::process(&args);
     let mut acked = Vec::new();
     for i in 0..50 {
         acked.push(
@@ -1328,7 +1309,7 @@ async fn parties_waiting_on_different_nodes_are_released_as_on_one() {
     let _one = ONE_CLUSTER.lock().await;
     let nats = Single::start("");
     let args = ["--store", &nats.url(), "--release-grace-ms", "400"];
-    let (a, b) = (Server::start_with(&args), Server::start_with(&args));
+    let (a, b) = (Server::process(&args), Server::start_with(&args));
     let c = client();
     for who in ["bob", "alice"] {
         post(&c, &a, "pair", msg(who, "here")).await;
@@ -1369,8 +1350,8 @@ async fn parties_waiting_on_different_nodes_are_released_as_on_one() {
 async fn a_node_holds_every_channel_of_the_log_whatever_its_channel_limit() {
     let _one = ONE_CLUSTER.lock().await;
     let nats = Single::start("");
-    let a = Server::start_with(&["--store", &nats.url()]);
-    let b = Server::start_with(&["--store", &nats.url(), "--max-channels", "1"]);
+    let a = Server::process(&["--store", &nats.url()]);
+    let b = Server::process(&["--store", &nats.url(), "--max-channels", "1"]);
     let c = client();
     for ch in ["one", "two", "three"] {
         post(&c, &a, ch, msg("w", ch)).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_survives_a_graceful_restart_and_ids_continue() {
-    let mut s = Server::start();
+    let mut s = Server::process(&[]);
     let c = client();
     let mut before = Vec::new();
     for ch in ["a", "b"] {
@@ -50,7 +50,7 @@ async fn acknowledged_messages_survive_sigkill_in_fsync_mode() {
 }
 
 async fn sigkill_round_trip(args: &[&str]) {
-    let mut s = Server::start_with(args);
+    let mut s = Server::process(args);
     let c = client();
     let mut acked = Vec::new();
     for i in 0..50 {
@@ -125,7 +125,7 @@ async fn search_answers_the_same_from_index_blocks_and_after_converting_the_firs
     use crosstalk_actors::sled_store::SledStore;
     use crosstalk_actors::store::{EventStore, Space};
 
-    let mut s = Server::start();
+    let mut s = Server::process(&[]);
     let c = client();
     let words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"];
     let mut rng = Rng(11);

@@ -295,7 +295,7 @@ async fn one_token_cannot_hold_every_wait_and_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_number_of_channels_is_bounded() {
-    let mut s = Server::start_with(&["--max-channels", "2"]);
+    let mut s = Server::process(&["--max-channels", "2"]);
     let c = client();
     post(&c, &s, "one", msg("a", "x")).await;
     post(&c, &s, "two", msg("a", "x")).await;

@@ -1,5 +1,13 @@
-//! Shared fixtures: a real `crosstalk` process on 127.0.0.1 with a fresh data directory,
-//! a JSON client, and an SSE reader.
+//! Shared fixtures: a relay on 127.0.0.1 with a fresh data directory — in this process by
+//! default, or a real `crosstalk` process for what needs one — a JSON client, and an SSE reader.
+//!
+//! [`Server::start`] and [`Server::start_with`] run the relay in the test process, through
+//! `crosstalk::server::serve` on a thread of its own (its own actix system), exactly as the
+//! binary assembles it but without a process to spawn, and with the same command-line flags.
+//! The `process` constructors ([`Server::process`], [`Server::start_in`], [`Server::start_logging`],
+//! …) spawn the binary: for a crash, a signal, a restart on the same directory, what the relay
+//! logs, a file-size limit or an environment of its own. Asking an in-process relay for any of
+//! those (`kill`, `terminate`, `stderr`, `pid`) panics rather than pretending.
 #![allow(dead_code)]
 
 pub mod mcp;
@@ -31,8 +39,41 @@ impl Rng {
     }
 }
 
+/// A base port such that `base + o` is free now for every offset `o`: for a group of servers
+/// (a NATS cluster, a relay cluster behind a load balancer) that bind ports they are told.
+/// Two calls of one process never start from the same candidate: a port found free here is
+/// bound only later, by the server started on it, so a second caller checking meanwhile would
+/// pick it too and its servers would talk to the first caller's.
+pub fn free_base_port(offsets: &[u16]) -> u16 {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let pid = std::process::id() as u64;
+    let first = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 200;
+    for attempt in first..first + 200 {
+        let base = 20_000 + ((pid * 7919 + attempt * 331) % 20_000) as u16;
+        if offsets
+            .iter()
+            .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok())
+        {
+            return base;
+        }
+    }
+    panic!("no free ports for offsets {offsets:?}");
+}
+
+/// Waits until something listens on `port` of 127.0.0.1, for at most `within`.
+pub fn wait_for_port(port: u16, within: Duration) {
+    let deadline = Instant::now() + within;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port} after {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub struct Server {
-    pub child: Child,
+    /// The relay's process, or `None` when it runs in this process.
+    child: Option<Child>,
+    /// The in-process relay: its stop signal and its thread.
+    in_process: Option<InProcess>,
     /// Everything the relay wrote to stderr so far.
     pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
     pub base: String,
@@ -62,18 +103,93 @@ fn shared_log(dir: &Path, args: &[&str]) -> Vec<String> {
     ]
 }
 
+struct InProcess {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
 impl Server {
-    /// Starts a relay on a free port with a fresh data directory.
+    /// Starts a relay in this process on a free port with a fresh data directory.
     pub fn start() -> Server {
         Self::start_with(&[])
     }
 
+    /// Starts a relay in this process with these `crosstalk serve` flags.
     pub fn start_with(args: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut s = Self::in_process(tmp.path(), args);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// Starts a relay process (the binary) on a fresh data directory.
+    pub fn process(args: &[&str]) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
         let mut s = Self::start_in(&dir, args);
         s._tmp = Some(tmp);
         s
+    }
+
+    /// The relay as the binary assembles it (`Config::resolve`, `server::open`, `server::serve`),
+    /// on a thread with an actix system of its own.
+    fn in_process(dir: &Path, args: &[&str]) -> Server {
+        use clap::Parser;
+        use crosstalk::config::{Cli, Command, Config};
+        let mut argv: Vec<String> = ["crosstalk", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        argv.push(dir.display().to_string());
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv.extend(shared_log(dir, args));
+        let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("bad relay flags {args:?}: {e}"));
+        let Some(Command::Serve(serve_args)) = cli.command else {
+            unreachable!("parsed as `serve`")
+        };
+        let config = Config::resolve(*serve_args).unwrap_or_else(|e| panic!("bad relay flags {args:?}: {e}"));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready, is_ready) = std::sync::mpsc::channel::<Result<(), String>>();
+        let thread = std::thread::Builder::new()
+            .name("in-process-relay".into())
+            .spawn(move || {
+                actix_rt::System::new().block_on(async move {
+                    let relay = match crosstalk::server::open(&config).await {
+                        Ok(relay) => relay,
+                        Err(e) => {
+                            let _ = ready.send(Err(e.to_string()));
+                            return;
+                        }
+                    };
+                    let _ = ready.send(Ok(()));
+                    if let Err(e) = crosstalk::server::serve(relay, config, listener, async {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    {
+                        eprintln!("in-process relay: {e}");
+                    }
+                })
+            })
+            .expect("relay thread");
+        match is_ready.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("the relay did not start: {e}"),
+            Err(_) => panic!("the relay's thread ended before it started"),
+        }
+        Server {
+            child: None,
+            in_process: Some(InProcess {
+                stop: Some(stop),
+                thread: Some(thread),
+            }),
+            stderr: Default::default(),
+            base,
+            data_dir: dir.to_path_buf(),
+            _tmp: None,
+        }
     }
 
     /// Starts a relay on an existing data directory (for restarts).
@@ -185,7 +301,8 @@ impl Server {
             });
         }
         Server {
-            child,
+            child: Some(child),
+            in_process: None,
             stderr,
             base,
             data_dir: dir.to_path_buf(),
@@ -193,8 +310,28 @@ impl Server {
         }
     }
 
+    /// Everything the relay process wrote to stderr so far.
     pub fn stderr(&self) -> String {
+        assert!(
+            self.child.is_some(),
+            "an in-process relay has no stderr: start it with a process constructor"
+        );
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// The relay process.
+    pub fn child(&mut self) -> &mut Child {
+        self.child
+            .as_mut()
+            .expect("an in-process relay has no process: start it with a process constructor")
+    }
+
+    /// The relay process's id.
+    pub fn pid(&self) -> u32 {
+        self.child
+            .as_ref()
+            .expect("an in-process relay has no process: start it with a process constructor")
+            .id()
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -203,19 +340,20 @@ impl Server {
 
     /// SIGKILL: the process gets no chance to flush anything.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = self.child();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     /// SIGTERM, then waits for exit; returns how long the exit took and whether it was clean.
     pub fn terminate(&mut self) -> (Duration, bool) {
         let start = Instant::now();
         unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
+            libc::kill(self.pid() as i32, libc::SIGTERM);
         }
         let deadline = start + Duration::from_secs(10);
         loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.child().try_wait() {
                 return (start.elapsed(), status.success());
             }
             if Instant::now() > deadline {
@@ -234,7 +372,23 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.kill();
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(mut p) = self.in_process.take() {
+            if let Some(stop) = p.stop.take() {
+                let _ = stop.send(());
+            }
+            // Streams end, the server stops and the store flushes; a test waits for that
+            // (so its data directory outlives the relay) but never hangs on it.
+            if let Some(thread) = p.thread.take() {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !thread.is_finished() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
     }
 }
 
