@@ -39,6 +39,9 @@ pub enum Host {
     ClaudeCode,
     ClaudeDesktop,
     Cursor,
+    Codex,
+    #[value(name = "vscode")]
+    VsCode,
 }
 
 /// `crosstalk mcp`: serve MCP on stdio, backed by a relay.
@@ -71,19 +74,26 @@ pub struct McpArgs {
     pub local_data: Option<PathBuf>,
 }
 
-/// Where the relay is, and how it was found.
+/// Where the relay is: its URL and token, and in local mode the shared relay to start there
+/// if nothing answers.
+#[derive(Clone)]
 struct Target {
     url: String,
     token: Option<String>,
+    /// Local mode: the address and data directory of the shared local relay.
+    local: Option<(String, PathBuf)>,
 }
 
-/// Flag or environment, else the config file, else local mode (start the shared relay if
-/// nothing answers).
-async fn target(args: &McpArgs) -> Result<Target, Failure> {
+/// Flag or environment, else the config file, else local mode.
+fn target(args: &McpArgs) -> Result<Target, Failure> {
     let file = setup::ConfigFile::read()?;
     let token = args.relay.given_token().or(file.token);
     if let Some(url) = args.relay.given_url().or(file.relay) {
-        return Ok(Target { url, token });
+        return Ok(Target {
+            url,
+            token,
+            local: None,
+        });
     }
     let addr = args
         .local_addr
@@ -95,23 +105,25 @@ async fn target(args: &McpArgs) -> Result<Target, Failure> {
         .clone()
         .or_else(|| std::env::var_os("CROSSTALK_LOCAL_DATA").map(PathBuf::from))
         .map_or_else(local::data_dir, Ok)?;
-    let url = local::ensure(&addr, &data).await?;
-    Ok(Target { url, token })
+    Ok(Target {
+        url: format!("http://{addr}"),
+        token,
+        local: Some((addr, data)),
+    })
 }
 
-/// Runs `crosstalk mcp` until the host closes stdin or a signal comes.
+/// Runs `crosstalk mcp` until the host closes stdin or a signal comes. The host is served at
+/// once; the relay session is opened (and, when it fails, opened again) in the background,
+/// and tools called meanwhile answer why the relay is not there and how to fix it.
 pub async fn run(args: McpArgs) -> Result<(), Failure> {
     if let Some(host) = args.print_config {
         print!("{}", setup::snippet(host, &args));
         return Ok(());
     }
     crate::client::tls();
-    let target = target(&args).await?;
+    let target = target(&args)?;
     let rest = std::sync::Arc::new(RelayClient::at(&target.url, target.token.clone())?);
-    let upstream = proxy::connect(&target.url, args.tools, target.token.as_deref()).await?;
-    let live = live::Live::new(rest);
-    for channel in &args.listen {
-        live.listen(channel).await.map_err(|e| Failure(e, 2))?;
-    }
-    proxy::serve(upstream, live).await
+    let live = live::Live::new(rest.clone());
+    let link = proxy::Link::start(target, args.tools, rest, live.clone(), args.listen.clone());
+    proxy::serve(link, live).await
 }

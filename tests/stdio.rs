@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{client, get_json, msg, post, Server};
+use common::{client, free_port, get_json, msg, post, Server};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -416,8 +416,14 @@ fn print_config_gives_each_host_its_snippet() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
-    // The JSON part of a snippet: from the first `{` on.
-    let json_of = |text: &str| -> Value { serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap() };
+    // The JSON part of a snippet: the value that starts at the first `{`.
+    let json_of = |text: &str| -> Value {
+        serde_json::Deserializer::from_str(&text[text.find('{').unwrap()..])
+            .into_iter::<Value>()
+            .next()
+            .unwrap()
+            .unwrap()
+    };
 
     // Local mode: no relay, no environment.
     let local = run(&["--print-config", "claude-code", "--listen", "dev"]);
@@ -426,6 +432,16 @@ fn print_config_gives_each_host_its_snippet() {
     let server = &json_of(&local)["mcpServers"]["crosstalk"];
     assert_eq!(server["args"], json!(["mcp", "--listen", "dev"]), "{local}");
     assert_eq!(server["env"], json!({}), "{local}");
+    // How to see the pushes: Claude Code's channels flag.
+    assert!(
+        local.contains("claude --dangerously-load-development-channels server:crosstalk"),
+        "{local}"
+    );
+    let codex = run(&["--print-config", "codex", "--listen", "dev"]);
+    assert!(codex.contains("[mcp_servers.crosstalk]"), "{codex}");
+    assert!(codex.contains(r#"args = ["mcp", "--listen", "dev"]"#), "{codex}");
+    let vscode = run(&["--print-config", "vscode"]);
+    assert_eq!(json_of(&vscode)["servers"]["crosstalk"]["type"], "stdio", "{vscode}");
 
     // A remote relay: its URL and a token placeholder, for each host.
     let remote = run(&["--print-config", "claude-code", "--relay", "https://relay.example:8765"]);
@@ -447,4 +463,65 @@ fn print_config_gives_each_host_its_snippet() {
         assert_eq!(server["env"]["CROSSTALK_URL"], "https://relay.example:8765", "{text}");
         assert_eq!(server["env"]["CROSSTALK_TOKEN"], "<your token>", "{text}");
     }
+}
+
+/// A host that starts `crosstalk mcp` before the relay keeps the tools: the bridge answers
+/// `initialize` at once, a tool called meanwhile says the relay is not reachable and how to
+/// fix it, and once the relay is up the bridge connects by itself, tells the host its tool
+/// list changed, and the same call works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_starts_before_the_relay_and_connects_when_it_comes() {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url], &[]));
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "initialize took {:?} with no relay",
+        started.elapsed()
+    );
+    let names = tokio::task::block_in_place(|| b.tool_names());
+    assert!(names.iter().any(|n| n == "delivery_status"), "{names:?}");
+    let r = tokio::task::block_in_place(|| b.call("list_channels", json!({})));
+    assert_eq!(r["isError"], true, "{r}");
+    let text = r["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    assert!(text.contains(&url) && text.contains("not reachable"), "{text}");
+    assert!(text.contains("crosstalk serve"), "no remedy in: {text}");
+    assert!(!text.contains("rmcp::"), "internal type names in: {text}");
+
+    let s = Server::start_with(&["--port", &port.to_string()]);
+    let changed = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/tools/list_changed",
+            Duration::from_secs(20),
+        )
+    });
+    assert!(changed.is_some(), "no tools/list_changed once the relay came");
+    let names = tokio::task::block_in_place(|| b.tool_names());
+    assert!(names.iter().any(|n| n == "post_message"), "{names:?}");
+    let r = tokio::task::block_in_place(|| {
+        b.call(
+            "post_message",
+            json!({"channel": "late", "sender": "early-bird", "body": "made it"}),
+        )
+    });
+    assert_ne!(r["isError"], true, "{r}");
+    let (_, list) = get_json(&client(), &s.url("/api/channels/late/messages")).await;
+    assert_eq!(list[0]["body"], "made it", "{list}");
+    tokio::task::block_in_place(|| b.close());
+}
+
+/// A wrong token is said as such, with the setting that fixes it — not as a transport error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_says_when_the_relay_refuses_its_token() {
+    let s = Server::start_with(&["--token", "right-token"]);
+    let url = s.url("");
+    let mut b =
+        tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url], &[("CROSSTALK_TOKEN", "wrong-token")]));
+    let r = tokio::task::block_in_place(|| b.call("list_channels", json!({})));
+    assert_eq!(r["isError"], true, "{r}");
+    let text = r["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("refused the token"), "{text}");
+    assert!(text.contains("CROSSTALK_TOKEN"), "no remedy in: {text}");
+    tokio::task::block_in_place(|| b.close());
 }

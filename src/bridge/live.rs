@@ -196,9 +196,12 @@ impl Live {
             "all_connected": pushed.iter().all(|p| p.connected),
             "pushed": pushed,
             "poll_only": poll_only,
-            "note": "Pushed channels arrive as notifications/claude/channel (Claude Code shows them when \
-                     started with channels enabled); poll-only channels need check_messages or \
-                     wait_for_message.",
+            "note": format!(
+                "Pushed channels arrive as notifications/claude/channel. Claude Code shows them only when \
+                 started with channels enabled (research preview, 2.1.80 or later, signed in with claude.ai): \
+                 `{}`; otherwise, and for poll-only channels, call check_messages or wait_for_message.",
+                super::setup::CLAUDE_CODE_CHANNELS
+            ),
         })
     }
 }

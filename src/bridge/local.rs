@@ -8,6 +8,10 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The store's folder inside the local data directory: with the default data directory, the
+/// same folder `crosstalk serve` uses by default (`client::local_store_dir`).
+const STORE: &str = "store";
+
 /// How long a relay we started may take to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -61,7 +65,7 @@ pub async fn ensure(addr: &str, data: &Path) -> Result<String, Failure> {
         .open(&log_path)
         .map_err(|e| Failure(format!("cannot open {}: {e}", log_path.display()), 2))?;
     let exe = std::env::current_exe().map_err(|e| Failure(format!("cannot find this program: {e}"), 2))?;
-    let mut child = start(&exe, host, port, &data.join("store"), log)?;
+    let mut child = start(&exe, host, port, &data.join(STORE), log)?;
     let started = Instant::now();
     loop {
         if answers(&http, &url).await {

@@ -4,15 +4,15 @@
 
 use super::live::Live;
 use super::watch::Watched;
-use super::ToolSet;
-use crate::client::{tls, Failure};
+use super::{Target, ToolSet};
+use crate::client::{tls, Failure, RelayClient};
 use parking_lot::Mutex;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
     GetPromptRequestParams, GetPromptResponse, Implementation, InitializeResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ResourceUpdatedNotificationParam, SubscribeRequestParams, Tool,
-    UnsubscribeRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ResourceUpdatedNotificationParam, ServerCapabilities,
+    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -21,6 +21,7 @@ use rmcp::{ClientHandler, ErrorData as McpError, Peer, RoleClient, RoleServer, S
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// The relay's side: forwards what the relay notifies to the host, once there is one.
@@ -65,71 +66,332 @@ impl ClientHandler for Upstream {
     }
 }
 
-pub struct Connected {
-    service: RunningService<RoleClient, Upstream>,
-    host: watch::Sender<Option<Peer<RoleServer>>>,
-    /// `initialize` requests sent so far: more than one means the session was re-created.
+/// The relay session as the bridge sees it now.
+#[derive(Clone)]
+enum State {
+    /// Not connected, yet or again: why the last attempt failed, once one has.
+    Down(Option<String>),
+    Up(Box<Session>),
+}
+
+/// One open session to the relay.
+#[derive(Clone)]
+struct Session {
+    peer: Peer<RoleClient>,
+    /// The relay's capabilities, name and instructions.
+    info: InitializeResult,
+    /// Counts the sessions opened so far, this one included.
+    generation: u64,
+    /// `initialize` requests sent in it: more than one means rmcp re-created the relay's
+    /// session (a relay restart).
     inits: Arc<AtomicU64>,
 }
 
-/// Opens the session to the relay's `/mcp` (or `/cc/mcp`).
-pub async fn connect(url: &str, tools: ToolSet, token: Option<&str>) -> Result<Connected, Failure> {
-    tls();
-    let endpoint = format!("{}{}", url.trim_end_matches('/'), tools.path());
-    let mut config = StreamableHttpClientTransportConfig::with_uri(endpoint.clone());
-    if let Some(t) = token {
-        config = config.auth_header(t);
+impl Session {
+    /// Which relay session this is: a new connection, or a re-created session in one.
+    fn epoch(&self) -> (u64, u64) {
+        (self.generation, self.inits.load(Ordering::SeqCst))
     }
-    let http = reqwest::Client::builder()
-        .connect_timeout(std::time::Duration::from_secs(5))
-        .build()?;
-    let (http, inits) = Watched::new(http);
-    let transport = StreamableHttpClientTransport::with_client(http, config);
-    let (host, rx) = watch::channel(None);
-    let service = Upstream { host: rx }
-        .serve(transport)
-        .await
-        .map_err(|e| Failure(format!("cannot open an MCP session at {endpoint}: {e}"), 2))?;
-    Ok(Connected { service, host, inits })
+}
+
+/// Keeps a session to the relay open from the background: opens it, opens it again when it
+/// ends, and says meanwhile why there is none. The host is served whatever its state.
+pub struct Link {
+    endpoint: String,
+    url: String,
+    state: watch::Receiver<State>,
+    /// The host, once it has initialized: relay notifications and list changes go to it.
+    host: watch::Sender<Option<Peer<RoleServer>>>,
+    /// Ends the background task (closing the session first).
+    stop: tokio_util::sync::CancellationToken,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// How long the host's first `initialize` waits for the first attempt, so that a relay that is
+/// up gives the host its own capabilities and instructions.
+const FIRST_ATTEMPT: Duration = Duration::from_secs(3);
+/// How long `tools/list` waits for a session before answering the bridge's own tools alone
+/// (the relay's follow with `notifications/tools/list_changed` once it is there).
+const LIST_WAIT: Duration = Duration::from_secs(5);
+/// Back-off between attempts.
+const RETRY_MIN: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+impl Link {
+    /// Starts keeping a session to `target` open; pushes the `listen` channels once the first
+    /// session is there.
+    pub fn start(
+        target: Target,
+        tools: ToolSet,
+        rest: Arc<RelayClient>,
+        live: Arc<Live>,
+        listen: Vec<String>,
+    ) -> Arc<Link> {
+        let endpoint = format!("{}{}", target.url.trim_end_matches('/'), tools.path());
+        let (state_tx, state) = watch::channel(State::Down(None));
+        let (host, _) = watch::channel(None);
+        let link = Arc::new(Link {
+            endpoint,
+            url: target.url.clone(),
+            state,
+            host,
+            stop: tokio_util::sync::CancellationToken::new(),
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(link.clone().maintain(target, rest, live, listen, state_tx));
+        *link.task.lock() = Some(task);
+        link
+    }
+
+    async fn maintain(
+        self: Arc<Self>,
+        target: Target,
+        rest: Arc<RelayClient>,
+        live: Arc<Live>,
+        mut listen: Vec<String>,
+        state: watch::Sender<State>,
+    ) {
+        let mut backoff = RETRY_MIN;
+        let mut generation = 0;
+        loop {
+            let opened = match &target.local {
+                Some((addr, data)) => super::local::ensure(addr, data).await.map(|_| ()),
+                None => Ok(()),
+            };
+            let opened = match opened {
+                Ok(()) => self.open(target.token.as_deref()).await,
+                Err(f) => Err(format!("{} (this bridge keeps trying)", f.0)),
+            };
+            match opened {
+                Ok((mut service, inits)) => {
+                    backoff = RETRY_MIN;
+                    generation += 1;
+                    let Some(peer_info) = service.peer_info() else {
+                        state.send_replace(State::Down(Some("the relay did not initialize the MCP session".into())));
+                        continue;
+                    };
+                    let mut info = InitializeResult::new(peer_info.capabilities.clone()).with_server_info(
+                        peer_info
+                            .server_info
+                            .clone()
+                            .unwrap_or_else(|| Implementation::new("crosstalk", env!("CARGO_PKG_VERSION"))),
+                    );
+                    info.instructions = peer_info.instructions.clone();
+                    state.send_replace(State::Up(Box::new(Session {
+                        peer: service.peer().clone(),
+                        info,
+                        generation,
+                        inits,
+                    })));
+                    tracing::info!(endpoint = %self.endpoint, "connected to the relay");
+                    self.lists_changed().await;
+                    for channel in std::mem::take(&mut listen) {
+                        if let Err(why) = live.listen(&channel).await {
+                            tracing::warn!(%channel, %why, "cannot push the channel");
+                        }
+                    }
+                    // Until the session ends by itself, or the bridge stops.
+                    loop {
+                        tokio::select! {
+                            _ = self.stop.cancelled() => {
+                                // Closing the client deletes the relay session: the identity
+                                // goes offline now.
+                                let _ = service.close_with_timeout(Duration::from_secs(2)).await;
+                                return;
+                            }
+                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        }
+                        if service.is_transport_closed() || service.is_closed() {
+                            break;
+                        }
+                    }
+                    state.send_replace(State::Down(Some(format!(
+                        "the MCP session to {} ended (this bridge is opening a new one)",
+                        self.endpoint
+                    ))));
+                }
+                Err(why) => {
+                    let why = match &target.local {
+                        Some(_) => why,
+                        None => diagnose(&rest, &self.url, why).await,
+                    };
+                    // Said once per reason, not once per attempt.
+                    let again = matches!(&*state.borrow(), State::Down(Some(last)) if *last == why);
+                    if again {
+                        tracing::debug!("{why}");
+                    } else {
+                        tracing::warn!("{why}");
+                    }
+                    state.send_replace(State::Down(Some(why)));
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                }
+            }
+        }
+    }
+
+    /// Opens a session to the relay's `/mcp` (or `/cc/mcp`).
+    async fn open(
+        &self,
+        token: Option<&str>,
+    ) -> Result<(RunningService<RoleClient, Upstream>, Arc<AtomicU64>), String> {
+        tls();
+        let mut config = StreamableHttpClientTransportConfig::with_uri(self.endpoint.clone());
+        if let Some(t) = token {
+            config = config.auth_header(t);
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let (http, inits) = Watched::new(http);
+        let transport = StreamableHttpClientTransport::with_client(http, config);
+        let upstream = Upstream {
+            host: self.host.subscribe(),
+        };
+        let service = upstream
+            .serve(transport)
+            .await
+            .map_err(|e| format!("cannot open an MCP session at {}: {e}", self.endpoint))?;
+        Ok((service, inits))
+    }
+
+    /// The host learns that the relay's tools, prompts and resources are (now) there.
+    async fn lists_changed(&self) {
+        let host = self.host.borrow().clone();
+        if let Some(h) = host {
+            let _ = h.notify_tool_list_changed().await;
+            let _ = h.notify_prompt_list_changed().await;
+            let _ = h.notify_resource_list_changed().await;
+        }
+    }
+
+    fn now(&self) -> State {
+        self.state.borrow().clone()
+    }
+
+    /// The open session, waiting at most `within` for one; else why there is none.
+    async fn session(&self, within: Duration) -> Result<Session, String> {
+        let mut state = self.state.clone();
+        let up = tokio::time::timeout(within, state.wait_for(|s| matches!(s, State::Up(_)))).await;
+        match up.ok().and_then(Result::ok).map(|s| s.clone()) {
+            Some(State::Up(s)) => Ok(*s),
+            _ => Err(self.why_down()),
+        }
+    }
+
+    /// Why there is no session, with what to do about it.
+    fn why_down(&self) -> String {
+        match self.now() {
+            State::Up(_) => "the relay session is open".into(),
+            State::Down(Some(why)) => why,
+            State::Down(None) => format!(
+                "still connecting to the relay at {} (this bridge keeps trying)",
+                self.url
+            ),
+        }
+    }
+
+    /// The first attempt's outcome, or `within`, whichever comes first.
+    async fn first_attempt(&self, within: Duration) {
+        let mut state = self.state.clone();
+        let _ = tokio::time::timeout(within, state.wait_for(|s| !matches!(s, State::Down(None)))).await;
+    }
+
+    /// Closes the relay session (signing its identities off) and ends the background task.
+    async fn close(&self) {
+        self.stop.cancel();
+        let task = self.task.lock().take();
+        if let Some(t) = task {
+            let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
+        }
+    }
+}
+
+/// Why the relay could not be used, in words that say what to do: it does not answer, or it
+/// refused the token, or (the REST face answering) the MCP session failed for `mcp_error`.
+async fn diagnose(rest: &RelayClient, url: &str, mcp_error: String) -> String {
+    let probe = rest.http.get(rest.url("/api/channels"));
+    match rest.auth(probe).send().await {
+        Err(e) => format!(
+            "the relay at {url} is not reachable ({}). Start it with `crosstalk serve`, or point --relay \
+             (CROSSTALK_URL) at the right address; this bridge keeps trying and connects by itself once it answers",
+            crate::client::root(&e)
+        ),
+        Ok(r) if r.status() == reqwest::StatusCode::UNAUTHORIZED => format!(
+            "the relay at {url} refused the token (401 Unauthorized). Set --token (CROSSTALK_TOKEN) in this MCP \
+             server's configuration to the relay's --token or your participant token, then restart the MCP server"
+        ),
+        Ok(r) if r.status() == reqwest::StatusCode::FORBIDDEN => format!(
+            "the relay at {url} refused this token access (403 Forbidden): ask its operator for a token that may \
+             use it"
+        ),
+        Ok(_) => mcp_error,
+    }
 }
 
 /// The host's side.
 struct Bridge {
-    relay: Peer<RoleClient>,
-    info: InitializeResult,
+    link: Arc<Link>,
     live: Arc<Live>,
-    host: watch::Sender<Option<Peer<RoleServer>>>,
-    inits: Arc<AtomicU64>,
-    /// The session the identity was last claimed for (by `inits` count).
-    claimed_in: AtomicU64,
+    /// The relay session the identity was last claimed in.
+    claimed_in: Mutex<Option<(u64, u64)>>,
     /// The agent's last successful `register`, to claim the identity again in a new session.
     registered: Mutex<Option<CallToolRequestParams>>,
 }
 
 impl Bridge {
-    /// After the relay lost the session (a restart) and rmcp opened a new one, the identity
-    /// the agent registered is bound to nothing: register it again for the new session, so it
-    /// stays protected and closing the bridge still signs it off.
-    async fn reclaim(&self) {
-        let now = self.inits.load(Ordering::SeqCst);
-        if self.claimed_in.swap(now, Ordering::SeqCst) == now {
+    /// After the relay lost the session (a restart) and rmcp opened a new one, or the bridge
+    /// opened a new connection, the identity the agent registered is bound to nothing:
+    /// register it again for the new session, so it stays protected and closing the bridge
+    /// still signs it off.
+    async fn reclaim(&self, session: &Session) {
+        let now = session.epoch();
+        if self.claimed_in.lock().replace(now) == Some(now) {
             return;
         }
         let Some(register) = self.registered.lock().clone() else {
             return;
         };
-        match self.relay.call_tool(register).await {
+        match session.peer.call_tool(register).await {
             Ok(r) if r.is_error != Some(true) => tracing::info!("registered again in the relay's new session"),
             Ok(r) => tracing::warn!(answer = ?r.content, "registering again in the relay's new session was refused"),
             Err(e) => tracing::warn!(error = %e, "registering again in the relay's new session failed"),
         }
     }
-}
 
-fn failed(e: ServiceError) -> McpError {
-    match e {
-        ServiceError::McpError(e) => e,
-        other => McpError::internal_error(format!("the relay did not answer: {other}"), None),
+    /// A request the relay must answer failed: say why, with what to do.
+    async fn failed(&self, e: ServiceError) -> McpError {
+        match e {
+            ServiceError::McpError(e) => e,
+            other => {
+                tracing::debug!(error = %other, "a request to the relay failed");
+                McpError::internal_error(self.unavailable().await, None)
+            }
+        }
+    }
+
+    /// The open session, or an error saying why there is none.
+    async fn relay(&self) -> Result<Session, McpError> {
+        self.link
+            .session(FIRST_ATTEMPT)
+            .await
+            .map_err(|why| McpError::internal_error(why, None))
+    }
+
+    /// Why the relay cannot answer now.
+    async fn unavailable(&self) -> String {
+        match self.link.now() {
+            State::Up(_) => format!(
+                "the relay at {} did not answer (it may be restarting); this bridge keeps trying and \
+                 reconnects by itself",
+                self.link.url
+            ),
+            State::Down(_) => self.link.why_down(),
+        }
     }
 }
 
@@ -170,15 +432,34 @@ fn answer(v: Value, is_error: bool) -> CallToolResponse {
 }
 
 impl ServerHandler for Bridge {
+    #[allow(deprecated)] // logging: what relays declare, and how 2025-11-25 hosts see progress lines
     fn get_info(&self) -> InitializeResult {
-        let mut info = self.info.clone();
-        let experimental = info.capabilities.experimental.get_or_insert_with(Default::default);
+        let mut info = match self.link.now() {
+            State::Up(s) => s.info.clone(),
+            // No relay yet: what every relay offers; the lists follow once it is there.
+            State::Down(_) => InitializeResult::new(
+                ServerCapabilities::builder()
+                    .enable_logging()
+                    .enable_prompts()
+                    .enable_resources()
+                    .enable_resources_subscribe()
+                    .enable_tools()
+                    .build(),
+            )
+            .with_server_info(Implementation::new("crosstalk", env!("CARGO_PKG_VERSION"))),
+        };
+        // The relay's lists can arrive after the host asked (a relay started later).
+        let caps = &mut info.capabilities;
+        caps.tools.get_or_insert_with(Default::default).list_changed = Some(true);
+        caps.prompts.get_or_insert_with(Default::default).list_changed = Some(true);
+        caps.resources.get_or_insert_with(Default::default).list_changed = Some(true);
+        let experimental = caps.experimental.get_or_insert_with(Default::default);
         experimental.insert("claude/channel".into(), Default::default());
         info
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.host.send_replace(Some(context.peer.clone()));
+        self.link.host.send_replace(Some(context.peer.clone()));
         self.live.attach(context.peer);
     }
 
@@ -187,7 +468,14 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let mut list = self.relay.list_tools(request).await.map_err(failed)?;
+        let mut list = match self.link.session(LIST_WAIT).await {
+            Ok(s) => match s.peer.list_tools(request).await {
+                Ok(list) => list,
+                Err(e) => return Err(self.failed(e).await),
+            },
+            // The bridge's own tools now; the relay's follow with a list change.
+            Err(_) => ListToolsResult::default(),
+        };
         if list.next_cursor.is_none() {
             list.tools.extend(own_tools());
         }
@@ -214,17 +502,27 @@ impl ServerHandler for Bridge {
                 if let Some(ch) = channel {
                     self.live.used(&ch);
                 }
+                let session = match self.link.session(FIRST_ATTEMPT).await {
+                    Ok(s) => s,
+                    Err(why) => return Ok(answer(json!({"error": why}), true)),
+                };
                 if name != "register" {
-                    self.reclaim().await;
+                    self.reclaim(&session).await;
                 }
                 let register = (name == "register").then(|| request.clone());
-                let result = self.relay.call_tool(request).await.map_err(failed)?;
+                let result = match session.peer.call_tool(request).await {
+                    Ok(r) => r,
+                    Err(ServiceError::McpError(e)) => return Err(e),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a tool call to the relay failed");
+                        return Ok(answer(json!({"error": self.unavailable().await}), true));
+                    }
+                };
                 if let (Some(request), false) = (register, result.is_error == Some(true)) {
                     if let Some(who) = args.get("instance_id").and_then(Value::as_str) {
                         self.live.set_identity(who);
                     }
-                    self.claimed_in
-                        .store(self.inits.load(Ordering::SeqCst), Ordering::SeqCst);
+                    *self.claimed_in.lock() = Some(session.epoch());
                     *self.registered.lock() = Some(request);
                 }
                 Ok(CallToolResponse::from(result))
@@ -237,7 +535,13 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        self.relay.list_prompts(request).await.map_err(failed)
+        match self.link.session(LIST_WAIT).await {
+            Ok(s) => match s.peer.list_prompts(request).await {
+                Ok(l) => Ok(l),
+                Err(e) => Err(self.failed(e).await),
+            },
+            Err(_) => Ok(ListPromptsResult::default()),
+        }
     }
 
     async fn get_prompt(
@@ -245,7 +549,11 @@ impl ServerHandler for Bridge {
         request: GetPromptRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        self.relay.get_prompt(request).await.map(Into::into).map_err(failed)
+        let s = self.relay().await?;
+        match s.peer.get_prompt(request).await {
+            Ok(p) => Ok(p.into()),
+            Err(e) => Err(self.failed(e).await),
+        }
     }
 
     async fn list_resources(
@@ -253,7 +561,13 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        self.relay.list_resources(request).await.map_err(failed)
+        match self.link.session(LIST_WAIT).await {
+            Ok(s) => match s.peer.list_resources(request).await {
+                Ok(l) => Ok(l),
+                Err(e) => Err(self.failed(e).await),
+            },
+            Err(_) => Ok(ListResourcesResult::default()),
+        }
     }
 
     async fn list_resource_templates(
@@ -261,7 +575,13 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        self.relay.list_resource_templates(request).await.map_err(failed)
+        match self.link.session(LIST_WAIT).await {
+            Ok(s) => match s.peer.list_resource_templates(request).await {
+                Ok(l) => Ok(l),
+                Err(e) => Err(self.failed(e).await),
+            },
+            Err(_) => Ok(ListResourceTemplatesResult::default()),
+        }
     }
 
     async fn read_resource(
@@ -269,12 +589,20 @@ impl ServerHandler for Bridge {
         request: ReadResourceRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        self.relay.read_resource(request).await.map(Into::into).map_err(failed)
+        let s = self.relay().await?;
+        match s.peer.read_resource(request).await {
+            Ok(r) => Ok(r.into()),
+            Err(e) => Err(self.failed(e).await),
+        }
     }
 
     #[allow(deprecated)] // 2025-11-25 hosts subscribe; the relay pushes, we forward
     async fn subscribe(&self, request: SubscribeRequestParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
-        self.relay.subscribe(request).await.map(|_| ()).map_err(failed)
+        let s = self.relay().await?;
+        match s.peer.subscribe(request).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.failed(e).await),
+        }
     }
 
     #[allow(deprecated)]
@@ -283,31 +611,24 @@ impl ServerHandler for Bridge {
         request: UnsubscribeRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.relay.unsubscribe(request).await.map(|_| ()).map_err(failed)
+        let s = self.relay().await?;
+        match s.peer.unsubscribe(request).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.failed(e).await),
+        }
     }
 }
 
 /// Serves the host on stdio until it closes stdin or a signal comes, then closes the relay
 /// session (which signs this session's identities off at once).
-pub async fn serve(upstream: Connected, live: Arc<Live>) -> Result<(), Failure> {
-    let Connected { service, host, inits } = upstream;
-    let peer = service
-        .peer_info()
-        .ok_or_else(|| Failure("the relay did not initialize the MCP session".into(), 2))?;
-    // The host sees the relay's own capabilities, name and instructions.
-    let mut info = InitializeResult::new(peer.capabilities.clone()).with_server_info(
-        peer.server_info
-            .clone()
-            .unwrap_or_else(|| Implementation::new("crosstalk", env!("CARGO_PKG_VERSION"))),
-    );
-    info.instructions = peer.instructions.clone();
+pub async fn serve(link: Arc<Link>, live: Arc<Live>) -> Result<(), Failure> {
+    // A relay that is up answers within this: the host then sees its own capabilities,
+    // name and instructions. One that is not does not hold the host up.
+    link.first_attempt(FIRST_ATTEMPT).await;
     let bridge = Bridge {
-        relay: service.peer().clone(),
-        info,
+        link: link.clone(),
         live,
-        host,
-        claimed_in: AtomicU64::new(inits.load(Ordering::SeqCst)),
-        inits,
+        claimed_in: Mutex::new(None),
         registered: Mutex::new(None),
     };
     let server = bridge
@@ -316,12 +637,11 @@ pub async fn serve(upstream: Connected, live: Arc<Live>) -> Result<(), Failure> 
         .map_err(|e| Failure(format!("the host did not initialize: {e}"), 2))?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stop = server.cancellation_token();
-    tokio::select! {
-        r = server.waiting() => { r.map_err(|e| Failure(e.to_string(), 2))?; }
-        _ = term.recv() => stop.cancel(),
-        _ = tokio::signal::ctrl_c() => stop.cancel(),
-    }
-    // Closing the client deletes the relay session: the identity goes offline now.
-    let _ = service.cancel().await;
-    Ok(())
+    let ended = tokio::select! {
+        r = server.waiting() => r.map(|_| ()).map_err(|e| Failure(e.to_string(), 2)),
+        _ = term.recv() => { stop.cancel(); Ok(()) },
+        _ = tokio::signal::ctrl_c() => { stop.cancel(); Ok(()) },
+    };
+    link.close().await;
+    ended
 }

@@ -69,6 +69,28 @@ pub fn wait_for_port(port: u16, within: Duration) {
     }
 }
 
+/// The flags every test relay gets unless the test gives its own: loopback, a free port, the
+/// data directory.
+fn defaults(dir: &Path, args: &[&str]) -> Vec<String> {
+    let mut d = Vec::new();
+    if !args.contains(&"--host") {
+        d.extend(["--host".to_owned(), "127.0.0.1".to_owned()]);
+    }
+    if !args.contains(&"--port") {
+        d.extend(["--port".to_owned(), "0".to_owned()]);
+    }
+    d.extend(["--data-dir".to_owned(), dir.display().to_string()]);
+    d
+}
+
+/// A loopback port that is free now (nothing listens on it until a test starts something there).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 pub struct Server {
     /// The relay's process, or `None` when it runs in this process.
     child: Option<Child>,
@@ -136,11 +158,8 @@ impl Server {
     fn in_process(dir: &Path, args: &[&str]) -> Server {
         use clap::Parser;
         use crosstalk::config::{Cli, Command, Config};
-        let mut argv: Vec<String> = ["crosstalk", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir"]
-            .into_iter()
-            .map(String::from)
-            .collect();
-        argv.push(dir.display().to_string());
+        let mut argv: Vec<String> = vec!["crosstalk".into(), "serve".into()];
+        argv.extend(defaults(dir, args));
         argv.extend(args.iter().map(|a| a.to_string()));
         argv.extend(shared_log(dir, args));
         let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("bad relay flags {args:?}: {e}"));
@@ -148,7 +167,7 @@ impl Server {
             unreachable!("parsed as `serve`")
         };
         let config = Config::resolve(*serve_args).unwrap_or_else(|e| panic!("bad relay flags {args:?}: {e}"));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let listener = std::net::TcpListener::bind((config.host.as_str(), config.port)).expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, is_ready) = std::sync::mpsc::channel::<Result<(), String>>();
@@ -238,8 +257,7 @@ impl Server {
     ) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
         cmd.arg("serve")
-            .args(["--host", "127.0.0.1", "--port", "0", "--data-dir"])
-            .arg(dir)
+            .args(defaults(dir, args))
             .args(args)
             .args(shared_log(dir, args))
             .env_remove("RUST_LOG")
