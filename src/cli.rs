@@ -20,6 +20,7 @@ pub enum ClientCommand {
     Send {
         #[command(flatten)]
         relay: Relay,
+        /// The channel to post in (created by the first post).
         channel: String,
         /// The body; `-` or none reads it from stdin.
         body: Option<String>,
@@ -40,6 +41,7 @@ pub enum ClientCommand {
     Tail {
         #[command(flatten)]
         relay: Relay,
+        /// The channel to follow.
         channel: String,
         /// Start after this id [default: only new messages]
         #[arg(long)]
@@ -53,16 +55,18 @@ pub enum ClientCommand {
     Wait {
         #[command(flatten)]
         relay: Relay,
+        /// The channel to wait on.
         channel: String,
         /// Wait for messages after this id [default: the channel's newest]
         #[arg(long)]
         since: Option<u64>,
-        /// Seconds [default: 300]
+        /// How many seconds to wait.
         #[arg(long, default_value_t = 300.0)]
         timeout: f64,
         /// Your identity: your own messages do not count.
         #[arg(long = "as")]
         me: Option<String>,
+        /// One JSON message per line, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -70,6 +74,7 @@ pub enum ClientCommand {
     Channels {
         #[command(flatten)]
         relay: Relay,
+        /// One JSON object per line, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -78,23 +83,72 @@ pub enum ClientCommand {
     Ask {
         #[command(flatten)]
         relay: Relay,
+        /// The channel to ask in.
         channel: String,
+        /// The question.
         question: String,
-        /// Seconds [default: 300]
+        /// How many seconds to wait for the answer.
         #[arg(long, default_value_t = 300.0)]
         timeout: f64,
+        /// Who asks [default: $USER]
         #[arg(long = "as")]
         sender: Option<String>,
     },
-    /// Answer a question by its id.  Example: crosstalk answer dev 42 "yes, ship it"
+    /// Is a relay up? Its health, and who serves the local data directory.
+    /// Example: crosstalk status
+    Status {
+        #[command(flatten)]
+        relay: Relay,
+        /// The data directory to report on [default: the local relay's, as `crosstalk serve` uses]
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
+    },
+    /// Stop the relay serving a data directory (the local relay by default), and wait until it
+    /// has flushed and exited.  Example: crosstalk stop
+    Stop {
+        /// Its data directory [default: the local relay's, as `crosstalk serve` uses]
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
+    },
+    /// Answer an open question by its id; refuses a plain message or a question already
+    /// answered.  Example: crosstalk answer dev 42 "yes, ship it"
     Answer {
         #[command(flatten)]
         relay: Relay,
+        /// The question's channel.
         channel: String,
+        /// The question's id (`crosstalk questions CHANNEL` lists the open ones).
         id: u64,
+        /// The answer.
         text: String,
+        /// Who answers [default: $USER]
         #[arg(long = "as")]
         sender: Option<String>,
+    },
+    /// List a channel's open questions, oldest first.  Example: crosstalk questions dev
+    Questions {
+        #[command(flatten)]
+        relay: Relay,
+        /// The channel.
+        channel: String,
+        /// Only those for this recipient (and for everyone).
+        #[arg(long = "for")]
+        recipient: Option<String>,
+        /// One JSON message per line, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What is new for a registered identity on every channel it joined, from others; reading
+    /// it moves that identity's read position.  Example: crosstalk inbox --as reviewer
+    Inbox {
+        #[command(flatten)]
+        relay: Relay,
+        /// The identity.
+        #[arg(long = "as")]
+        me: String,
+        /// One JSON message per line, for scripts.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -146,15 +200,107 @@ impl ClientCommand {
             | ClientCommand::Wait { relay, .. }
             | ClientCommand::Channels { relay, .. }
             | ClientCommand::Ask { relay, .. }
-            | ClientCommand::Answer { relay, .. } => relay,
+            | ClientCommand::Answer { relay, .. }
+            | ClientCommand::Questions { relay, .. }
+            | ClientCommand::Inbox { relay, .. }
+            | ClientCommand::Status { relay, .. } => relay,
+            ClientCommand::Stop { .. } => &NO_RELAY,
         }
     }
+}
+
+static NO_RELAY: Relay = Relay {
+    relay: None,
+    token: None,
+};
+
+/// Who serves a data directory: the pid in its pid file while that file is locked, else no one.
+fn served_by(dir: &std::path::Path) -> Result<Option<u32>, Failure> {
+    use std::io::Read;
+    let path = dir.join(crate::client::PID_FILE);
+    let mut file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Failure(format!("cannot read {}: {e}", path.display()), 2)),
+    };
+    match file.try_lock_shared() {
+        // Nobody holds it: no relay runs there now.
+        Ok(()) => Ok(None),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            Ok(pid.trim().parse().ok())
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(Failure(format!("cannot check {}: {e}", path.display()), 2)),
+    }
+}
+
+fn data_dir_or_local(given: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, Failure> {
+    given
+        .or_else(crate::client::local_store_dir)
+        .ok_or_else(|| Failure("no home directory: name the data directory with --data-dir".into(), 2))
 }
 
 /// Runs a client command.
 pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
     let c = RelayClient::new(cmd.relay())?;
     match cmd {
+        ClientCommand::Status { data_dir, .. } => {
+            let dir = data_dir_or_local(data_dir)?;
+            let local = match served_by(&dir)? {
+                Some(pid) => format!("{} is served by pid {pid}", dir.display()),
+                None => format!("no relay uses {}", dir.display()),
+            };
+            match c.http.get(c.url("/healthz")).send().await {
+                Ok(r) => {
+                    let ok = r.status().is_success();
+                    let health: Value = r.json().await.unwrap_or(Value::Null);
+                    println!(
+                        "relay at {}: {} (streams {}, waits {}); {local}",
+                        c.base,
+                        health["status"].as_str().unwrap_or("?"),
+                        health["streams"],
+                        health["waits"]
+                    );
+                    if !ok {
+                        println!("  why: {}", health["reason"].as_str().unwrap_or("no reason given"));
+                    }
+                    Ok(if ok { Outcome::Done } else { Outcome::TimedOut })
+                }
+                Err(e) => {
+                    println!(
+                        "no relay answers at {} ({}); {local}. Start one with `crosstalk serve`",
+                        c.base,
+                        crate::client::root(&e)
+                    );
+                    Ok(Outcome::TimedOut)
+                }
+            }
+        }
+        ClientCommand::Stop { data_dir } => {
+            let dir = data_dir_or_local(data_dir)?;
+            let Some(pid) = served_by(&dir)? else {
+                eprintln!("crosstalk: no relay uses {}", dir.display());
+                return Ok(Outcome::TimedOut);
+            };
+            // SAFETY: kill(2) with a pid read from the pid file its holder locks.
+            if unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) } != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(Failure(format!("cannot stop pid {pid}: {e}"), 2));
+            }
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+            while served_by(&dir)?.is_some() {
+                if tokio::time::Instant::now() > deadline {
+                    return Err(Failure(
+                        format!("the relay (pid {pid}) did not exit within 15 s of SIGTERM"),
+                        2,
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            eprintln!("stopped the relay (pid {pid}) using {}", dir.display());
+            Ok(Outcome::Done)
+        }
         ClientCommand::Send {
             channel,
             body,
@@ -237,6 +383,7 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                     return Ok(Outcome::Done);
                 }
                 if left <= WAIT_SLICE {
+                    eprintln!("crosstalk: nothing new on {channel} after #{since} within {timeout} s");
                     return Ok(Outcome::TimedOut);
                 }
             }
@@ -248,20 +395,49 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
             sender,
             ..
         } => {
-            let path = format!("/api/channels/{}/ask", enc(&channel));
+            // Post the question first, so the asker sees its id before blocking; then wait for
+            // the ANSWER that replies to it.
             let asked = c
-                .json(
-                    c.http
-                        .post(c.url(&path))
-                        .json(&json!({"question": question, "sender": me(sender), "timeout_s": timeout})),
+                .post(
+                    &channel,
+                    json!({"sender": me(sender), "type": "QUESTION", "body": question, "recipient": "any-human"}),
                 )
                 .await?;
-            match asked["answer"].as_object() {
-                Some(a) => {
-                    println!("{}", a.get("body").and_then(Value::as_str).unwrap_or(""));
-                    Ok(Outcome::Done)
+            let id = asked["id"].as_u64().unwrap_or(0);
+            eprintln!(
+                "asked question #{id} on {channel}; waiting up to {timeout} s for an answer \
+                 (answer it with: crosstalk answer {channel} {id} \"…\")"
+            );
+            let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+            let mut since = id;
+            loop {
+                let left = deadline
+                    .saturating_duration_since(tokio::time::Instant::now())
+                    .as_secs_f64();
+                let slice = left.min(WAIT_SLICE);
+                let path = format!(
+                    "/api/channels/{}/wait?since_id={since}&timeout_s={slice:.3}",
+                    enc(&channel)
+                );
+                let got = c.json(c.http.get(c.url(&path))).await?;
+                let messages = got
+                    .get("messages")
+                    .unwrap_or(&got)
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                for m in &messages {
+                    since = since.max(m["id"].as_u64().unwrap_or(0));
+                    let is_answer = m["type"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("answer"));
+                    if is_answer && m["reply_to"].as_u64() == Some(id) {
+                        println!("{}", m["body"].as_str().unwrap_or(""));
+                        return Ok(Outcome::Done);
+                    }
                 }
-                None => Ok(Outcome::TimedOut),
+                if messages.is_empty() && left <= WAIT_SLICE {
+                    eprintln!("crosstalk: no answer to #{id} on {channel} within {timeout} s; the question stays open");
+                    return Ok(Outcome::TimedOut);
+                }
             }
         }
         ClientCommand::Answer {
@@ -271,6 +447,32 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
             sender,
             ..
         } => {
+            let path = format!("/api/channels/{}/messages/{id}", enc(&channel));
+            let r = c
+                .auth(c.http.get(c.url(&path)))
+                .send()
+                .await
+                .map_err(|e| c.unreachable(&e))?;
+            if r.status() == reqwest::StatusCode::NOT_FOUND {
+                return Err(Failure(format!("there is no message #{id} in {channel}"), 2));
+            }
+            if !r.status().is_success() {
+                return Err(crate::client::refused(r).await);
+            }
+            let question: Value = r.json().await.unwrap_or(Value::Null);
+            let kind = question["type"].as_str().unwrap_or("message");
+            if !kind.eq_ignore_ascii_case("question") {
+                return Err(Failure(
+                    format!(
+                        "#{id} in {channel} is a {kind}, not a question: reply to it with \
+                         `crosstalk send {channel} \"…\" --reply-to {id}`"
+                    ),
+                    2,
+                ));
+            }
+            if question["status"] == "answered" {
+                return Err(Failure(format!("question #{id} in {channel} is already answered"), 2));
+            }
             let posted = c
                 .post(
                     &channel,
@@ -278,6 +480,53 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                 )
                 .await?;
             println!("{}", posted["id"]);
+            Ok(Outcome::Done)
+        }
+        ClientCommand::Questions {
+            channel,
+            recipient,
+            json,
+            ..
+        } => {
+            let mut path = format!("/api/channels/{}/directives", enc(&channel));
+            if let Some(r) = &recipient {
+                path.push_str(&format!("?recipient={}", enc(r)));
+            }
+            let list = c.json(c.http.get(c.url(&path))).await?;
+            let open: Vec<&Value> = list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| m["type"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("question")))
+                .collect();
+            if open.is_empty() && !json {
+                eprintln!("no open questions on {channel}");
+            }
+            for m in open {
+                show(m, json);
+            }
+            Ok(Outcome::Done)
+        }
+        ClientCommand::Inbox { me: who, json, .. } => {
+            let path = format!("/api/inbox?instance_id={}", enc(&who));
+            let list = c.json(c.http.get(c.url(&path))).await?;
+            let messages = list
+                .get("messages")
+                .unwrap_or(&list)
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if messages.is_empty() && !json {
+                eprintln!("nothing new for {who}");
+            }
+            for m in &messages {
+                if json {
+                    println!("{m}");
+                } else {
+                    print!("{:<16} ", m["channel"].as_str().unwrap_or(""));
+                    line(m);
+                }
+            }
             Ok(Outcome::Done)
         }
         ClientCommand::Tail {
@@ -291,7 +540,11 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
 async fn tail(c: &RelayClient, channel: &str, since: Option<u64>, json: bool) -> Result<Outcome, Failure> {
     let since = match since {
         Some(s) => s,
-        None => c.newest(channel).await?,
+        None => {
+            let newest = c.newest(channel).await?;
+            eprintln!("following {channel} from #{newest}: new messages only (--since 0 shows the whole history)");
+            newest
+        }
     };
     c.follow(channel, since, |event| {
         if let Followed::Message(m) = event {

@@ -10,6 +10,18 @@ use std::time::Duration;
 /// The relay a client uses when none is named.
 pub const DEFAULT_RELAY: &str = "http://127.0.0.1:8765";
 
+/// The data directory of the relay on this machine, whoever starts it (`crosstalk serve` with
+/// no `--data-dir`, or the first `crosstalk mcp` in local mode): `crosstalk/store` in the
+/// user's data directory (`$XDG_DATA_HOME`, else `~/.local/share` on Linux; the platform's own
+/// elsewhere). One place, so `127.0.0.1:8765` serves the same history however it was started.
+pub fn local_store_dir() -> Option<std::path::PathBuf> {
+    dirs::data_dir().map(|d| d.join("crosstalk").join("store"))
+}
+
+/// The file in a data directory that says which process serves it: the relay holds an
+/// exclusive lock on it while it runs, with its pid written in it.
+pub const PID_FILE: &str = "relay.pid";
+
 /// Where the relay is, for every client command.
 #[derive(Debug, Clone, Default, Args)]
 pub struct Relay {

@@ -42,124 +42,125 @@ pub enum DurabilityArg {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ServeArgs {
     /// Address to bind [env: CROSSTALK_HOST, HOST] [default: 127.0.0.1]
-    #[arg(long)]
+    #[arg(long, help_heading = "Network")]
     pub host: Option<String>,
     /// Port to bind; 0 picks a free one [env: CROSSTALK_PORT, PORT] [default: 8765]
-    #[arg(long)]
+    #[arg(long, help_heading = "Network")]
     pub port: Option<u16>,
-    /// Directory of the store [env: CROSSTALK_DATA_DIR, RELAY_DB] [default: ./crosstalk-data]
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-    /// When a write is acknowledged [env: CROSSTALK_DURABILITY] [default: flush]
-    #[arg(long, value_enum)]
-    pub durability: Option<DurabilityArg>,
-    /// Share channels with other relay nodes through NATS JetStream: `nats://host:4222[,…]`.
-    /// Each node keeps its own copy in --data-dir [env: CROSSTALK_STORE] [default: this relay alone, sled]
-    #[arg(long)]
-    pub store: Option<String>,
-    /// Copies of the JetStream stream: 3 on a three-server cluster [env: CROSSTALK_NATS_REPLICAS] [default: 1]
-    #[arg(long)]
-    pub nats_replicas: Option<usize>,
-    /// Name of the JetStream stream holding the channels [env: CROSSTALK_NATS_STREAM] [default: CROSSTALK]
-    #[arg(long)]
-    pub nats_stream: Option<String>,
-    /// NATS credentials file (.creds) [env: CROSSTALK_NATS_CREDS]
-    #[arg(long)]
-    pub nats_creds: Option<PathBuf>,
-    /// NATS user, with --nats-password [env: CROSSTALK_NATS_USER]
-    #[arg(long)]
-    pub nats_user: Option<String>,
-    /// NATS password [env: CROSSTALK_NATS_PASSWORD]
-    #[arg(long)]
-    pub nats_password: Option<String>,
-    /// NATS token [env: CROSSTALK_NATS_TOKEN]
-    #[arg(long)]
-    pub nats_token: Option<String>,
-    /// CA certificate (PEM) to trust for NATS' TLS [env: CROSSTALK_NATS_TLS_CA]
-    #[arg(long)]
-    pub nats_tls_ca: Option<PathBuf>,
-    /// Client certificate and key (PEM), `CERT,KEY`, for servers that verify clients [env: CROSSTALK_NATS_TLS_CERT]
-    #[arg(long)]
-    pub nats_tls_cert: Option<String>,
-    /// Refuse to talk to NATS without TLS
-    #[arg(long)]
-    pub nats_tls_required: bool,
-    /// Longest long-poll wait a client may ask for, in seconds [env: CROSSTALK_WAIT_CAP_SECS] [default: 300]
-    #[arg(long)]
-    pub wait_cap_secs: Option<u64>,
-    /// Seconds without a heartbeat before a participant is offline [env: CROSSTALK_PRESENCE_TTL_SECS] [default: 120]
-    #[arg(long)]
-    pub presence_ttl_secs: Option<u64>,
+    /// Host names (or host:port) the relay answers to besides loopback, comma-separated;
+    /// a defence against DNS rebinding [env: CROSSTALK_ALLOWED_HOSTS] [default: loopback only]
+    #[arg(long, help_heading = "Network")]
+    pub allowed_hosts: Option<String>,
+    /// Browser origins (`https://app.example.com`) allowed to call the relay cross-site,
+    /// comma-separated; none by default [env: CROSSTALK_CORS_ORIGINS]
+    #[arg(long, help_heading = "Network")]
+    pub cors_origins: Option<String>,
     /// HTTP worker threads [env: CROSSTALK_WORKERS] [default: number of cores]
-    #[arg(long)]
+    #[arg(long, help_heading = "Network")]
     pub workers: Option<usize>,
-    /// Largest message body accepted, in bytes [env: CROSSTALK_MAX_BODY_BYTES] [default: 262144]
-    #[arg(long)]
-    pub max_body_bytes: Option<usize>,
-    /// When every active party on a channel waits, milliseconds before one is told to speak
-    /// first [env: CROSSTALK_RELEASE_GRACE_MS] [default: 5000]
-    #[arg(long)]
-    pub release_grace_ms: Option<u64>,
-    /// Remove messages older than this many seconds [env: CROSSTALK_RETENTION_MAX_AGE_SECS] [default: keep]
-    #[arg(long)]
-    pub retention_max_age_secs: Option<u64>,
-    /// Keep at most this many messages per channel [env: CROSSTALK_RETENTION_MAX_COUNT] [default: keep]
-    #[arg(long)]
-    pub retention_max_count: Option<u64>,
-    /// Per-channel retention, `NAME=MAX_COUNT/MAX_AGE_SECS` (either may be empty), comma-separated
-    /// [env: CROSSTALK_RETENTION_CHANNELS]
-    #[arg(long)]
-    pub retention_channels: Option<String>,
-    /// Seconds between retention passes [env: CROSSTALK_RETENTION_INTERVAL_SECS] [default: 60]
-    #[arg(long)]
-    pub retention_interval_secs: Option<u64>,
-    /// Largest shared data content, in bytes [env: CROSSTALK_MAX_SHARED_BYTES] [default: 1048576]
-    #[arg(long)]
-    pub max_shared_bytes: Option<usize>,
     /// Shared bearer token required on every route but /healthz [env: CROSSTALK_TOKEN, RELAY_TOKEN]
-    #[arg(long)]
+    #[arg(long, help_heading = "Access")]
     pub token: Option<String>,
     /// Per-participant tokens, `id:token,…`: each acts only as its id
     /// [env: CROSSTALK_PARTICIPANTS, RELAY_PARTICIPANTS]
-    #[arg(long)]
+    #[arg(long, help_heading = "Access")]
     pub participants: Option<String>,
-    /// Longest MCP `wait_for_message`, in seconds; keep it under your MCP host's tool-call
-    /// timeout [env: CROSSTALK_MCP_WAIT_CAP_SECS] [default: 55]
-    #[arg(long)]
-    pub mcp_wait_cap_secs: Option<u64>,
-    /// Host names (or host:port) the relay answers to besides loopback, comma-separated;
-    /// a defence against DNS rebinding [env: CROSSTALK_ALLOWED_HOSTS] [default: loopback only]
-    #[arg(long)]
-    pub allowed_hosts: Option<String>,
     /// A file of participant tokens, one `id:token` per line (`#` comments), so tokens need not
     /// be in the environment or the process list [env: CROSSTALK_PARTICIPANTS_FILE]
-    #[arg(long)]
+    #[arg(long, help_heading = "Access")]
     pub participants_file: Option<PathBuf>,
-    /// Browser origins (`https://app.example.com`) allowed to call the relay cross-site,
-    /// comma-separated; none by default [env: CROSSTALK_CORS_ORIGINS]
-    #[arg(long)]
-    pub cors_origins: Option<String>,
-    /// Requests a second each token may make, bursts up to one second's worth; 0 for no limit
-    /// [env: CROSSTALK_RATE_LIMIT] [default: 1000]
-    #[arg(long)]
-    pub rate_limit: Option<u32>,
+    /// Serve beyond loopback without a token. Anyone who can reach the port can then read,
+    /// post and act as anyone: only for a network you fully trust.
+    #[arg(long, help_heading = "Access")]
+    pub insecure_open: bool,
+    /// Largest message body accepted, in bytes [env: CROSSTALK_MAX_BODY_BYTES] [default: 262144]
+    #[arg(long, help_heading = "Limits")]
+    pub max_body_bytes: Option<usize>,
+    /// Largest shared data content, in bytes [env: CROSSTALK_MAX_SHARED_BYTES] [default: 1048576]
+    #[arg(long, help_heading = "Limits")]
+    pub max_shared_bytes: Option<usize>,
     /// Most channels the relay holds; creating one more is refused
     /// [env: CROSSTALK_MAX_CHANNELS] [default: 100000]
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits")]
     pub max_channels: Option<usize>,
+    /// Most waits and streams one token (or, without tokens, everyone) may hold open at once
+    /// [env: CROSSTALK_MAX_WAITS_PER_PRINCIPAL] [default: 10000]
+    #[arg(long, help_heading = "Limits")]
+    pub max_waits_per_principal: Option<usize>,
+    /// Requests a second each token may make, bursts up to one second's worth; 0 for no limit
+    /// [env: CROSSTALK_RATE_LIMIT] [default: 1000]
+    #[arg(long, help_heading = "Limits")]
+    pub rate_limit: Option<u32>,
+    /// Longest long-poll wait a client may ask for, in seconds [env: CROSSTALK_WAIT_CAP_SECS] [default: 300]
+    #[arg(long, help_heading = "Limits")]
+    pub wait_cap_secs: Option<u64>,
+    /// Longest MCP `wait_for_message`, in seconds; keep it under your MCP host's tool-call
+    /// timeout [env: CROSSTALK_MCP_WAIT_CAP_SECS] [default: 55]
+    #[arg(long, help_heading = "Limits")]
+    pub mcp_wait_cap_secs: Option<u64>,
+    /// Directory of the store [env: CROSSTALK_DATA_DIR, RELAY_DB] [default: ~/.local/share/crosstalk/store,
+    /// the local relay's, which `crosstalk mcp` uses too]
+    #[arg(long, help_heading = "Storage")]
+    pub data_dir: Option<PathBuf>,
+    /// When a write is acknowledged [env: CROSSTALK_DURABILITY] [default: flush]
+    #[arg(long, help_heading = "Storage", value_enum)]
+    pub durability: Option<DurabilityArg>,
+    /// Seconds without a heartbeat before a participant is offline [env: CROSSTALK_PRESENCE_TTL_SECS] [default: 120]
+    #[arg(long, help_heading = "Presence")]
+    pub presence_ttl_secs: Option<u64>,
+    /// When every active party on a channel waits, milliseconds before one is told to speak
+    /// first [env: CROSSTALK_RELEASE_GRACE_MS] [default: 5000]
+    #[arg(long, help_heading = "Presence")]
+    pub release_grace_ms: Option<u64>,
     /// Seconds a channel nobody uses (no wait, stream or write in flight) stays in memory
     /// before its actor stops; it reopens from the store on the next use. 0 keeps every channel
     /// open [env: CROSSTALK_IDLE_AFTER_SECS] [default: 30]
-    #[arg(long)]
+    #[arg(long, help_heading = "Presence")]
     pub idle_after_secs: Option<u64>,
-    /// Most waits and streams one token (or, without tokens, everyone) may hold open at once
-    /// [env: CROSSTALK_MAX_WAITS_PER_PRINCIPAL] [default: 10000]
-    #[arg(long)]
-    pub max_waits_per_principal: Option<usize>,
-    /// Serve beyond loopback without a token. Anyone who can reach the port can then read,
-    /// post and act as anyone: only for a network you fully trust.
-    #[arg(long)]
-    pub insecure_open: bool,
+    /// Remove messages older than this many seconds [env: CROSSTALK_RETENTION_MAX_AGE_SECS] [default: keep]
+    #[arg(long, help_heading = "Retention")]
+    pub retention_max_age_secs: Option<u64>,
+    /// Keep at most this many messages per channel [env: CROSSTALK_RETENTION_MAX_COUNT] [default: keep]
+    #[arg(long, help_heading = "Retention")]
+    pub retention_max_count: Option<u64>,
+    /// Per-channel retention, `NAME=MAX_COUNT/MAX_AGE_SECS` (either may be empty), comma-separated
+    /// [env: CROSSTALK_RETENTION_CHANNELS]
+    #[arg(long, help_heading = "Retention")]
+    pub retention_channels: Option<String>,
+    /// Seconds between retention passes [env: CROSSTALK_RETENTION_INTERVAL_SECS] [default: 60]
+    #[arg(long, help_heading = "Retention")]
+    pub retention_interval_secs: Option<u64>,
+    /// Share channels with other relay nodes through NATS JetStream: `nats://host:4222[,…]`.
+    /// Each node keeps its own copy in --data-dir [env: CROSSTALK_STORE] [default: this relay alone, sled]
+    #[arg(long, help_heading = "Cluster (NATS JetStream)")]
+    pub store: Option<String>,
+    /// Copies of the JetStream stream: 3 on a three-server cluster [env: CROSSTALK_NATS_REPLICAS] [default: 1]
+    #[arg(long, help_heading = "Cluster (NATS JetStream)")]
+    pub nats_replicas: Option<usize>,
+    /// Name of the JetStream stream holding the channels [env: CROSSTALK_NATS_STREAM] [default: CROSSTALK]
+    #[arg(long, help_heading = "Cluster (NATS JetStream)")]
+    pub nats_stream: Option<String>,
+    /// NATS credentials file (.creds) [env: CROSSTALK_NATS_CREDS]
+    #[arg(long, help_heading = "Cluster (NATS JetStream)")]
+    pub nats_creds: Option<PathBuf>,
+    /// NATS user, with --nats-password [env: CROSSTALK_NATS_USER]
+    #[arg(long, help_heading = "Cluster (NATS JetStream)")]
+    pub nats_user: Option<String>,
+    /// NATS password [env: CROSSTALK_NATS_PASSWORD]
+    #[arg(long, help_heading = "Cluster (NATS JetStream)")]
+    pub nats_password: Option<String>,
+    /// NATS token [env: CROSSTALK_NATS_TOKEN]
+    #[arg(long, help_heading = "Cluster (NATS JetStream)")]
+    pub nats_token: Option<String>,
+    /// CA certificate (PEM) to trust for NATS' TLS [env: CROSSTALK_NATS_TLS_CA]
+    #[arg(long, help_heading = "Cluster (NATS JetStream)")]
+    pub nats_tls_ca: Option<PathBuf>,
+    /// Client certificate and key (PEM), `CERT,KEY`, for servers that verify clients [env: CROSSTALK_NATS_TLS_CERT]
+    #[arg(long, help_heading = "Cluster (NATS JetStream)")]
+    pub nats_tls_cert: Option<String>,
+    /// Refuse to talk to NATS without TLS
+    #[arg(long, help_heading = "Cluster (NATS JetStream)")]
+    pub nats_tls_required: bool,
 }
 
 /// The resolved configuration the server runs with.
@@ -380,6 +381,7 @@ impl Config {
             host: pick(args.host, &["CROSSTALK_HOST", "HOST"])?.unwrap_or_else(|| "127.0.0.1".into()),
             port: pick(args.port, &["CROSSTALK_PORT", "PORT"])?.unwrap_or(8765),
             data_dir: pick(args.data_dir, &["CROSSTALK_DATA_DIR", "RELAY_DB"])?
+                .or_else(crate::client::local_store_dir)
                 .unwrap_or_else(|| "crosstalk-data".into()),
             durability,
             nats,

@@ -23,8 +23,13 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 pub static malloc_conf: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 /// Logging when `RUST_LOG` is unset: the MCP library logs session ids at `info`, and a
-/// session id is a credential, so its logs start at `warn`.
-const DEFAULT_LOG: &str = "info,rmcp=warn,rmcp_actix_web=warn";
+/// session id is a credential, so its logs start at `warn`. The NATS client logs every
+/// connection event at `info`, including the close of start-up's own short-lived connection
+/// ("event: closed"), which reads like a failure; the relay logs a lost connection itself.
+const DEFAULT_LOG: &str = "info,rmcp=warn,rmcp_actix_web=warn,async_nats=warn";
+
+/// `crosstalk mcp`'s logging when `RUST_LOG` is unset: its own lines, not the MCP library's.
+const BRIDGE_LOG: &str = "info,rmcp=off";
 
 fn main() -> anyhow::Result<()> {
     // A file-size limit (or a quota) stops a write with EFBIG instead of killing the relay
@@ -33,16 +38,27 @@ fn main() -> anyhow::Result<()> {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
+    let cli = Cli::parse();
+    // The bridge says itself why a relay is not there; the MCP library's own errors about each
+    // failed attempt would only repeat it, with internal type names, in the host's log.
+    let default_log = match cli.command {
+        Some(Command::Mcp(_)) => BRIDGE_LOG,
+        _ => DEFAULT_LOG,
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG)))
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_log)))
         .with_writer(std::io::stderr)
         // Colour codes only on a terminal: `crosstalk mcp`'s stderr goes to its host's log.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => *args,
-        None => Default::default(),
+        // Bare `crosstalk` explains itself rather than start a server where the user stands.
+        None => {
+            use clap::CommandFactory;
+            let _ = Cli::command().print_help();
+            std::process::exit(2);
+        }
         Some(Command::Mcp(args)) => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             if let Err(crosstalk::client::Failure(why, code)) = rt.block_on(crosstalk::bridge::run(*args)) {
@@ -66,7 +82,15 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(code);
         }
     };
-    let config = Config::resolve(args).map_err(anyhow::Error::msg)?;
-    actix_web::rt::System::new().block_on(crosstalk::run(config))?;
+    // A user's mistake is one line with its remedy, never a backtrace (whatever RUST_BACKTRACE says).
+    let served = Config::resolve(args).map_err(|e| e.to_string()).and_then(|config| {
+        actix_web::rt::System::new()
+            .block_on(crosstalk::run(config))
+            .map_err(|e| e.to_string())
+    });
+    if let Err(why) = served {
+        eprintln!("crosstalk: {why}");
+        std::process::exit(2);
+    }
     Ok(())
 }

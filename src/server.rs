@@ -39,13 +39,16 @@ pub enum ServeError {
         path: String,
         source: crosstalk_actors::RelayError,
     },
-    #[error("cannot bind {addr}: {source}")]
+    #[error("cannot bind {addr}: {}", bind_remedy(.source))]
     Bind { addr: String, source: std::io::Error },
     #[error("cannot use NATS at {urls}: {source}")]
     Nats {
         urls: String,
         source: crosstalk_actors::RelayError,
     },
+    /// The data directory cannot be used; `why` says why and what to do.
+    #[error("cannot use the data directory {path}: {why}")]
+    DataDir { path: String, why: String },
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
     #[error("final flush failed: {0}")]
@@ -56,6 +59,109 @@ pub enum ServeError {
          network is fully trusted"
     )]
     OpenBeyondLoopback { host: String },
+}
+
+/// A failed bind, and what to do about it.
+fn bind_remedy(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => "the address is in use: another relay may run there (`crosstalk status` \
+            says), or another program; stop it, or choose another --port (--port 0 picks a free one)"
+            .into(),
+        std::io::ErrorKind::PermissionDenied => {
+            "permission denied: ports below 1024 need privileges; choose --port 1024 or above".into()
+        }
+        std::io::ErrorKind::AddrNotAvailable => {
+            "no interface of this machine has that address: check --host (127.0.0.1 for this machine only)".into()
+        }
+        _ => e.to_string(),
+    }
+}
+
+use crate::client::PID_FILE;
+
+/// Data directories this process serves, each with its locked pid file: released when its
+/// relay's [`serve`] returns.
+static HELD: parking_lot::Mutex<Vec<(std::path::PathBuf, std::fs::File)>> = parking_lot::Mutex::new(Vec::new());
+
+/// Makes sure `dir` can be this relay's alone: a directory (created if missing) that this
+/// process may write, and no other relay is using. Every refusal names the directory, the
+/// cause and the remedy.
+pub fn claim_data_dir(dir: &std::path::Path) -> Result<(), ServeError> {
+    use std::io::{ErrorKind, Read, Seek, Write};
+    let path = dir.display().to_string();
+    let refuse = |why: String| ServeError::DataDir {
+        path: path.clone(),
+        why,
+    };
+    let io_why = |what: &str, e: &std::io::Error| match e.kind() {
+        ErrorKind::PermissionDenied => format!(
+            "{what}: permission denied: run the relay as a user who may write there, or choose another --data-dir"
+        ),
+        ErrorKind::ReadOnlyFilesystem => {
+            format!("{what}: the file system is read-only: choose a --data-dir on a writable one")
+        }
+        ErrorKind::StorageFull => format!("{what}: the disk is full: free some space, or choose another --data-dir"),
+        _ => format!("{what}: {e}"),
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => {
+            return Err(refuse(
+                "it exists and is not a directory: give --data-dir a directory (a new path is created)".into(),
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(|e| match e.kind() {
+                // A path component that is a file.
+                ErrorKind::AlreadyExists | ErrorKind::NotADirectory => {
+                    refuse("part of the path exists and is not a directory: give --data-dir a directory path".into())
+                }
+                _ => refuse(io_why("cannot create it", &e)),
+            })?;
+        }
+        Err(e) if e.kind() == ErrorKind::NotADirectory => {
+            return Err(refuse(
+                "part of the path exists and is not a directory: give --data-dir a directory path".into(),
+            ))
+        }
+        Err(e) => return Err(refuse(io_why("cannot read it", &e))),
+    }
+    let pid_path = dir.join(PID_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&pid_path)
+        .map_err(|e| refuse(io_why("cannot write in it", &e)))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            let who = match pid.trim().parse::<u32>() {
+                Ok(pid) => format!("another relay (pid {pid})"),
+                Err(_) => "another relay".to_owned(),
+            };
+            return Err(refuse(format!(
+                "{who} is using it: stop that one first (`crosstalk stop` for the local relay), or give this one \
+                 another --data-dir"
+            )));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(refuse(io_why("cannot lock its pid file", &e))),
+    }
+    let wrote = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()));
+    wrote.map_err(|e| refuse(io_why("cannot write its pid file", &e)))?;
+    HELD.lock().push((dir.to_path_buf(), file));
+    Ok(())
+}
+
+/// Lets `dir` go: another relay may now use it.
+fn release_data_dir(dir: &std::path::Path) {
+    HELD.lock().retain(|(held, _)| held != dir);
 }
 
 /// The relay's settings from the configuration.
@@ -81,11 +187,19 @@ pub fn relay_config(config: &Config) -> RelayConfig {
 /// Opens the store in the configured directory (and, on a cluster, connects to its shared
 /// log) and starts the relay on it, reporting any damage it repaired.
 pub async fn open(config: &Config) -> Result<Relay, ServeError> {
+    claim_data_dir(&config.data_dir)?;
+    let opened = open_claimed(config).await;
+    if opened.is_err() {
+        release_data_dir(&config.data_dir);
+    }
+    opened
+}
+
+async fn open_claimed(config: &Config) -> Result<Relay, ServeError> {
     let store_err = |source| ServeError::Store {
         path: config.data_dir.display().to_string(),
         source,
     };
-    std::fs::create_dir_all(&config.data_dir)?;
     let store = SledStore::open(&config.data_dir).map_err(|e| store_err(e.into()))?;
     let mut relay_config = relay_config(config);
     if let Some(nats) = &config.nats {
@@ -232,9 +346,11 @@ pub async fn serve(
         token.cancel();
         handle.stop(true).await;
     });
-    server.await?;
+    let served = server.await;
     let flushed = relay.shutdown();
     relay.wind_down().await;
+    release_data_dir(&config.data_dir);
+    served?;
     flushed.map_err(ServeError::Flush)?;
     tracing::info!("store flushed; bye");
     Ok(())

@@ -238,3 +238,203 @@ async fn tail_follows_a_relay_restart_with_nothing_lost_or_repeated() {
     tail.kill().unwrap();
     let _ = tail.wait();
 }
+
+/// What a person sees while a command blocks or ends empty: `ask` names its question before
+/// it blocks, `questions` lists it, `answer` refuses a plain message and a second answer,
+/// `tail` without `--since` says where it starts, and a timed-out `wait` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_talks_back() {
+    let s = Server::start();
+    let mut asking = crosstalk(&s, &["ask", "ops", "ship 412?", "--timeout", "20", "--as", "bot"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let said = BufReader::new(asking.stderr.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert!(
+        said.starts_with("asked question #") && said.contains(" on ops"),
+        "{said}"
+    );
+    let id: u64 = said["asked question #".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(said.contains(&format!("crosstalk answer ops {id}")), "{said}");
+
+    let out = run(crosstalk(&s, &["questions", "ops", "--json"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let open: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0]["id"], id);
+
+    let plain = run(crosstalk(&s, &["send", "ops", "just chatting", "--as", "eve"]));
+    let plain_id = text(&plain.stdout);
+    let out = run(crosstalk(&s, &["answer", "ops", &plain_id, "yes", "--as", "dana"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a question"), "{}", text(&out.stderr));
+    let out = run(crosstalk(&s, &["answer", "ops", "999999", "yes", "--as", "dana"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no message #999999"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = run(crosstalk(
+        &s,
+        &["answer", "ops", &id.to_string(), "yes, ship it", "--as", "dana"],
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let asked = asking.wait_with_output().unwrap();
+    assert_eq!(asked.status.code(), Some(0));
+    assert_eq!(text(&asked.stdout), "yes, ship it");
+    let out = run(crosstalk(
+        &s,
+        &["answer", "ops", &id.to_string(), "again", "--as", "dana"],
+    ));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("already answered"), "{}", text(&out.stderr));
+    let out = run(crosstalk(&s, &["questions", "ops"]));
+    assert!(text(&out.stderr).contains("no open questions"), "{}", text(&out.stderr));
+
+    let mut tail = crosstalk(&s, &["tail", "ops"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let said = BufReader::new(tail.stderr.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    tail.kill().unwrap();
+    let _ = tail.wait();
+    assert!(said.starts_with("following ops from #"), "{said}");
+
+    let out = run(crosstalk(&s, &["wait", "ops", "--timeout", "0.3"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("nothing new on ops"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A user's mistakes at start-up: one line naming the path or address and the remedy, exit 2,
+/// no backtrace even with RUST_BACKTRACE=1; bare `crosstalk` prints help and creates nothing.
+#[test]
+fn start_up_errors_say_what_and_what_to_do() {
+    let home = tempfile::tempdir().unwrap();
+    let serve = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+            .args(args)
+            .current_dir(home.path())
+            .env("HOME", home.path())
+            .env_remove("XDG_DATA_HOME")
+            .env("RUST_BACKTRACE", "1")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let bare = serve(&[]);
+    assert_eq!(bare.status.code(), Some(2));
+    assert!(text(&bare.stdout).contains("serve"), "{}", text(&bare.stdout));
+    assert_eq!(
+        home.path().read_dir().unwrap().count(),
+        0,
+        "bare `crosstalk` created something"
+    );
+
+    let file = home.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let one_line = |out: &Output, needles: &[&str]| {
+        assert_eq!(out.status.code(), Some(2));
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!err.contains("backtrace"), "{err}");
+        for n in needles {
+            assert!(err.contains(n), "{n:?} not in: {err}");
+        }
+    };
+    let f = file.display().to_string();
+    one_line(
+        &serve(&["serve", "--port", "0", "--data-dir", &f]),
+        &[&f, "not a directory"],
+    );
+    let under = file.join("store").display().to_string();
+    one_line(
+        &serve(&["serve", "--port", "0", "--data-dir", &under]),
+        &[&under, "not a directory"],
+    );
+
+    // A second relay on the same directory names the first one's pid.
+    let dir = tempfile::tempdir().unwrap();
+    let first = Server::start_in(dir.path(), &[]);
+    let d = dir.path().display().to_string();
+    one_line(
+        &serve(&["serve", "--port", "0", "--data-dir", &d]),
+        &[&d, &format!("another relay (pid {})", first.pid())],
+    );
+    // A busy port says how to find out and how to avoid it.
+    let port = first.url("").rsplit(':').next().unwrap().to_owned();
+    let other = tempfile::tempdir().unwrap();
+    one_line(
+        &serve(&[
+            "serve",
+            "--port",
+            &port,
+            "--data-dir",
+            &other.path().display().to_string(),
+        ]),
+        &[&format!("127.0.0.1:{port}"), "in use", "--port 0", "crosstalk status"],
+    );
+}
+
+/// `crosstalk status` says who serves a data directory and whether the relay answers;
+/// `crosstalk stop` stops it and returns once it has exited.
+#[test]
+fn status_and_stop_find_the_relay_by_its_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut relay = Server::start_in(dir.path(), &[]);
+    let d = dir.path().display().to_string();
+    let out = run(crosstalk(&relay, &["status", "--data-dir", &d]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains(": ok"), "{said}");
+    assert!(said.contains(&format!("served by pid {}", relay.pid())), "{said}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+        .args(["stop", "--data-dir", &d])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&format!("stopped the relay (pid {})", relay.pid())));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let exited = loop {
+        if let Some(status) = relay.child().try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the relay still runs after `crosstalk stop`");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exited.success(), "{exited:?}");
+
+    let out = run(crosstalk(&relay, &["status", "--data-dir", &d]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains("no relay answers"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains(&format!("no relay uses {d}")),
+        "{}",
+        text(&out.stdout)
+    );
+}
