@@ -1,6 +1,10 @@
 # crosstalk relay. Build: docker build -t crosstalk .
-# Run:   docker run -d -p 8765:8765 -v crosstalk-data:/data crosstalk
-# tests/dockerfile.rs mirrors these steps (build command, runtime environment, entrypoint).
+# The container listens on all interfaces, so the relay requires a token. Make one and keep it
+# (clients send it as `Authorization: Bearer …`, or CROSSTALK_TOKEN for the CLI and bridge):
+#   TOKEN=$(openssl rand -hex 32); echo "$TOKEN"
+# Run:   docker run -d -p 8765:8765 -v crosstalk-data:/data -e CROSSTALK_TOKEN="$TOKEN" crosstalk
+# tests/dockerfile.rs mirrors these steps (build command, runtime environment, entrypoint) and
+# runs the binary with the image's exact environment and command plus this run line's -e.
 
 FROM rust:1-bookworm AS build
 WORKDIR /src

@@ -1,6 +1,8 @@
 //! There is no Docker engine here, so this test mirrors the Dockerfile: it reads it, checks
 //! the properties it promises, and runs the built binary with the image's environment and
-//! command (host and port swapped for loopback and port 0).
+//! command: exactly as the image does (all interfaces, a free port in place of the published
+//! one, a fresh folder for the volume), with and without the `-e` of the documented run line,
+//! sending requests to loopback only.
 
 mod common;
 use std::process::{Command, Stdio};
@@ -78,40 +80,107 @@ fn the_build_context_holds_the_patched_crates() {
     }
 }
 
-#[test]
-fn the_image_command_starts_the_relay_from_its_environment() {
+/// The documented `docker run` line's `-e KEY="VALUE"` settings; a `$TOKEN` value is the token
+/// the comment above it says to generate.
+fn run_line_env(text: &str, token: &str) -> Vec<(String, String)> {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# Run:"))
+        .expect("a `# Run:` line");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert!(
+        text.contains("TOKEN=$(openssl rand -hex 32)"),
+        "the Dockerfile says how to make a token"
+    );
+    words
+        .windows(2)
+        .filter(|w| w[0] == "-e")
+        .filter_map(|w| w[1].split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.trim_matches('"').replace("$TOKEN", token)))
+        .collect()
+}
+
+/// Runs the image's CMD with its ENV (the data volume in a fresh folder, the port free) plus
+/// `extra`; answers the first line of stdout (or of stderr when it exits) and the port.
+fn run_image(extra: &[(String, String)], data: &std::path::Path) -> (std::process::Child, String, u16) {
     let text = dockerfile();
     let cmd: Vec<String> = text
         .lines()
         .find_map(|l| l.strip_prefix("CMD "))
         .map(|c| serde_json::from_str(c).expect("CMD is a JSON array"))
         .unwrap();
-    let data = tempfile::tempdir().unwrap();
+    let port = common::free_port();
     let mut command = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
     command
         .args(&cmd)
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default());
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", data);
     for (k, v) in runtime_env(&text) {
         let v = match k.as_str() {
-            "CROSSTALK_HOST" => "127.0.0.1".to_owned(),
-            "CROSSTALK_PORT" => "0".to_owned(),
-            "CROSSTALK_DATA_DIR" => data.path().display().to_string(),
+            "CROSSTALK_PORT" => port.to_string(),
+            "CROSSTALK_DATA_DIR" => data.display().to_string(),
+            "RUST_LOG" => "warn".to_owned(),
             _ => v,
         };
         command.env(k, v);
     }
-    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    for (k, v) in extra {
+        command.env(k, v);
+    }
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
-    use std::io::BufRead;
+    use std::io::{BufRead, Read};
     std::io::BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
+    if line.is_empty() {
+        let _ = child.wait();
+        child.stderr.take().unwrap().read_to_string(&mut line).unwrap();
+    }
+    (child, line, port)
+}
+
+/// The image's own settings with the documented run line's token: the relay listens on all
+/// interfaces, answers /healthz, refuses a request without the token and takes one with it.
+#[tokio::test]
+async fn the_documented_docker_run_line_starts_a_relay_that_wants_its_token() {
+    let text = dockerfile();
+    let token = "0123456789abcdef0123456789abcdef";
+    let data = tempfile::tempdir().unwrap();
+    let (mut child, line, port) = run_image(&run_line_env(&text, token), data.path());
+    assert!(
+        line.starts_with(&format!("crosstalk listening on http://0.0.0.0:{port}")),
+        "{line}"
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let http = common::client();
+    let health = http.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let anonymous = http.get(format!("{base}/api/channels")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let with_token = http
+        .get(format!("{base}/api/channels"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_token.status(), 200);
     let _ = child.kill();
     let _ = child.wait();
-    assert!(line.starts_with("crosstalk listening on http://127.0.0.1:"), "{line}");
     assert!(
         data.path().read_dir().unwrap().next().is_some(),
         "the store was created in the data dir"
     );
+}
+
+/// Without the run line's token the image refuses to start, and says why and what to do.
+#[test]
+fn the_image_without_a_token_refuses_to_start_and_says_why() {
+    let data = tempfile::tempdir().unwrap();
+    let (mut child, said, _) = run_image(&[], data.path());
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    assert!(said.contains("without a token") && said.contains("--token"), "{said}");
+    assert!(!said.contains("stack backtrace"), "{said}");
 }
