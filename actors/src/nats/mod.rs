@@ -193,6 +193,9 @@ async fn connect_options(config: &NatsConfig, link: &Link) -> Result<async_nats:
         async move {
             match event {
                 async_nats::Event::Connected => link.set(None),
+                async_nats::Event::Disconnected => {
+                    tracing::warn!("lost the connection to NATS; reconnecting")
+                }
                 async_nats::Event::ClientError(async_nats::ClientError::Other(why)) => link.set(Some(why)),
                 async_nats::Event::ServerError(async_nats::ServerError::AuthorizationViolation) => {
                     link.set(Some("authorization violation".into()))
