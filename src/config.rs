@@ -91,6 +91,11 @@ pub struct ServeArgs {
     /// [env: CROSSTALK_RATE_LIMIT] [default: 1000]
     #[arg(long, help_heading = "Limits")]
     pub rate_limit: Option<u32>,
+    /// Failed authentications a second one client address may make (a wrong or missing token),
+    /// bursts up to one second's worth; beyond it, 429 instead of 401; 0 for no limit
+    /// [env: CROSSTALK_AUTH_FAILURE_RATE] [default: 5]
+    #[arg(long, help_heading = "Limits")]
+    pub auth_failure_rate: Option<u32>,
     /// Longest long-poll wait a client may ask for, in seconds [env: CROSSTALK_WAIT_CAP_SECS] [default: 300]
     #[arg(long, help_heading = "Limits")]
     pub wait_cap_secs: Option<u64>,
@@ -199,6 +204,8 @@ pub struct Config {
     pub idle_after: Option<Duration>,
     /// Requests a second per token (0: unlimited).
     pub rate_limit: u32,
+    /// Failed authentications a second per client address (0: unlimited).
+    pub auth_failure_rate: u32,
 }
 
 /// The `--store` and `--nats-*` settings; `None` for the default (sled, this relay alone).
@@ -424,6 +431,8 @@ impl Config {
                 .unwrap_or_default(),
             insecure_open: args.insecure_open,
             rate_limit: pick(args.rate_limit, &["CROSSTALK_RATE_LIMIT"])?.unwrap_or(crate::guard::DEFAULT_RATE),
+            auth_failure_rate: pick(args.auth_failure_rate, &["CROSSTALK_AUTH_FAILURE_RATE"])?
+                .unwrap_or(crate::guard::DEFAULT_AUTH_FAILURE_RATE),
             max_channels: pick(args.max_channels, &["CROSSTALK_MAX_CHANNELS"])?
                 .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_CHANNELS)
                 .max(1),

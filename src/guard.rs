@@ -5,8 +5,11 @@
 //!   `/mcp`. Loopback is always allowed; `--allowed-hosts` adds names.
 //! - **CORS only by explicit allow-list** (`--cors-origins`): matching origins get
 //!   `Access-Control-Allow-Origin: <origin>` (never `*`) and preflights are answered.
+//! - **No requests from other sites' pages**: a browser's `Sec-Fetch-Site: cross-site` (or
+//!   `same-site`: another origin on this site) is refused unless its origin is allowed by
+//!   `--cors-origins` — `<img>` and no-cors GETs carry no `Origin`, and a GET can change state.
 //! - **Browser headers**: `X-Content-Type-Options: nosniff` everywhere, `Cache-Control:
-//!   no-store` on API answers.
+//!   no-store` on API answers, the guard's own refusals (401, 403, 408, 413, 429) included.
 //! - **Tokens** ([`crate::auth::authenticate`]): the principal, or a 401.
 //! - **Bodies**: a request body must arrive within [`BODY_TIMEOUT`] (408 otherwise) and
 //!   within the size limit (413), before any handler runs; it is read here only, and handed on
@@ -43,11 +46,17 @@ pub struct Policy {
     pub max_body: usize,
     /// Requests per second each token may make (0: unlimited).
     pub rate: f64,
+    /// Failed authentications per second each client address may make (0: unlimited).
+    pub auth_failure_rate: f64,
 }
 
 /// Default of `--rate-limit`: far above what agents and people do, low enough that one
 /// leaked or runaway token cannot monopolise the relay.
 pub const DEFAULT_RATE: u32 = 1000;
+
+/// Default of `--auth-failure-rate`: a person who mistypes a token, or a client retrying with
+/// a stale one, stays well under it; guessing tokens at it would take longer than anyone has.
+pub const DEFAULT_AUTH_FAILURE_RATE: u32 = 5;
 
 /// A token bucket per token: `rate` requests a second, bursts up to one second's worth.
 #[derive(Default)]
@@ -134,7 +143,38 @@ fn refuse(
     message: String,
 ) -> ServiceResponse {
     rejected(reason);
-    req.into_response(ApiError::new(status, code, message).error_response())
+    answer(req, ApiError::new(status, code, message).error_response())
+}
+
+/// The guard's own answer (a refusal), with the browser headers every answer carries.
+fn answer(req: ServiceRequest, mut res: actix_web::HttpResponse) -> ServiceResponse {
+    browser_headers(res.headers_mut(), false);
+    req.into_response(res)
+}
+
+/// `nosniff` on every answer; `no-store` on all but event streams (and answers that set
+/// their own caching).
+fn browser_headers(headers: &mut header::HeaderMap, sse: bool) {
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    if !sse && !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+}
+
+/// Whether a browser says this request comes from a page of another site (or of another
+/// origin on this site) — `Sec-Fetch-Site`, which browsers send on every request, `<img>` and
+/// no-cors fetches included, where they send no `Origin`. Typing the console's address or
+/// following a link to it (a top-level navigation to the console's pages) is allowed; no
+/// other route answers another site's page, since a GET such as an inbox read changes state.
+fn from_another_site(req: &ServiceRequest) -> bool {
+    let fetch = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    match fetch("sec-fetch-site") {
+        Some("cross-site" | "same-site") => {
+            let navigation = fetch("sec-fetch-mode") == Some("navigate") && req.method() == Method::GET;
+            !(navigation && crate::http::console::PATHS.contains(&req.path()))
+        }
+        _ => false,
+    }
 }
 
 fn rejected(reason: &'static str) {
@@ -154,6 +194,7 @@ pub async fn guard(
             cors_origins: Vec::new(),
             max_body: 1 << 20,
             rate: DEFAULT_RATE as f64,
+            auth_failure_rate: DEFAULT_AUTH_FAILURE_RATE as f64,
         })
     });
     let host = req
@@ -195,6 +236,18 @@ pub async fn guard(
             .map_into_right_body());
         }
     }
+    if cors.is_none() && from_another_site(&req) {
+        return Ok(refuse(
+            req,
+            "cross_site",
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "cross-site requests are refused (Sec-Fetch-Site); a page of another origin may call the relay only \
+             if it is in --cors-origins"
+                .into(),
+        )
+        .map_into_right_body());
+    }
     if req.method() == Method::OPTIONS {
         if let Some(o) = &cors {
             let mut res = actix_web::HttpResponse::NoContent().finish();
@@ -205,8 +258,28 @@ pub async fn guard(
     let principal = match crate::auth::authenticate(&req) {
         Ok(principal) => principal,
         Err(unauthorized) => {
+            // Failures are limited per client address, so tokens cannot be guessed at speed;
+            // a client with the right token is never held up by this.
+            let address = req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default();
+            let limiter = req.app_data::<web::Data<RateLimiter>>().cloned();
+            if let Some(Err(wait)) =
+                limiter.map(|l| l.check(&format!("\0auth-failures {address}"), policy.auth_failure_rate))
+            {
+                rejected("auth_rate_limited");
+                let mut e = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    format!(
+                        "more than {} failed authentications a second from this address (--auth-failure-rate); check \
+                         the token",
+                        policy.auth_failure_rate
+                    ),
+                );
+                e.retry_after = Some(wait.ceil().max(1.0) as u32);
+                return Ok(answer(req, e.error_response()).map_into_right_body());
+            }
             rejected("unauthorized");
-            return Ok(req.into_response(*unauthorized).map_into_right_body());
+            return Ok(answer(req, *unauthorized).map_into_right_body());
         }
     };
     // Per token; without tokens the relay serves loopback only, and is not limited.
@@ -223,7 +296,7 @@ pub async fn guard(
                 ),
             );
             e.retry_after = Some(wait.ceil().max(1.0) as u32);
-            return Ok(req.into_response(e.error_response()).map_into_right_body());
+            return Ok(answer(req, e.error_response()).map_into_right_body());
         }
     }
     req.extensions_mut().insert(principal);
@@ -245,10 +318,7 @@ pub async fn guard(
     let sse = is_sse_stream(req.path());
     let mut res = next.call(req).await?;
     let headers = res.headers_mut();
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    if !sse && !headers.contains_key(header::CACHE_CONTROL) {
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    }
+    browser_headers(headers, sse);
     if let Some(o) = &cors {
         cors_headers(headers, o);
     }

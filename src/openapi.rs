@@ -76,6 +76,11 @@ fn error_responses(e: &Endpoint) -> Map<String, Value> {
         add("409", "conflicts with the current state");
         add("413", "the body is too large");
     }
+    add(
+        "429",
+        "too many requests: the token's --rate-limit, the waits and streams it holds, or failed authentications \
+         from this address; see Retry-After",
+    );
     add("500", "the store failed; nothing was acknowledged");
     add("503", "overloaded or shutting down; try again");
     out

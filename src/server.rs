@@ -283,6 +283,7 @@ pub async fn serve(
         cors_origins: config.cors_origins.clone(),
         max_body,
         rate: config.rate_limit as f64,
+        auth_failure_rate: config.auth_failure_rate as f64,
     });
     let limiter = web::Data::new(guard::RateLimiter::default());
     let owners = web::Data::new(mcp::owner::Owners::default());

@@ -168,6 +168,8 @@ impl Link {
                     generation += 1;
                     let Some(peer_info) = service.peer_info() else {
                         state.send_replace(State::Down(Some("the relay did not initialize the MCP session".into())));
+                        let _ = service.close_with_timeout(Duration::from_secs(1)).await;
+                        tokio::time::sleep(RETRY_MAX).await;
                         continue;
                     };
                     let mut info = InitializeResult::new(peer_info.capabilities.clone()).with_server_info(
@@ -211,10 +213,15 @@ impl Link {
                     ))));
                 }
                 Err(why) => {
-                    let why = match &target.local {
-                        Some(_) => why,
+                    let (why, refused) = match &target.local {
+                        Some(_) => (why, false),
                         None => diagnose(&rest, &self.url, why).await,
                     };
+                    // A refused token is not mended by trying again soon (and the relay limits
+                    // failed authentications): try at the slowest pace.
+                    if refused {
+                        backoff = RETRY_MAX;
+                    }
                     // Said once per reason, not once per attempt.
                     let again = matches!(&*state.borrow(), State::Down(Some(last)) if *last == why);
                     if again {
@@ -311,25 +318,43 @@ impl Link {
     }
 }
 
+fn wrong_token(url: &str) -> String {
+    format!(
+        "the relay at {url} refused the token (401 Unauthorized). Set --token (CROSSTALK_TOKEN) in this MCP \
+         server's configuration to the relay's --token or your participant token, then restart the MCP server"
+    )
+}
+
 /// Why the relay could not be used, in words that say what to do: it does not answer, or it
-/// refused the token, or (the REST face answering) the MCP session failed for `mcp_error`.
-async fn diagnose(rest: &RelayClient, url: &str, mcp_error: String) -> String {
+/// refused the token, or (the REST face answering) the MCP session failed for `mcp_error`;
+/// and whether it refused the token.
+async fn diagnose(rest: &RelayClient, url: &str, mcp_error: String) -> (String, bool) {
     let probe = rest.http.get(rest.url("/api/channels"));
+    let refused = |why: String| (why, true);
     match rest.auth(probe).send().await {
-        Err(e) => format!(
-            "the relay at {url} is not reachable ({}). Start it with `crosstalk serve`, or point --relay \
+        Err(e) => (
+            format!(
+                "the relay at {url} is not reachable ({}). Start it with `crosstalk serve`, or point --relay \
              (CROSSTALK_URL) at the right address; this bridge keeps trying and connects by itself once it answers",
-            crate::client::root(&e)
+                crate::client::root(&e)
+            ),
+            false,
         ),
-        Ok(r) if r.status() == reqwest::StatusCode::UNAUTHORIZED => format!(
-            "the relay at {url} refused the token (401 Unauthorized). Set --token (CROSSTALK_TOKEN) in this MCP \
-             server's configuration to the relay's --token or your participant token, then restart the MCP server"
-        ),
-        Ok(r) if r.status() == reqwest::StatusCode::FORBIDDEN => format!(
+        Ok(r) if r.status() == reqwest::StatusCode::UNAUTHORIZED => refused(wrong_token(url)),
+        // Failed authentications beyond the relay's --auth-failure-rate: still a wrong token.
+        Ok(r) if r.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
+            let body = r.text().await.unwrap_or_default();
+            if body.contains("failed authentications") {
+                refused(wrong_token(url))
+            } else {
+                (mcp_error, false)
+            }
+        }
+        Ok(r) if r.status() == reqwest::StatusCode::FORBIDDEN => refused(format!(
             "the relay at {url} refused this token access (403 Forbidden): ask its operator for a token that may \
              use it"
-        ),
-        Ok(_) => mcp_error,
+        )),
+        Ok(_) => (mcp_error, false),
     }
 }
 
