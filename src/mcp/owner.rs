@@ -4,16 +4,42 @@
 //! naming that session on behalf of another principal as if the session did not exist (404).
 //! A DELETE of a session nobody opened is 404 too, and a DELETE that ended one is 204.
 //! With a shared token (or none) every caller is the same principal, as the token means.
+//!
+//! A session's event stream (its `GET`) is held open for as long as the client reads it, so
+//! it counts against the principal's `--max-waits-per-principal`, like every other wait and
+//! stream, and in `/healthz`'s `streams`, for exactly as long as its answer is being sent.
 
 use crate::error::ApiError;
-use crate::ops::Principal;
-use actix_web::body::{EitherBody, MessageBody};
+use crate::ops::{Ctx, Gauge, Held, Principal};
+use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage, ResponseError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// An event stream's answer, holding its principal's slot (and the streams gauge) until the
+/// answer ends or the client goes.
+pub struct Counted {
+    body: BoxBody,
+    _held: Held,
+    _open: Gauge,
+}
+
+impl MessageBody for Counted {
+    type Error = Box<dyn std::error::Error>;
+
+    fn size(&self) -> BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<web::Bytes, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_next(cx)
+    }
+}
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -32,7 +58,8 @@ pub async fn bind(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     let Some(owners) = req.app_data::<web::Data<Owners>>().cloned() else {
-        return next.call(req).await.map(ServiceResponse::map_into_left_body);
+        let res = next.call(req).await?;
+        return Ok(res.map_body(|_, body| EitherBody::left(EitherBody::right(body))));
     };
     let principal = req
         .extensions()
@@ -56,6 +83,18 @@ pub async fn bind(
         let e = ApiError::new(StatusCode::NOT_FOUND, "not_found", "Session not found");
         return Ok(req.into_response(e.error_response()).map_into_right_body());
     }
+    // A GET opens the session's event stream: it takes one of the principal's slots.
+    let stream = match (req.method() == Method::GET, req.app_data::<web::Data<Ctx>>()) {
+        (true, Some(cx)) => match cx.hold(&principal) {
+            Ok(held) => Some((held, Gauge::enter(&cx.streams))),
+            Err(e) => {
+                return Ok(req
+                    .into_response(ApiError::from(e).error_response())
+                    .map_into_right_body());
+            }
+        },
+        _ => None,
+    };
     let mut res = next.call(req).await?;
     if deleting && res.status() == StatusCode::ACCEPTED {
         // The session is gone when the DELETE returns: 204, which every SDK accepts (the
@@ -74,5 +113,14 @@ pub async fn bind(
             }
         }
     }
-    Ok(res.map_into_left_body())
+    Ok(match stream {
+        Some((held, open)) => res.map_body(|_, body| {
+            EitherBody::left(EitherBody::left(Counted {
+                body: body.boxed(),
+                _held: held,
+                _open: open,
+            }))
+        }),
+        None => res.map_body(|_, body| EitherBody::left(EitherBody::right(body))),
+    })
 }
