@@ -31,6 +31,29 @@ const DEFAULT_LOG: &str = "info,rmcp=warn,rmcp_actix_web=warn,async_nats=warn";
 /// `crosstalk mcp`'s logging when `RUST_LOG` is unset: its own lines, not the MCP library's.
 const BRIDGE_LOG: &str = "info,rmcp=off";
 
+/// Libraries that log credentials or message text below `warn` (the MCP library logs session
+/// ids at `info` and messages at `debug`): kept at `warn` whatever `RUST_LOG` sets, unless
+/// `RUST_LOG` names them itself.
+const QUIET: [&str; 2] = ["rmcp", "rmcp_actix_web"];
+
+/// `RUST_LOG` if set, else `default`, with [`QUIET`] kept at `warn`.
+fn log_filter(default: &str) -> EnvFilter {
+    match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => {
+            let mut filter = EnvFilter::new(&spec);
+            for target in QUIET {
+                if !spec.contains(target) {
+                    if let Ok(d) = format!("{target}=warn").parse() {
+                        filter = filter.add_directive(d);
+                    }
+                }
+            }
+            filter
+        }
+        _ => EnvFilter::new(default),
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     // A file-size limit (or a quota) stops a write with EFBIG instead of killing the relay
     // with SIGXFSZ: the write is refused, nothing acknowledged is lost, and the relay stays up.
@@ -46,7 +69,7 @@ fn main() -> anyhow::Result<()> {
         _ => DEFAULT_LOG,
     };
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_log)))
+        .with_env_filter(log_filter(default_log))
         .with_writer(std::io::stderr)
         // Colour codes only on a terminal: `crosstalk mcp`'s stderr goes to its host's log.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

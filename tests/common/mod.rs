@@ -262,12 +262,13 @@ impl Server {
             .args(shared_log(dir, args))
             .env_remove("RUST_LOG")
             .env_remove("MALLOC_CONF")
-            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(log) = log {
             cmd.env("RUST_LOG", log);
         }
+        // The test's own environment last: it may set RUST_LOG too.
+        cmd.envs(env.iter().copied());
         if let Some(bytes) = file_limit {
             use std::os::unix::process::CommandExt;
             // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
