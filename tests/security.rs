@@ -353,3 +353,191 @@ async fn a_token_is_rate_limited_and_others_are_not() {
     let r = alice.get(s.url("/api/channels")).send().await.unwrap();
     assert_eq!(r.status(), 200, "the allowance refills");
 }
+
+/// A page of another site can make a browser send GETs with no `Origin` (`<img>`, a no-cors
+/// fetch) but not without `Sec-Fetch-Site`: such requests change nothing — no read position
+/// moves, no one appears in presence — while a person following a link to the console still
+/// gets it, and an origin listed in --cors-origins still gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_another_site_can_change_nothing() {
+    let s = Server::start_with(&["--cors-origins", "https://app.example.com"]);
+    let c = client();
+    post(&c, &s, "dev", msg("bob", "hello")).await;
+    for site in ["cross-site", "same-site"] {
+        for path in [
+            "/api/channels/dev/messages?since_id=0&instance_id=ghost",
+            "/api/channels/dev/wait?since_id=0&timeout_s=1&instance_id=ghost",
+            "/api/inbox?instance_id=ghost",
+            "/api/channels",
+        ] {
+            let r = c
+                .get(s.url(path))
+                .header("sec-fetch-site", site)
+                .header("sec-fetch-mode", "no-cors")
+                .header("sec-fetch-dest", "image")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 403, "{site} {path}");
+            assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+            assert_eq!(r.headers()["cache-control"], "no-store");
+            let v: Value = r.json().await.unwrap();
+            assert!(v["error"].as_str().unwrap().contains("cross-site"), "{v}");
+        }
+    }
+    let (_, present) = get_json(&c, &s.url("/api/channels/dev/presence")).await;
+    assert!(!present.to_string().contains("ghost"), "{present}");
+    // Following a link to the console is a navigation: allowed, for the console's pages only.
+    let r = c
+        .get(s.url("/ui"))
+        .header("sec-fetch-site", "cross-site")
+        .header("sec-fetch-mode", "navigate")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = c
+        .get(s.url("/api/inbox?instance_id=ghost"))
+        .header("sec-fetch-site", "cross-site")
+        .header("sec-fetch-mode", "navigate")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "a navigation to an API route is refused");
+    // The relay's own page, and an origin it lists, are not refused.
+    let r = c
+        .get(s.url("/api/channels"))
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = c
+        .get(s.url("/api/channels"))
+        .header("sec-fetch-site", "cross-site")
+        .header("origin", "https://app.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// The guard's own refusals carry the same browser headers as every other answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guards_own_refusals_carry_the_browser_headers() {
+    let s = Server::start_with(&[
+        "--token",
+        "t0k",
+        "--max-body-bytes",
+        "1000",
+        "--max-shared-bytes",
+        "100000",
+    ]);
+    let c = client();
+    let anonymous = c.get(s.url("/api/channels")).send().await.unwrap();
+    let big = c
+        .post(s.url("/api/channels/dev/messages"))
+        .bearer_auth("t0k")
+        .body(vec![b'x'; 200_000])
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    let host = c
+        .get(s.url("/api/channels"))
+        .bearer_auth("t0k")
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    for (r, status) in [(anonymous, 401), (big, 413), (host, 403)] {
+        assert_eq!(r.status(), status);
+        assert_eq!(r.headers()["x-content-type-options"], "nosniff", "{status}");
+        assert_eq!(r.headers()["cache-control"], "no-store", "{status}");
+    }
+}
+
+/// An MCP session's event stream (its GET) is held like any other stream: it counts against
+/// --max-waits-per-principal and in /healthz's streams, and gives its place back when closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_event_streams_count_against_the_principals_streams() {
+    let s = Server::start_with(&["--participants", "alice:tok-a", "--max-waits-per-principal", "2"]);
+    let alice = client_with_token("tok-a");
+    let mcp = Mcp::connect_with(&s, alice.clone()).await;
+    let sid = mcp.session.clone().unwrap();
+    let open = || {
+        alice
+            .get(s.url("/mcp"))
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", LEGACY)
+            .send()
+    };
+    let first = open().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let (_, health) = get_json(&client(), &s.url("/healthz")).await;
+    assert_eq!(health["streams"], 1, "{health}");
+    let _second = alice.get(s.url("/api/channels/a/stream")).send().await.unwrap();
+    let third = open().await.unwrap();
+    assert_eq!(third.status(), 429, "a third stream beyond the cap of 2");
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, health) = get_json(&client(), &s.url("/healthz")).await;
+        if health["streams"] == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the closed stream still counts: {health}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Wrong tokens are limited per client address (--auth-failure-rate): guessing at speed gets
+/// 429 with Retry-After, while the right token still gets through from the same address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guessing_tokens_is_slowed_to_the_failure_rate() {
+    let s = Server::start_with(&["--token", "right-token", "--auth-failure-rate", "3"]);
+    let wrong = client_with_token("guess");
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        let r = wrong.get(s.url("/api/channels")).send().await.unwrap();
+        if r.status() == 429 {
+            assert!(r.headers().get("retry-after").is_some());
+            assert_eq!(r.headers()["cache-control"], "no-store");
+        }
+        statuses.push(r.status().as_u16());
+    }
+    let unauthorized = statuses.iter().filter(|s| **s == 401).count();
+    assert!((3..=5).contains(&unauthorized), "{statuses:?}");
+    assert!(statuses.ends_with(&[429, 429, 429]), "{statuses:?}");
+    let r = client_with_token("right-token")
+        .get(s.url("/api/channels"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the right token is not held up");
+}
+
+/// Whatever log level a user is likely to set, no MCP session id, token or message text reaches
+/// the logs, though the MCP library logs them below `warn`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_session_id_or_message_text_in_the_logs_at_info_or_debug() {
+    for level in ["info", "debug"] {
+        let s = Server::start_with_env(&["--participants", "bob:tok-bob-7c1x8"], &[("RUST_LOG", level)]);
+        let m = Mcp::connect_with(&s, client_with_token("tok-bob-7c1x8")).await;
+        m.call_ok("register", json!({"instance_id": "bob"})).await;
+        m.call_ok(
+            "post_message",
+            json!({"channel": "dev", "body": "the-secret-plan-4471"}),
+        )
+        .await;
+        m.call_ok("get_messages", json!({"channel": "dev"})).await;
+        let sid = m.session.clone().unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let logs = s.stderr();
+        assert!(logs.contains("listening"), "{level}: the log is on: {logs}");
+        for secret in [sid.as_str(), "the-secret-plan-4471", "tok-bob-7c1x8"] {
+            assert!(!logs.contains(secret), "{level}: {secret} is in the logs:\n{logs}");
+        }
+    }
+}
