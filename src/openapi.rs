@@ -195,7 +195,8 @@ fn transport_routes(paths: &mut Map<String, Value>) {
             "200": { "description": "an event stream", "content": { "text/event-stream": { "schema": { "type": "string" } } } },
             "400": { "description": "invalid input", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } },
             "401": { "description": "missing or wrong token", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } },
-            "403": { "description": "may not act as that participant", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } }
+            "403": { "description": "may not act as that participant", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } },
+            "429": { "description": "too many requests: the waits and streams this token holds, its --rate-limit, or failed authentications from this address; see Retry-After", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } }
         }
     } }));
     paths.insert(METRICS_PATH.into(), json!({ "get": {
@@ -203,14 +204,16 @@ fn transport_routes(paths: &mut Map<String, Value>) {
         "description": "Prometheus text format: operations by face and outcome, refusals by reason, commit round sizes, flush and wake latency, channel actors, waits, streams, store size, search index lag.",
         "responses": {
             "200": { "description": "Prometheus text exposition format", "content": { "text/plain": { "schema": { "type": "string" } } } },
-            "401": { "description": "missing or wrong token", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } }
+            "401": { "description": "missing or wrong token", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } },
+            "429": { "description": "too many requests: the waits and streams this token holds, its --rate-limit, or failed authentications from this address; see Retry-After", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } }
         }
     } }));
     paths.insert(OPENAPI_PATH.into(), json!({ "get": {
         "operationId": "openapi", "summary": "this document",
         "responses": {
             "200": { "description": "OpenAPI 3.1", "content": { "application/json": { "schema": { "type": "object" } } } },
-            "401": { "description": "missing or wrong token", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } }
+            "401": { "description": "missing or wrong token", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } },
+            "429": { "description": "too many requests: the waits and streams this token holds, its --rate-limit, or failed authentications from this address; see Retry-After", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } } }
         }
     } }));
 }
