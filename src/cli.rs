@@ -169,6 +169,35 @@ fn me(given: Option<String>) -> String {
         .unwrap_or_else(|| "cli".into())
 }
 
+/// The messages of an answer that is either a bare list or an object with `messages` (as
+/// anonymous and identified waits answer, and the inbox).
+fn listed(answer: &Value) -> Vec<Value> {
+    answer
+        .get("messages")
+        .unwrap_or(answer)
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// One long-poll on `channel` after `since`, for at most `slice` seconds, as `who` if given.
+async fn wait_once(
+    c: &RelayClient,
+    channel: &str,
+    since: u64,
+    slice: f64,
+    who: Option<&str>,
+) -> Result<Vec<Value>, Failure> {
+    let mut path = format!(
+        "/api/channels/{}/wait?since_id={since}&timeout_s={slice:.3}",
+        enc(channel)
+    );
+    if let Some(w) = who {
+        path.push_str(&format!("&instance_id={}", enc(w)));
+    }
+    Ok(listed(&c.json(c.http.get(c.url(&path))).await?))
+}
+
 /// One message as a line for a person: `#id time sender [type] body`.
 fn line(m: &Value) {
     let dim = Style::new().dimmed();
@@ -360,22 +389,7 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                 let left = deadline
                     .saturating_duration_since(tokio::time::Instant::now())
                     .as_secs_f64();
-                let slice = left.min(WAIT_SLICE);
-                let mut path = format!(
-                    "/api/channels/{}/wait?since_id={since}&timeout_s={slice:.3}",
-                    enc(&channel)
-                );
-                if let Some(w) = &who {
-                    path.push_str(&format!("&instance_id={}", enc(w)));
-                }
-                let got = c.json(c.http.get(c.url(&path))).await?;
-                // Anonymous waits answer a bare list, identified ones an object.
-                let messages = got
-                    .get("messages")
-                    .unwrap_or(&got)
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
+                let messages = wait_once(&c, &channel, since, left.min(WAIT_SLICE), who.as_deref()).await?;
                 if !messages.is_empty() {
                     for m in &messages {
                         show(m, json);
@@ -414,18 +428,7 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                 let left = deadline
                     .saturating_duration_since(tokio::time::Instant::now())
                     .as_secs_f64();
-                let slice = left.min(WAIT_SLICE);
-                let path = format!(
-                    "/api/channels/{}/wait?since_id={since}&timeout_s={slice:.3}",
-                    enc(&channel)
-                );
-                let got = c.json(c.http.get(c.url(&path))).await?;
-                let messages = got
-                    .get("messages")
-                    .unwrap_or(&got)
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
+                let messages = wait_once(&c, &channel, since, left.min(WAIT_SLICE), None).await?;
                 for m in &messages {
                     since = since.max(m["id"].as_u64().unwrap_or(0));
                     let is_answer = m["type"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("answer"));
@@ -509,13 +512,7 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
         }
         ClientCommand::Inbox { me: who, json, .. } => {
             let path = format!("/api/inbox?instance_id={}", enc(&who));
-            let list = c.json(c.http.get(c.url(&path))).await?;
-            let messages = list
-                .get("messages")
-                .unwrap_or(&list)
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
+            let messages = listed(&c.json(c.http.get(c.url(&path))).await?);
             if messages.is_empty() && !json {
                 eprintln!("nothing new for {who}");
             }
