@@ -139,13 +139,17 @@ pub enum ClientCommand {
         json: bool,
     },
     /// What is new for a registered identity on every channel it joined, from others; reading
-    /// it moves that identity's read position.  Example: crosstalk inbox --as reviewer
+    /// it moves that identity's read position.  Example: crosstalk inbox --as reviewer --session "$S"
     Inbox {
         #[command(flatten)]
         relay: Relay,
         /// The identity.
         #[arg(long = "as")]
         me: String,
+        /// The session token its `register` answered, while that session is live (an identity
+        /// registered over MCP is bound to its MCP session instead) [env: CROSSTALK_SESSION]
+        #[arg(long, env = "CROSSTALK_SESSION")]
+        session: Option<String>,
         /// One JSON message per line, for scripts.
         #[arg(long)]
         json: bool,
@@ -510,9 +514,15 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
             }
             Ok(Outcome::Done)
         }
-        ClientCommand::Inbox { me: who, json, .. } => {
+        ClientCommand::Inbox {
+            me: who, session, json, ..
+        } => {
             let path = format!("/api/inbox?instance_id={}", enc(&who));
-            let messages = listed(&c.json(c.http.get(c.url(&path))).await?);
+            let mut req = c.http.get(c.url(&path));
+            if let Some(s) = &session {
+                req = req.header("X-Crosstalk-Session", s);
+            }
+            let messages = listed(&c.json(req).await?);
             if messages.is_empty() && !json {
                 eprintln!("nothing new for {who}");
             }

@@ -438,3 +438,49 @@ fn status_and_stop_find_the_relay_by_its_data_directory() {
         text(&out.stdout)
     );
 }
+
+/// `crosstalk inbox` reads a registered identity's inbox with the session its `register`
+/// answered: what others posted on the channels it joined, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_reads_a_registered_identity_once() {
+    let s = Server::start();
+    let c = client();
+    let (_, reg) = common::request(
+        &c,
+        "POST",
+        &s.url("/api/register"),
+        Some(serde_json::json!({"instance_id": "rev"})),
+        None,
+    )
+    .await;
+    let session = reg["session"].as_str().unwrap().to_owned();
+    let joined = common::request(
+        &c,
+        "POST",
+        &s.url("/api/channels/pr/messages"),
+        Some(common::msg("rev", "watching")),
+        Some(&session),
+    )
+    .await;
+    assert_eq!(joined.0, 200);
+    let posted = common::post(&c, &s, "pr", common::msg("bob", "please look")).await;
+    let out = run(crosstalk(
+        &s,
+        &["inbox", "--as", "rev", "--session", &session, "--json"],
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["id"], posted["id"]);
+    let again = run(crosstalk(&s, &["inbox", "--as", "rev", "--session", &session]));
+    assert!(
+        text(&again.stderr).contains("nothing new for rev"),
+        "{}",
+        text(&again.stderr)
+    );
+    let without = run(crosstalk(&s, &["inbox", "--as", "rev"]));
+    assert_eq!(without.status.code(), Some(2), "another's inbox needs its session");
+}
