@@ -15,8 +15,17 @@ pub const DEFAULT_RELAY: &str = "http://127.0.0.1:8765";
 /// user's data directory (`$XDG_DATA_HOME`, else `~/.local/share` on Linux; the platform's own
 /// elsewhere). One place, so `127.0.0.1:8765` serves the same history however it was started.
 pub fn local_store_dir() -> Option<std::path::PathBuf> {
-    dirs::data_dir().map(|d| d.join("crosstalk").join("store"))
+    local_data_dir().map(|d| d.join(LOCAL_STORE))
 }
+
+/// The local relay's folder: `crosstalk` in the user's data directory. It holds the store
+/// ([`LOCAL_STORE`]) and, in local mode, the relay's log and start lock.
+pub fn local_data_dir() -> Option<std::path::PathBuf> {
+    dirs::data_dir().map(|d| d.join("crosstalk"))
+}
+
+/// The store's folder inside the local relay's folder.
+pub const LOCAL_STORE: &str = "store";
 
 /// The file in a data directory that says which process serves it: the relay holds an
 /// exclusive lock on it while it runs, with its pid written in it.

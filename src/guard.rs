@@ -177,6 +177,24 @@ fn from_another_site(req: &ServiceRequest) -> bool {
     }
 }
 
+/// A 429 with `Retry-After` (whole seconds, at least one), counted under `reason`.
+fn too_many(
+    req: ServiceRequest,
+    reason: &'static str,
+    code: &'static str,
+    message: String,
+    wait: f64,
+) -> ServiceResponse {
+    rejected(reason);
+    let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message);
+    e.retry_after = Some(wait.ceil().max(1.0) as u32);
+    answer(req, e.error_response())
+}
+
+/// The error code of a 429 for failed authentications beyond `--auth-failure-rate`: a client
+/// (the stdio bridge) tells it apart from a busy token by this.
+pub const AUTH_RATE_LIMITED: &str = "auth_rate_limited";
+
 fn rejected(reason: &'static str) {
     metrics::counter!("crosstalk_rejected_total", "reason" => reason).increment(1);
 }
@@ -265,18 +283,12 @@ pub async fn guard(
             if let Some(Err(wait)) =
                 limiter.map(|l| l.check(&format!("\0auth-failures {address}"), policy.auth_failure_rate))
             {
-                rejected("auth_rate_limited");
-                let mut e = ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "rate_limited",
-                    format!(
-                        "more than {} failed authentications a second from this address (--auth-failure-rate); check \
-                         the token",
-                        policy.auth_failure_rate
-                    ),
+                let message = format!(
+                    "more than {} failed authentications a second from this address (--auth-failure-rate); check the \
+                     token",
+                    policy.auth_failure_rate
                 );
-                e.retry_after = Some(wait.ceil().max(1.0) as u32);
-                return Ok(answer(req, e.error_response()).map_into_right_body());
+                return Ok(too_many(req, AUTH_RATE_LIMITED, AUTH_RATE_LIMITED, message, wait).map_into_right_body());
             }
             rejected("unauthorized");
             return Ok(answer(req, *unauthorized).map_into_right_body());
@@ -286,17 +298,11 @@ pub async fn guard(
     let key = (principal != Principal::Anyone).then(|| principal.key());
     if let (Some(key), Some(limiter)) = (key, req.app_data::<web::Data<RateLimiter>>()) {
         if let Err(wait) = limiter.check(key, policy.rate) {
-            rejected("rate_limited");
-            let mut e = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
-                format!(
-                    "more than {} requests a second with this token (--rate-limit)",
-                    policy.rate
-                ),
+            let message = format!(
+                "more than {} requests a second with this token (--rate-limit)",
+                policy.rate
             );
-            e.retry_after = Some(wait.ceil().max(1.0) as u32);
-            return Ok(answer(req, e.error_response()).map_into_right_body());
+            return Ok(too_many(req, "rate_limited", "rate_limited", message, wait).map_into_right_body());
         }
     }
     req.extensions_mut().insert(principal);

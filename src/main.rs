@@ -36,13 +36,22 @@ const BRIDGE_LOG: &str = "info,rmcp=off";
 /// `RUST_LOG` names them itself.
 const QUIET: [&str; 2] = ["rmcp", "rmcp_actix_web"];
 
+/// Whether a `RUST_LOG` spec sets a level for `target` (or a module of it) itself:
+/// `target=level`, `target::module=level`, `target[span]=level`.
+fn names(spec: &str, target: &str) -> bool {
+    spec.split(',').any(|d| {
+        let named = d.split(['=', '[']).next().unwrap_or("").trim();
+        d.contains('=') && (named == target || named.starts_with(&format!("{target}::")))
+    })
+}
+
 /// `RUST_LOG` if set, else `default`, with [`QUIET`] kept at `warn`.
 fn log_filter(default: &str) -> EnvFilter {
     match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.trim().is_empty() => {
             let mut filter = EnvFilter::new(&spec);
             for target in QUIET {
-                if !spec.contains(target) {
+                if !names(&spec, target) {
                     if let Ok(d) = format!("{target}=warn").parse() {
                         filter = filter.add_directive(d);
                     }
@@ -116,4 +125,20 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(2);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names;
+
+    #[test]
+    fn a_spec_names_a_target_only_by_its_own_directive() {
+        assert!(names("info,rmcp=debug", "rmcp"));
+        assert!(names("rmcp::transport=trace", "rmcp"));
+        assert!(names("warn,rmcp_actix_web=debug", "rmcp_actix_web"));
+        // Naming rmcp_actix_web does not name rmcp, nor does a bare level or another crate.
+        assert!(!names("warn,rmcp_actix_web=debug", "rmcp"));
+        assert!(!names("debug", "rmcp"));
+        assert!(!names("crosstalk=debug,rmcpx=info", "rmcp"));
+    }
 }

@@ -501,11 +501,14 @@ async fn guessing_tokens_is_slowed_to_the_failure_rate() {
     let mut statuses = Vec::new();
     for _ in 0..20 {
         let r = wrong.get(s.url("/api/channels")).send().await.unwrap();
-        if r.status() == 429 {
+        let status = r.status().as_u16();
+        if status == 429 {
             assert!(r.headers().get("retry-after").is_some());
             assert_eq!(r.headers()["cache-control"], "no-store");
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["code"], "auth_rate_limited", "{v}");
         }
-        statuses.push(r.status().as_u16());
+        statuses.push(status);
     }
     let unauthorized = statuses.iter().filter(|s| **s == 401).count();
     assert!((3..=5).contains(&unauthorized), "{statuses:?}");

@@ -8,18 +8,13 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The store's folder inside the local data directory: with the default data directory, the
-/// same folder `crosstalk serve` uses by default (`client::local_store_dir`).
-const STORE: &str = "store";
-
 /// How long a relay we started may take to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The user's data directory (`$XDG_DATA_HOME`, else `~/.local/share` on Linux; the
 /// platform's own elsewhere), `/crosstalk`.
 pub fn data_dir() -> Result<PathBuf, Failure> {
-    dirs::data_dir()
-        .map(|d| d.join("crosstalk"))
+    crate::client::local_data_dir()
         .ok_or_else(|| Failure("local mode needs a home directory (or --local-data)".into(), 2))
 }
 
@@ -65,7 +60,7 @@ pub async fn ensure(addr: &str, data: &Path) -> Result<String, Failure> {
         .open(&log_path)
         .map_err(|e| Failure(format!("cannot open {}: {e}", log_path.display()), 2))?;
     let exe = std::env::current_exe().map_err(|e| Failure(format!("cannot find this program: {e}"), 2))?;
-    let mut child = start(&exe, host, port, &data.join(STORE), log)?;
+    let mut child = start(&exe, host, port, &data.join(crate::client::LOCAL_STORE), log)?;
     let started = Instant::now();
     loop {
         if answers(&http, &url).await {

@@ -193,18 +193,17 @@ impl Link {
                         }
                     }
                     // Until the session ends by itself, or the bridge stops.
-                    loop {
-                        tokio::select! {
-                            _ = self.stop.cancelled() => {
-                                // Closing the client deletes the relay session: the identity
-                                // goes offline now.
-                                let _ = service.close_with_timeout(Duration::from_secs(2)).await;
-                                return;
-                            }
-                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                        }
-                        if service.is_transport_closed() || service.is_closed() {
-                            break;
+                    let cancel = service.cancellation_token();
+                    let ended = service.waiting();
+                    tokio::pin!(ended);
+                    tokio::select! {
+                        _ = &mut ended => {}
+                        _ = self.stop.cancelled() => {
+                            // Closing the client deletes the relay session: the identity goes
+                            // offline now.
+                            cancel.cancel();
+                            let _ = tokio::time::timeout(Duration::from_secs(2), ended).await;
+                            return;
                         }
                     }
                     state.send_replace(State::Down(Some(format!(
@@ -343,8 +342,8 @@ async fn diagnose(rest: &RelayClient, url: &str, mcp_error: String) -> (String, 
         Ok(r) if r.status() == reqwest::StatusCode::UNAUTHORIZED => refused(wrong_token(url)),
         // Failed authentications beyond the relay's --auth-failure-rate: still a wrong token.
         Ok(r) if r.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
-            let body = r.text().await.unwrap_or_default();
-            if body.contains("failed authentications") {
+            let body: Value = r.json().await.unwrap_or_default();
+            if body["code"] == crate::guard::AUTH_RATE_LIMITED {
                 refused(wrong_token(url))
             } else {
                 (mcp_error, false)
@@ -389,26 +388,43 @@ impl Bridge {
     }
 
     /// A request the relay must answer failed: say why, with what to do.
-    async fn failed(&self, e: ServiceError) -> McpError {
+    fn failed(&self, e: ServiceError) -> McpError {
         match e {
             ServiceError::McpError(e) => e,
             other => {
                 tracing::debug!(error = %other, "a request to the relay failed");
-                McpError::internal_error(self.unavailable().await, None)
+                McpError::internal_error(self.unavailable(), None)
             }
         }
     }
 
-    /// The open session, or an error saying why there is none.
-    async fn relay(&self) -> Result<Session, McpError> {
-        self.link
+    /// Forwards a request to the relay's session (waiting up to [`FIRST_ATTEMPT`] for one).
+    async fn forward<T, F: std::future::Future<Output = Result<T, ServiceError>>>(
+        &self,
+        call: impl FnOnce(Peer<RoleClient>) -> F,
+    ) -> Result<T, McpError> {
+        let session = self
+            .link
             .session(FIRST_ATTEMPT)
             .await
-            .map_err(|why| McpError::internal_error(why, None))
+            .map_err(|why| McpError::internal_error(why, None))?;
+        call(session.peer).await.map_err(|e| self.failed(e))
+    }
+
+    /// Forwards a list request; with no relay session after [`LIST_WAIT`], an empty list
+    /// (the relay's follows with a list change once it is there).
+    async fn list<T: Default, F: std::future::Future<Output = Result<T, ServiceError>>>(
+        &self,
+        call: impl FnOnce(Peer<RoleClient>) -> F,
+    ) -> Result<T, McpError> {
+        match self.link.session(LIST_WAIT).await {
+            Ok(session) => call(session.peer).await.map_err(|e| self.failed(e)),
+            Err(_) => Ok(T::default()),
+        }
     }
 
     /// Why the relay cannot answer now.
-    async fn unavailable(&self) -> String {
+    fn unavailable(&self) -> String {
         match self.link.now() {
             State::Up(_) => format!(
                 "the relay at {} did not answer (it may be restarting); this bridge keeps trying and \
@@ -493,14 +509,8 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let mut list = match self.link.session(LIST_WAIT).await {
-            Ok(s) => match s.peer.list_tools(request).await {
-                Ok(list) => list,
-                Err(e) => return Err(self.failed(e).await),
-            },
-            // The bridge's own tools now; the relay's follow with a list change.
-            Err(_) => ListToolsResult::default(),
-        };
+        // Without a relay yet, the bridge's own tools now; the relay's follow with a list change.
+        let mut list = self.list(|p| async move { p.list_tools(request).await }).await?;
         if list.next_cursor.is_none() {
             list.tools.extend(own_tools());
         }
@@ -540,7 +550,7 @@ impl ServerHandler for Bridge {
                     Err(ServiceError::McpError(e)) => return Err(e),
                     Err(e) => {
                         tracing::debug!(error = %e, "a tool call to the relay failed");
-                        return Ok(answer(json!({"error": self.unavailable().await}), true));
+                        return Ok(answer(json!({"error": self.unavailable()}), true));
                     }
                 };
                 if let (Some(request), false) = (register, result.is_error == Some(true)) {
@@ -560,13 +570,7 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        match self.link.session(LIST_WAIT).await {
-            Ok(s) => match s.peer.list_prompts(request).await {
-                Ok(l) => Ok(l),
-                Err(e) => Err(self.failed(e).await),
-            },
-            Err(_) => Ok(ListPromptsResult::default()),
-        }
+        self.list(|p| async move { p.list_prompts(request).await }).await
     }
 
     async fn get_prompt(
@@ -574,11 +578,8 @@ impl ServerHandler for Bridge {
         request: GetPromptRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let s = self.relay().await?;
-        match s.peer.get_prompt(request).await {
-            Ok(p) => Ok(p.into()),
-            Err(e) => Err(self.failed(e).await),
-        }
+        self.forward(|p| async move { p.get_prompt(request).await.map(Into::into) })
+            .await
     }
 
     async fn list_resources(
@@ -586,13 +587,7 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        match self.link.session(LIST_WAIT).await {
-            Ok(s) => match s.peer.list_resources(request).await {
-                Ok(l) => Ok(l),
-                Err(e) => Err(self.failed(e).await),
-            },
-            Err(_) => Ok(ListResourcesResult::default()),
-        }
+        self.list(|p| async move { p.list_resources(request).await }).await
     }
 
     async fn list_resource_templates(
@@ -600,13 +595,8 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        match self.link.session(LIST_WAIT).await {
-            Ok(s) => match s.peer.list_resource_templates(request).await {
-                Ok(l) => Ok(l),
-                Err(e) => Err(self.failed(e).await),
-            },
-            Err(_) => Ok(ListResourceTemplatesResult::default()),
-        }
+        self.list(|p| async move { p.list_resource_templates(request).await })
+            .await
     }
 
     async fn read_resource(
@@ -614,20 +604,14 @@ impl ServerHandler for Bridge {
         request: ReadResourceRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let s = self.relay().await?;
-        match s.peer.read_resource(request).await {
-            Ok(r) => Ok(r.into()),
-            Err(e) => Err(self.failed(e).await),
-        }
+        self.forward(|p| async move { p.read_resource(request).await.map(Into::into) })
+            .await
     }
 
     #[allow(deprecated)] // 2025-11-25 hosts subscribe; the relay pushes, we forward
     async fn subscribe(&self, request: SubscribeRequestParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
-        let s = self.relay().await?;
-        match s.peer.subscribe(request).await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(self.failed(e).await),
-        }
+        self.forward(|p| async move { p.subscribe(request).await.map(|_| ()) })
+            .await
     }
 
     #[allow(deprecated)]
@@ -636,11 +620,8 @@ impl ServerHandler for Bridge {
         request: UnsubscribeRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let s = self.relay().await?;
-        match s.peer.unsubscribe(request).await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(self.failed(e).await),
-        }
+        self.forward(|p| async move { p.unsubscribe(request).await.map(|_| ()) })
+            .await
     }
 }
 
