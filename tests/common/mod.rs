@@ -43,13 +43,15 @@ impl Rng {
 /// (a NATS cluster, a relay cluster behind a load balancer) that bind ports they are told.
 /// Two calls of one process never start from the same candidate: a port found free here is
 /// bound only later, by the server started on it, so a second caller checking meanwhile would
-/// pick it too and its servers would talk to the first caller's.
+/// pick it too and its servers would talk to the first caller's. Candidates lie below Linux's
+/// ephemeral range (32768 up): a port found free there could be taken by any outgoing
+/// connection before the server binds it.
 pub fn free_base_port(offsets: &[u16]) -> u16 {
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let pid = std::process::id() as u64;
     let first = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 200;
     for attempt in first..first + 200 {
-        let base = 20_000 + ((pid * 7919 + attempt * 331) % 20_000) as u16;
+        let base = 20_000 + ((pid * 7919 + attempt * 331) % 12_000) as u16;
         if offsets
             .iter()
             .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok())
