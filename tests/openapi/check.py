@@ -58,7 +58,7 @@ def start_relay(binary, token=None):
     """A fresh relay on a free port; its host:port."""
     data_dir = tempfile.mkdtemp(prefix="crosstalk-openapi-")
     # Requests without a token are sent faster than the failed-authentication limit allows; the
-    # limit has its own test (tests/security.rs), so here each of them gets its 401.
+    # limit has its own test (tests/it/security.rs), so here each of them gets its 401.
     args = [binary, "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", data_dir,
             "--auth-failure-rate", "0"]
     proc = subprocess.Popen(args + (["--token", token] if token else []), stdout=subprocess.PIPE,

@@ -1,6 +1,6 @@
 //! Ordering and `since_id` under many concurrent posters on several channels.
 
-mod common;
+use crate::common;
 use common::*;
 use std::collections::{HashMap, HashSet};
 

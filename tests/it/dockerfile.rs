@@ -4,7 +4,7 @@
 //! one, a fresh folder for the volume), with and without the `-e` of the documented run line,
 //! sending requests to loopback only.
 
-mod common;
+use crate::common;
 use std::process::{Command, Stdio};
 
 fn dockerfile() -> String {

@@ -3,7 +3,7 @@
 //! defence against DNS rebinding and its allow-list, and a quick exit on SIGTERM with MCP
 //! sessions open.
 
-mod common;
+use crate::common;
 use common::mcp::*;
 use common::*;
 use serde_json::{json, Value};

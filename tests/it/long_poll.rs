@@ -1,6 +1,6 @@
 //! The long-poll wait: wakes on a post, times out with `[]`, honours since_id.
 
-mod common;
+use crate::common;
 use common::*;
 use std::time::{Duration, Instant};
 

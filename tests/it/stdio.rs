@@ -4,7 +4,7 @@
 //! offers `/cc/mcp`'s tools; closing stdin takes the registered identity offline at once; and
 //! in local mode two children started together share one relay they started themselves.
 
-mod common;
+use crate::common;
 
 use common::{client, free_port, get_json, msg, post, Server};
 use serde_json::{json, Value};

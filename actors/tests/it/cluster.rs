@@ -50,15 +50,26 @@ fn nats_server() -> PathBuf {
     p
 }
 
+/// A loopback port free now, for nats-server to take a moment later: below Linux's ephemeral
+/// range (32768 up), where any outgoing connection could take it in between, and a different
+/// one on every call of this process (the suite's tests run in parallel).
+fn free_port() -> u16 {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    // Each process starts at its own place in 20000..32000.
+    let start = u64::from(std::process::id()) % 1200 * 10;
+    loop {
+        let port = 20000 + (start + CALLS.fetch_add(1, Ordering::Relaxed)) % 12000;
+        let port = u16::try_from(port).expect("below 32000");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 impl Server {
     fn start() -> Server {
         let dir = tempfile::tempdir().unwrap();
-        // A port the OS hands out, released for the server to take a moment later.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let conf = dir.path().join("server.conf");
         std::fs::write(
             &conf,

@@ -1,6 +1,6 @@
 //! The SSE stream: live delivery, resume with Last-Event-ID, safe framing, slow readers.
 
-mod common;
+use crate::common;
 use common::*;
 use std::time::Duration;
 

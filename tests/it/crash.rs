@@ -4,7 +4,7 @@
 //! with Last-Event-ID end up with exactly the log, and a damaged store tail is reported and
 //! everything before it served.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};

@@ -1,7 +1,7 @@
 //! `GET /metrics`: Prometheus text behind the token, counting what the relay did by face,
 //! and idle channel actors leaving memory (`--idle-after`) as its gauge shows.
 
-mod common;
+use crate::common;
 
 use common::mcp::Mcp;
 use common::{client, request, Server};

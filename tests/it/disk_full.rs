@@ -4,7 +4,7 @@
 //! post answered 200 is there with its body; every post refused (a JSON 503 with
 //! `Retry-After`) is not.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::json;
 use std::collections::BTreeSet;

@@ -1,6 +1,6 @@
 //! Every bad input gets a JSON error with the right status, and nothing stored is harmed.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 

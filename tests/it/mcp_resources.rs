@@ -1,7 +1,7 @@
 //! Channels as MCP resources (list, read, templates), push on commit to subscribers of both
 //! protocol generations, and the `crosstalk-protocol` prompt.
 
-mod common;
+use crate::common;
 use common::mcp::*;
 use common::*;
 use serde_json::{json, Value};

@@ -2,7 +2,7 @@
 //! `wait` and its exit status, `ask` answered by `answer` from another process, and one clear
 //! line with exit status 2 for a bad URL or token.
 
-mod common;
+use crate::common;
 
 use common::{client, get_json, Server};
 use serde_json::Value;

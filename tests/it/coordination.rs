@@ -1,7 +1,7 @@
 //! Coordination: identity, waits with roles, threads, human Q&A, sessions, idempotency,
 //! shared data, channel finding, search, inbox and retention — over REST, against a real relay.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};

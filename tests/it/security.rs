@@ -3,7 +3,7 @@
 //! slow bodies are cut off; open mode only on loopback; tokens from a file; CORS only by
 //! explicit allow-list; and no token or session id ever reaches the logs.
 
-mod common;
+use crate::common;
 use common::mcp::{Mcp, LEGACY};
 use common::*;
 use serde_json::{json, Value};

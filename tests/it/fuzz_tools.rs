@@ -3,7 +3,7 @@
 //! huge and odd strings). Each call must come back as a tool result or a JSON-RPC error —
 //! never a transport failure, never a crash — and the relay must keep serving afterwards.
 
-mod common;
+use crate::common;
 use common::mcp::Mcp;
 use common::*;
 use serde_json::{json, Map, Value};

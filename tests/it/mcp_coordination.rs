@@ -2,7 +2,7 @@
 //! own messages, human Q&A, sessions, directives, threads, inbox, shared data and search —
 //! the same actors as REST, checked against each other.
 
-mod common;
+use crate::common;
 use common::mcp::*;
 use common::*;
 use serde_json::json;

@@ -3,7 +3,7 @@
 //! between a crosstalk-mcp agent (`/mcp`), a cross-claude agent (`/cc/mcp`) and a ChatGPT-style
 //! REST client (`/cc/api`) on the same channel.
 
-mod common;
+use crate::common;
 
 use common::mcp::Mcp;
 use common::{client, client_with_token, Server};

@@ -3,7 +3,7 @@
 //! shared token, a participant token}, plus the identity rules for a participant acting as
 //! itself or as someone else, over REST, SSE and MCP.
 
-mod common;
+use crate::common;
 use common::mcp::Mcp;
 use common::*;
 use serde_json::{json, Value};

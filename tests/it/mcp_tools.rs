@@ -2,7 +2,7 @@
 //! (tool errors, never protocol errors or crashes), the wait's wake-up, timeout, cap,
 //! cancellation and disconnect, and the size of `tools/list`.
 
-mod common;
+use crate::common;
 use common::mcp::*;
 use common::*;
 use serde_json::{json, Value};

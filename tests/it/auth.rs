@@ -1,7 +1,7 @@
 //! Token access control: a shared token, per-participant tokens bound to one identity,
 //! `?token=` only for EventSource streams, `/healthz` open.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::json;
 use std::time::Duration;
