@@ -26,7 +26,9 @@ pub static malloc_conf: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000
 /// session id is a credential, so its logs start at `warn`. The NATS client logs every
 /// connection event at `info`, including the close of start-up's own short-lived connection
 /// ("event: closed"), which reads like a failure; the relay logs a lost connection itself.
-const DEFAULT_LOG: &str = "info,rmcp=warn,rmcp_actix_web=warn,async_nats=warn";
+/// sled is off: it logs each failed write of the store (thousands a second on a full disk),
+/// which the store thread reports itself, with what it did about it, at most once a second.
+const DEFAULT_LOG: &str = "info,rmcp=warn,rmcp_actix_web=warn,async_nats=warn,sled=off";
 
 /// `crosstalk mcp`'s logging when `RUST_LOG` is unset: its own lines, not the MCP library's.
 const BRIDGE_LOG: &str = "info,rmcp=off";

@@ -14,9 +14,13 @@
 //! - a ticket its owner gave up on ([`Abandon`], a flush that hangs) is undone when its
 //!   flush finally returns, never acknowledged;
 //! - [`Health`] says whether the store is answering and why not, for `/healthz` and for
-//!   writers to fail fast while it hangs.
+//!   writers to fail fast while it hangs;
+//! - after a failure the idle thread tries the store every second; a store that keeps its
+//!   error past the cause (sled, once a write hit a full disk) is opened again from its disk,
+//!   and told again to take back every write a failed round refused, before anything new is
+//!   written ([`Heal`]), so writes resume by themselves once space returns.
 
-use crate::store::{EventStore, StoreError, Undo};
+use crate::store::{EventStore, Space, StoreError, Undo};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -32,6 +36,86 @@ pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const STALL: Duration = Duration::from_secs(2);
 /// How often an idle store thread retries the store after a failed write.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// The longest pause between two attempts to open a failed store again.
+const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(8);
+/// What a store opened again must take (and then let go of) before it counts as healed: a
+/// disk with room for a few bytes but not for a message is still full.
+const PROBE_BYTES: usize = 64 * 1024;
+const PROBE_KEY: &[u8] = b"\0heal-probe";
+
+/// The store thread's memory of a failure, until the store answers again.
+struct Heal {
+    /// The undos of every round whose flush failed since the store last flushed well: what
+    /// the store's memory was told to take back, which a store opened again from its disk
+    /// must be told again (a failed flush may have written part of what it refused).
+    refused: Vec<Undo>,
+    /// When to try opening the store again next, and how long to wait after that.
+    next_reopen: Option<Instant>,
+    backoff: Duration,
+}
+
+impl Default for Heal {
+    fn default() -> Self {
+        Heal {
+            refused: Vec::new(),
+            next_reopen: None,
+            backoff: PROBE_EVERY,
+        }
+    }
+}
+
+impl Heal {
+    /// The store flushed well: what it was told to take back is durable too.
+    fn flushed(&mut self) {
+        self.refused.clear();
+        self.next_reopen = None;
+        self.backoff = PROBE_EVERY;
+    }
+
+    /// After a failure: true once the store answers again. A flush is tried first; a store
+    /// that keeps its error past its cause (sled does, after a full disk) is then opened
+    /// again, with a growing pause between attempts, and told to take back what the failed
+    /// rounds refused before anything new is written.
+    fn try_store(&mut self, store: &dyn EventStore) -> bool {
+        if store.flush().is_ok() {
+            self.flushed();
+            tracing::info!("the store answers again");
+            return true;
+        }
+        let now = Instant::now();
+        if self.next_reopen.is_some_and(|at| now < at) {
+            return false;
+        }
+        // The next attempt waits longer, whatever this one finds: a store that takes the probe
+        // but not the next write (a file-size limit) is not opened again at every write.
+        self.next_reopen = Some(now + self.backoff);
+        self.backoff = (self.backoff * 2).min(REOPEN_BACKOFF_MAX);
+        let healed = store.reopen().and_then(|()| {
+            for undo in self.refused.iter().rev() {
+                store.undo(undo.clone())?;
+            }
+            store.flush()?;
+            store.put_aux(Space::Jobs, PROBE_KEY, Some(&[0; PROBE_BYTES]))?;
+            store.put_aux(Space::Jobs, PROBE_KEY, None)?;
+            store.flush()
+        });
+        match healed {
+            Ok(()) => {
+                tracing::info!(
+                    taken_back = self.refused.len(),
+                    "the store was opened again and answers; refused writes are not in it"
+                );
+                self.refused.clear();
+                true
+            }
+            Err(e) => {
+                crate::throttled!(warn, error = %e, "the store does not answer yet; will try again");
+                false
+            }
+        }
+    }
+}
 
 /// When a write is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,18 +265,18 @@ impl Committer {
             .name("crosstalk-commit".into())
             .spawn(move || {
                 let mut round = Vec::new();
+                let mut heal = Heal::default();
                 loop {
                     let first = match rx.recv_timeout(PROBE_EVERY) {
                         Ok(job) => job,
                         Err(mpsc::RecvTimeoutError::Disconnected) => break,
                         Err(mpsc::RecvTimeoutError::Timeout) => {
                             // After a failure and with nothing to write, try the store again, so
-                            // health recovers by itself once the cause is gone.
+                            // it heals by itself once the cause is gone.
                             if h.last_error.lock().is_some() && durability != Durability::Relaxed {
                                 h.round_started.store(h.now_us(), Ordering::Release);
-                                if store.flush().is_ok() {
+                                if heal.try_store(store.as_ref()) {
                                     *h.last_error.lock() = None;
-                                    tracing::info!("the store answers again");
                                 }
                                 h.round_started.store(0, Ordering::Release);
                             }
@@ -203,7 +287,14 @@ impl Committer {
                     round.push(first);
                     round.extend(rx.try_iter());
                     h.round_started.store(h.now_us(), Ordering::Release);
-                    run_round(store.as_ref(), durability, &mut round, &h);
+                    // Writers that keep trying keep the thread from idling: heal here too.
+                    if h.last_error.lock().is_some()
+                        && durability != Durability::Relaxed
+                        && heal.try_store(store.as_ref())
+                    {
+                        *h.last_error.lock() = None;
+                    }
+                    run_round(store.as_ref(), durability, &mut round, &h, &mut heal);
                     h.round_started.store(0, Ordering::Release);
                 }
             })?;
@@ -254,7 +345,7 @@ struct Applied {
     undo: Undo,
 }
 
-fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job>, health: &Health) {
+fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job>, health: &Health, heal: &mut Heal) {
     let mut applied: Vec<Applied> = Vec::with_capacity(round.len());
     let mut failed = None;
     for job in round.drain(..) {
@@ -275,7 +366,7 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
                 undo,
             }),
             Err(e) => {
-                tracing::error!(error = %e, "store write failed; not acknowledged");
+                crate::throttled!(error, error = %e, "store write failed; not acknowledged");
                 failed = Some(e.to_string());
                 // Health first: a writer told "failed" must find the store unhealthy.
                 *health.last_error.lock() = failed.clone();
@@ -300,6 +391,9 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
     }
     match flushed {
         Ok(()) => {
+            if durability != Durability::Relaxed {
+                heal.flushed();
+            }
             // Health first: a writer told "durable" must find the store healthy.
             *health.last_error.lock() = failed;
             let mut take_back = Vec::new();
@@ -318,16 +412,20 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
                 }
             }
             if !take_back.is_empty() {
-                revert(store, durability, take_back);
+                let copy = take_back.clone();
+                if !revert(store, durability, take_back) {
+                    heal.refused.extend(copy);
+                }
             }
         }
         Err(e) => {
-            tracing::error!(error = %e, jobs = applied.len(), "store flush failed; the round is undone, nothing acknowledged");
+            crate::throttled!(error, error = %e, jobs = applied.len(), "store flush failed; the round is undone, nothing acknowledged");
             *health.last_error.lock() = Some(e.to_string());
             let mut answers = Vec::with_capacity(applied.len());
             let mut undos = Vec::with_capacity(applied.len());
             for job in applied {
                 answers.push((job.fate, job.done));
+                heal.refused.push(job.undo.clone());
                 undos.push(job.undo);
             }
             revert(store, Durability::Relaxed, undos);
@@ -338,18 +436,23 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
     }
 }
 
-/// Undoes writes, newest first, and (but for `Relaxed`) flushes the undo.
-fn revert(store: &dyn EventStore, durability: Durability, undos: Vec<Undo>) {
+/// Undoes writes, newest first, and (but for `Relaxed`) flushes the undo; false when that
+/// failed.
+fn revert(store: &dyn EventStore, durability: Durability, undos: Vec<Undo>) -> bool {
+    let mut done = true;
     for undo in undos.into_iter().rev() {
         if let Err(e) = store.undo(undo) {
-            tracing::error!(error = %e, "undoing a refused write failed");
+            done = false;
+            crate::throttled!(error, error = %e, "undoing a refused write failed");
         }
     }
     if durability != Durability::Relaxed {
         if let Err(e) = store.flush() {
-            tracing::error!(error = %e, "flushing an undo failed; a restart may read refused writes back");
+            done = false;
+            crate::throttled!(error, error = %e, "flushing an undo failed; it is applied again once the store answers");
         }
     }
+    done
 }
 
 fn settle(fate: &Mutex<Fate>, done: Answer, result: Result<(), StoreError>) {

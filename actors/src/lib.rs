@@ -20,6 +20,7 @@ pub mod search;
 pub mod shared;
 pub mod sled_store;
 pub mod store;
+pub mod throttle;
 pub mod view;
 
 pub use channel::{ChannelHandle, Retention, Role};

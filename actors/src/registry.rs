@@ -383,10 +383,10 @@ impl Handler<AdvanceCursor> for Registry {
             .advance_cursor(&msg.instance_id, &msg.channel, *cursor);
         actix::spawn(async move {
             if let Err(e) = shared.await {
-                tracing::warn!(error = %e, "sharing a cursor failed");
+                crate::throttled!(warn, error = %e, "sharing a cursor failed");
             }
             if let Err(e) = ticket.durable().await {
-                tracing::warn!(error = %e, "cursor write failed");
+                crate::throttled!(warn, error = %e, "cursor write failed");
             }
         });
     }

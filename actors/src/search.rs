@@ -14,7 +14,7 @@
 
 use crate::error::RelayError;
 use crate::store::{AuxEntries, EventStore, Space};
-use crate::view::{ChannelView, Posted};
+use crate::view::{ChannelView, Posted, Scan};
 use crate::ShrinkAfterBurst;
 use actix::prelude::*;
 use crosstalk_schema::{kind_is, ChannelName};
@@ -243,7 +243,7 @@ impl Indexer {
                     self.backlog.lock().extend(behind);
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "listing channels to index failed; will retry");
+                    crate::throttled!(error, error = %e, "listing channels to index failed; will retry");
                     self.surveyed = false;
                 }
             }
@@ -263,7 +263,9 @@ impl Indexer {
                 Ok(None) => {
                     self.backlog.lock().remove(&name);
                 }
-                Err(e) => tracing::error!(channel = %name, error = %e, "reading a closed channel to index failed"),
+                Err(e) => {
+                    crate::throttled!(error, channel = %name, error = %e, "reading a closed channel to index failed")
+                }
             }
         }
         views
@@ -283,7 +285,7 @@ impl Indexer {
             let old = match self.store.scan_aux(Space::Search, b"", CONVERT_BATCH) {
                 Ok(old) => old,
                 Err(e) => {
-                    tracing::error!(error = %e, "reading first-format search postings failed; will retry");
+                    crate::throttled!(error, error = %e, "reading first-format search postings failed; will retry");
                     return Some(moved > 0);
                 }
             };
@@ -302,7 +304,7 @@ impl Indexer {
             let done = add_postings(self.store.as_ref(), postings)
                 .and_then(|()| Ok(self.store.write_aux(Space::Search, &deletes).map(drop)?));
             if let Err(e) = done {
-                tracing::error!(error = %e, "converting search postings failed; will retry");
+                crate::throttled!(error, error = %e, "converting search postings failed; will retry");
                 return Some(moved > 0);
             }
             moved += old.len();
@@ -322,7 +324,7 @@ impl Indexer {
         let done = add_postings(self.store.as_ref(), postings)
             .and_then(|()| Ok(self.store.put_aux_batch(Space::Jobs, &progress)?));
         if let Err(e) = &done {
-            tracing::error!(channels = progress.len(), error = %e, "indexing failed; will retry");
+            crate::throttled!(error, channels = progress.len(), error = %e, "indexing failed; will retry");
         }
         done.is_ok()
     }
@@ -347,7 +349,10 @@ impl Indexer {
                 continue;
             }
             behind += 1;
-            let Ok((batch, scanned)) = view.read_scanned(done, INDEX_BATCH) else {
+            let Ok(Scan {
+                found: batch, scanned, ..
+            }) = view.read_scanned(done, INDEX_BATCH, usize::MAX)
+            else {
                 continue;
             };
             let channel = view.name().as_str().as_bytes();

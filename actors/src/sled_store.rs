@@ -17,10 +17,13 @@ use crate::store::{
     Append, AuxEntries, EventStore, Repair, RepairReport, Space, StoreError, StoredEvent, Truncation, Undo,
 };
 use crosstalk_schema::{codec, ChannelMeta, ChannelName, ChannelState, Overlay, Record};
+use parking_lot::RwLock;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Tree holding the log and the channel summaries.
 const LOG_TREE: &str = "log";
@@ -42,16 +45,42 @@ const BACKGROUND_FLUSH_MS: u64 = 500;
 const MARKER_FILE: &str = "crosstalk.durable";
 
 pub struct SledStore {
-    db: sled::Db,
-    log: sled::Tree,
+    dir: PathBuf,
+    /// The open database; `None` only while [`EventStore::reopen`] is between closing and
+    /// opening it (or after an open that failed, until the next one succeeds).
+    open: RwLock<Option<Arc<Handles>>>,
     /// Newest id appended so far (not necessarily durable).
     appended: AtomicU64,
     marker: File,
-    /// sled's log file, for `sync` (sled's own flush uses sync_file_range on Linux).
-    log_file: File,
     /// The marker's value when the store was opened.
     marked_at_open: u64,
 }
+
+/// sled's handles, replaced together when the store is opened again.
+struct Handles {
+    db: sled::Db,
+    log: sled::Tree,
+    /// sled's log file, for `sync` (sled's own flush uses sync_file_range on Linux).
+    log_file: File,
+}
+
+impl Handles {
+    fn new(dir: &Path) -> Result<Handles, StoreError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(CACHE_BYTES)
+            .flush_every_ms(Some(BACKGROUND_FLUSH_MS))
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(io)?;
+        let log = db.open_tree(LOG_TREE).map_err(io)?;
+        let log_file = File::open(dir.join("db")).map_err(|e| StoreError::Io(format!("sled log file: {e}")))?;
+        Ok(Handles { db, log, log_file })
+    }
+}
+
+/// How long [`EventStore::reopen`] waits for the readers of the old database to let go of it.
+const REOPEN_WAIT: Duration = Duration::from_secs(5);
 
 fn io(e: sled::Error) -> StoreError {
     match e {
@@ -132,14 +161,7 @@ fn id_of(key: &[u8]) -> Result<u64, StoreError> {
 
 impl SledStore {
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(CACHE_BYTES)
-            .flush_every_ms(Some(BACKGROUND_FLUSH_MS))
-            .mode(sled::Mode::HighThroughput)
-            .open()
-            .map_err(io)?;
-        let log = db.open_tree(LOG_TREE).map_err(io)?;
+        let open = Handles::new(dir)?;
         let marker = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -147,7 +169,6 @@ impl SledStore {
             .truncate(false)
             .open(dir.join(MARKER_FILE))
             .map_err(|e| StoreError::Io(format!("{MARKER_FILE}: {e}")))?;
-        let log_file = File::open(dir.join("db")).map_err(|e| StoreError::Io(format!("sled log file: {e}")))?;
         let mut buf = [0u8; 12];
         let marked_at_open = match marker.read_exact_at(&mut buf, 0) {
             Ok(()) if crc32fast::hash(&buf[..8]).to_le_bytes() == buf[8..] => {
@@ -156,13 +177,20 @@ impl SledStore {
             _ => 0,
         };
         Ok(SledStore {
-            db,
-            log,
+            dir: dir.to_path_buf(),
+            open: RwLock::new(Some(Arc::new(open))),
             appended: AtomicU64::new(0),
             marker,
-            log_file,
             marked_at_open,
         })
+    }
+
+    /// The open database, for one operation.
+    fn db(&self) -> Result<Arc<Handles>, StoreError> {
+        self.open
+            .read()
+            .clone()
+            .ok_or_else(|| StoreError::Io("the store is being opened again after a failed write".into()))
     }
 
     fn write_marker(&self, id: u64) -> Result<(), StoreError> {
@@ -179,18 +207,20 @@ impl SledStore {
     /// a damaged record.
     #[doc(hidden)]
     pub fn put_raw_event(&self, channel: &ChannelName, id: u64, bytes: &[u8]) -> Result<(), StoreError> {
-        self.log.insert(event_key(channel, id), bytes).map_err(io)?;
+        let h = self.db()?;
+        h.log.insert(event_key(channel, id), bytes).map_err(io)?;
         Ok(())
     }
 }
 
 impl EventStore for SledStore {
     fn append(&self, b: Append<'_>) -> Result<Undo, StoreError> {
+        let h = self.db()?;
         let mut batch = sled::Batch::default();
         let mut undo = Vec::new();
         // Keys that may exist already: their undo restores what they held.
         let mut overwrite = |batch: &mut sled::Batch, key: Vec<u8>, value: Vec<u8>| -> Result<(), StoreError> {
-            let before = self.log.get(&key).map_err(io)?.map(|v| v.to_vec());
+            let before = h.log.get(&key).map_err(io)?.map(|v| v.to_vec());
             batch.insert(key.clone(), value);
             undo.push((key, before));
             Ok(())
@@ -222,7 +252,7 @@ impl EventStore for SledStore {
             batch.insert(key.clone(), &id.to_be_bytes()[..]);
             undo.push((key, None));
         }
-        self.log.apply_batch(batch).map_err(io)?;
+        h.log.apply_batch(batch).map_err(io)?;
         if let Some((last, _)) = b.events.last() {
             self.appended.fetch_max(*last, Ordering::AcqRel);
         }
@@ -230,22 +260,24 @@ impl EventStore for SledStore {
     }
 
     fn write_aux(&self, space: Space, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<Undo, StoreError> {
+        let h = self.db()?;
         let mut batch = sled::Batch::default();
         let mut undo = Vec::with_capacity(writes.len());
         for (k, v) in writes {
             let key = aux_key(space, k);
-            let before = self.log.get(&key).map_err(io)?.map(|v| v.to_vec());
+            let before = h.log.get(&key).map_err(io)?.map(|v| v.to_vec());
             match v {
                 Some(v) => batch.insert(key.clone(), v.as_slice()),
                 None => batch.remove(key.clone()),
             }
             undo.push((key, before));
         }
-        self.log.apply_batch(batch).map_err(io)?;
+        h.log.apply_batch(batch).map_err(io)?;
         Ok(Undo(undo))
     }
 
     fn undo(&self, undo: Undo) -> Result<(), StoreError> {
+        let h = self.db()?;
         let mut batch = sled::Batch::default();
         // Newest write first, so a key written twice ends with its oldest value.
         for (key, before) in undo.0.into_iter().rev() {
@@ -254,25 +286,28 @@ impl EventStore for SledStore {
                 None => batch.remove(key),
             }
         }
-        self.log.apply_batch(batch).map_err(io)
+        h.log.apply_batch(batch).map_err(io)
     }
 
     fn read_one(&self, channel: &ChannelName, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.log.get(event_key(channel, id)).map_err(io)?.map(|v| v.to_vec()))
+        let h = self.db()?;
+        Ok(h.log.get(event_key(channel, id)).map_err(io)?.map(|v| v.to_vec()))
     }
 
     fn state(&self, channel: &ChannelName) -> Result<ChannelState, StoreError> {
+        let h = self.db()?;
         let mut key = meta_key(channel);
         key[0] = b's';
-        match self.log.get(key).map_err(io)? {
+        match h.log.get(key).map_err(io)? {
             None => Ok(ChannelState::default()),
             Some(bytes) => codec::decode(&bytes).map_err(|e| StoreError::Corrupt(format!("state of {channel}: {e}"))),
         }
     }
 
     fn overlays(&self, channel: &ChannelName) -> Result<Vec<(u64, Overlay)>, StoreError> {
+        let h = self.db()?;
         let mut out = Vec::new();
-        for item in self.log.scan_prefix(channel_prefix(b'o', channel)) {
+        for item in h.log.scan_prefix(channel_prefix(b'o', channel)) {
             let (key, value) = item.map_err(io)?;
             let overlay =
                 codec::decode(&value).map_err(|e| StoreError::Corrupt(format!("overlay in {channel}: {e}")))?;
@@ -282,8 +317,9 @@ impl EventStore for SledStore {
     }
 
     fn replies(&self, channel: &ChannelName, parent: u64, limit: usize) -> Result<Vec<u64>, StoreError> {
+        let h = self.db()?;
         let mut out = Vec::new();
-        for item in self.log.scan_prefix(channel_id_key(b'p', channel, parent)).take(limit) {
+        for item in h.log.scan_prefix(channel_id_key(b'p', channel, parent)).take(limit) {
             let (key, _) = item.map_err(io)?;
             out.push(id_of(&key)?);
         }
@@ -291,23 +327,21 @@ impl EventStore for SledStore {
     }
 
     fn idempotent(&self, channel: &ChannelName, idem: &str) -> Result<Option<u64>, StoreError> {
+        let h = self.db()?;
         let mut key = channel_prefix(b'k', channel);
         key.extend_from_slice(idem.as_bytes());
-        match self.log.get(key).map_err(io)? {
+        match h.log.get(key).map_err(io)? {
             None => Ok(None),
             Some(v) => id_of(&v).map(Some),
         }
     }
 
     fn compact(&self, channel: &ChannelName, upto: u64, max: usize, meta: &ChannelMeta) -> Result<usize, StoreError> {
+        let h = self.db()?;
         let mut batch = sled::Batch::default();
         let mut removed = 0usize;
         let mut messages = 0u64;
-        for item in self
-            .log
-            .range(event_key(channel, 0)..=event_key(channel, upto))
-            .take(max)
-        {
+        for item in h.log.range(event_key(channel, 0)..=event_key(channel, upto)).take(max) {
             let (key, value) = item.map_err(io)?;
             if matches!(codec::decode::<Record>(&value), Ok(Record::Message(_)) | Err(_)) {
                 messages += 1;
@@ -321,34 +355,38 @@ impl EventStore for SledStore {
         let mut meta = *meta;
         meta.count = meta.count.saturating_sub(messages);
         batch.insert(meta_key(channel), codec::encode(&meta));
-        self.log.apply_batch(batch).map_err(io)?;
+        h.log.apply_batch(batch).map_err(io)?;
         Ok(removed)
     }
 
     fn put_aux(&self, space: Space, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError> {
+        let h = self.db()?;
         let key = aux_key(space, key);
         match value {
-            Some(v) => self.log.insert(key, v).map(drop).map_err(io),
-            None => self.log.remove(key).map(drop).map_err(io),
+            Some(v) => h.log.insert(key, v).map(drop).map_err(io),
+            None => h.log.remove(key).map(drop).map_err(io),
         }
     }
 
     fn put_aux_batch(&self, space: Space, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), StoreError> {
+        let h = self.db()?;
         let mut batch = sled::Batch::default();
         for (k, v) in entries {
             batch.insert(aux_key(space, k), v.as_slice());
         }
-        self.log.apply_batch(batch).map_err(io)
+        h.log.apply_batch(batch).map_err(io)
     }
 
     fn get_aux(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.log.get(aux_key(space, key)).map_err(io)?.map(|v| v.to_vec()))
+        let h = self.db()?;
+        Ok(h.log.get(aux_key(space, key)).map_err(io)?.map(|v| v.to_vec()))
     }
 
     fn scan_aux(&self, space: Space, prefix: &[u8], limit: usize) -> Result<AuxEntries, StoreError> {
+        let h = self.db()?;
         let full = aux_key(space, prefix);
         let strip = full.len() - prefix.len();
-        aux_entries(self.log.scan_prefix(&full), strip, limit)
+        aux_entries(h.log.scan_prefix(&full), strip, limit)
     }
 
     fn scan_aux_before(
@@ -358,24 +396,26 @@ impl EventStore for SledStore {
         before: Option<&[u8]>,
         limit: usize,
     ) -> Result<AuxEntries, StoreError> {
+        let h = self.db()?;
         let full = aux_key(space, prefix);
         let strip = full.len() - prefix.len();
         match before {
             // A key past the prefix bounds nothing more than the prefix does.
             Some(b) if b.starts_with(prefix) => {
-                aux_entries(self.log.range(full.clone()..aux_key(space, b)).rev(), strip, limit)
+                aux_entries(h.log.range(full.clone()..aux_key(space, b)).rev(), strip, limit)
             }
             Some(b) if b < prefix => Ok(Vec::new()),
-            _ => aux_entries(self.log.scan_prefix(&full).rev(), strip, limit),
+            _ => aux_entries(h.log.scan_prefix(&full).rev(), strip, limit),
         }
     }
 
     fn read(&self, channel: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        let h = self.db()?;
         if after >= upto || limit == 0 {
             return Ok(Vec::new());
         }
         let mut out = Vec::with_capacity(limit.min(256));
-        for item in self
+        for item in h
             .log
             .range(event_key(channel, after + 1)..=event_key(channel, upto))
             .take(limit)
@@ -387,8 +427,9 @@ impl EventStore for SledStore {
     }
 
     fn read_back(&self, channel: &ChannelName, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
+        let h = self.db()?;
         let mut out = Vec::with_capacity(limit.min(256));
-        for item in self
+        for item in h
             .log
             .range(event_key(channel, 0)..=event_key(channel, upto))
             .rev()
@@ -401,7 +442,8 @@ impl EventStore for SledStore {
     }
 
     fn meta(&self, channel: &ChannelName) -> Result<Option<ChannelMeta>, StoreError> {
-        match self.log.get(meta_key(channel)).map_err(io)? {
+        let h = self.db()?;
+        match h.log.get(meta_key(channel)).map_err(io)? {
             None => Ok(None),
             Some(bytes) => ChannelMeta::decode(&bytes)
                 .map(Some)
@@ -410,8 +452,9 @@ impl EventStore for SledStore {
     }
 
     fn channels(&self) -> Result<Vec<(ChannelName, ChannelMeta)>, StoreError> {
+        let h = self.db()?;
         let mut out = Vec::new();
-        for item in self.log.scan_prefix(b"c") {
+        for item in h.log.scan_prefix(b"c") {
             let (key, value) = item.map_err(io)?;
             let name = std::str::from_utf8(&key[1..])
                 .ok()
@@ -425,16 +468,18 @@ impl EventStore for SledStore {
     }
 
     fn id_floor(&self) -> Result<u64, StoreError> {
-        match self.log.get(ID_FLOOR_KEY).map_err(io)? {
+        let h = self.db()?;
+        match h.log.get(ID_FLOOR_KEY).map_err(io)? {
             None => Ok(0),
             Some(bytes) => codec::decode(&bytes).map_err(|e| StoreError::Corrupt(format!("id floor: {e}"))),
         }
     }
 
     fn flush(&self) -> Result<(), StoreError> {
+        let h = self.db()?;
         // Everything appended before the flush starts is durable when it returns.
         let appended = self.appended.load(Ordering::Acquire);
-        self.db.flush().map_err(io)?;
+        h.db.flush().map_err(io)?;
         if appended > 0 {
             self.write_marker(appended)?;
         }
@@ -442,9 +487,10 @@ impl EventStore for SledStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
+        let h = self.db()?;
         let appended = self.appended.load(Ordering::Acquire);
-        self.db.flush().map_err(io)?;
-        self.log_file
+        h.db.flush().map_err(io)?;
+        h.log_file
             .sync_data()
             .map_err(|e| StoreError::Io(format!("fdatasync: {e}")))?;
         if appended > 0 {
@@ -454,10 +500,54 @@ impl EventStore for SledStore {
     }
 
     fn size_on_disk(&self) -> Option<u64> {
-        self.db.size_on_disk().ok()
+        self.db().ok()?.db.size_on_disk().ok()
+    }
+
+    /// sled keeps the first I/O error of a write (a full disk's) and fails every later flush
+    /// with it, so the store would never heal in this process. This closes the database and
+    /// opens it again from what is on disk, as a restart would; the committer then takes back
+    /// what the failed rounds may have left there (docs/operations.md#durability).
+    fn reopen(&self) -> Result<(), StoreError> {
+        let mut slot = self.open.write();
+        if let Some(mut old) = slot.take() {
+            // Readers hold the old database for one operation at most; sled releases its files
+            // (and its lock on them) only when the last handle goes.
+            let deadline = Instant::now() + REOPEN_WAIT;
+            loop {
+                match Arc::try_unwrap(old) {
+                    Ok(open) => {
+                        drop(open);
+                        break;
+                    }
+                    Err(still) if Instant::now() < deadline => {
+                        old = still;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(still) => {
+                        *slot = Some(still);
+                        return Err(StoreError::Io("the store's readers did not let go of it".into()));
+                    }
+                }
+            }
+        }
+        // sled's background flusher lets go of the files a moment after the last handle.
+        let deadline = Instant::now() + REOPEN_WAIT;
+        loop {
+            match Handles::new(&self.dir) {
+                Ok(open) => {
+                    *slot = Some(Arc::new(open));
+                    return Ok(());
+                }
+                Err(e) if Instant::now() < deadline && e.to_string().contains("lock") => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn repair(&self) -> Result<RepairReport, StoreError> {
+        let h = self.db()?;
         let mut report = RepairReport::default();
         for (channel, mut meta) in self.channels()? {
             let prefix = {
@@ -467,7 +557,7 @@ impl EventStore for SledStore {
             };
             let mut dropped = Vec::new();
             let mut last_good = 0;
-            for item in self.log.scan_prefix(&prefix).rev().take(REPAIR_WINDOW) {
+            for item in h.log.scan_prefix(&prefix).rev().take(REPAIR_WINDOW) {
                 let (key, value) = item.map_err(io)?;
                 let id = id_of(&key)?;
                 if codec::decode::<Record>(&value).is_ok() {
@@ -490,7 +580,7 @@ impl EventStore for SledStore {
             batch.insert(meta_key(&channel), codec::encode(&meta));
             let floor = dropped.iter().copied().max().unwrap_or(0).max(self.id_floor()?);
             batch.insert(ID_FLOOR_KEY, codec::encode(&floor));
-            self.log.apply_batch(batch).map_err(io)?;
+            h.log.apply_batch(batch).map_err(io)?;
             report.damaged.push(Repair {
                 channel,
                 dropped,
@@ -505,7 +595,7 @@ impl EventStore for SledStore {
                 acknowledged_last_id: self.marked_at_open,
             });
             // Those ids were acknowledged and may have been seen: never hand them out again.
-            self.log
+            h.log
                 .insert(ID_FLOOR_KEY, codec::encode(&self.marked_at_open))
                 .map_err(io)?;
         }
@@ -632,9 +722,10 @@ mod tests {
             store.flush().unwrap();
             // The tail is lost after it was made durable (simulated: the summary and
             // record 2 disappear, as if the store's file had been cut).
-            store.log.remove(event_key(&a, 2)).unwrap();
-            store.log.insert(meta_key(&a), codec::encode(&meta(1, 1))).unwrap();
-            store.db.flush().unwrap();
+            let h = store.db().unwrap();
+            h.log.remove(event_key(&a, 2)).unwrap();
+            h.log.insert(meta_key(&a), codec::encode(&meta(1, 1))).unwrap();
+            h.db.flush().unwrap();
         }
         let store = open(dir.path());
         let report = store.repair().unwrap();

@@ -29,7 +29,7 @@ pub struct Append<'a> {
 /// How to take back writes that were applied to the store's memory but not made durable:
 /// every key written, with the value it had before (`None`: it did not exist). Only the
 /// store that made it can apply it ([`EventStore::undo`]).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Undo(pub Vec<(Vec<u8>, Option<Vec<u8>>)>);
 
 /// Auxiliary writes: key (without the space's prefix) and value, `None` to delete.
@@ -169,6 +169,14 @@ pub trait EventStore: Send + Sync + 'static {
     /// Like [`flush`](EventStore::flush), and also forces it to stable storage (`fdatasync`),
     /// so it survives a power loss on hardware that honours cache flushes.
     fn sync(&self) -> Result<(), StoreError>;
+
+    /// Opens the store again after a failed write, when the store keeps an I/O error past its
+    /// cause (sled does): what is on disk is read back, and what only its memory held is gone.
+    /// Only the store thread calls it, with no write in flight. Nothing to do for a store that
+    /// recovers by itself.
+    fn reopen(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// Bytes the store takes on disk, if it can tell.
     fn size_on_disk(&self) -> Option<u64> {

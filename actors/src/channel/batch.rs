@@ -172,7 +172,7 @@ impl ChannelActor {
                     }
                 }
                 Err(e) => {
-                    tracing::error!(channel = %act.view.name(), error = %e, "commit failed; nothing acknowledged");
+                    crate::throttled!(error, channel = %act.view.name(), error = %e, "commit failed; nothing acknowledged");
                     act.fail(batch, e);
                 }
             }

@@ -113,7 +113,7 @@ impl ChannelActor {
             match appended {
                 Ok(seq) => act.await_fold(seq, tx),
                 Err(e) => {
-                    tracing::warn!(channel = %act.view.name(), error = %e, "append to the shared log failed");
+                    crate::throttled!(warn, channel = %act.view.name(), error = %e, "append to the shared log failed");
                     let _ = tx.send(Err(e));
                 }
             }

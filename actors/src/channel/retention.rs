@@ -72,7 +72,7 @@ impl ChannelActor {
         ctx.spawn(ticket.settled().into_actor(self).map(move |result, act, _| {
             act.compacting = false;
             if let Err(e) = result {
-                tracing::error!(channel = %act.view.name(), error = %e, "retention failed");
+                crate::throttled!(error, channel = %act.view.name(), error = %e, "retention failed");
                 return;
             }
             if let Some((upto, removed, after)) = outcome.lock().take().filter(|o| o.1 > 0) {

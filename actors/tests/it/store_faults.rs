@@ -5,10 +5,11 @@
 //! store flushes again), the relay recovers by itself once the fault is gone, and shutdown
 //! stays prompt while the store hangs.
 
+use crate::support::*;
 use crosstalk_actors::sled_store::SledStore;
 use crosstalk_actors::store::{Append, AuxEntries, Space, StoredEvent, Undo};
 use crosstalk_actors::{EventStore, Relay, RelayConfig, RelayError, RepairReport, StoreError};
-use crosstalk_schema::{codec, ChannelMeta, ChannelName, ChannelState, InstanceKind, NewMessage, Overlay, Record};
+use crosstalk_schema::{ChannelMeta, ChannelName, ChannelState, InstanceKind, Overlay};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -132,41 +133,9 @@ impl EventStore for Faulty {
     fn repair(&self) -> Result<RepairReport, StoreError> {
         self.inner.repair()
     }
-}
-
-fn ch(name: &str) -> ChannelName {
-    ChannelName::parse(name).unwrap()
-}
-
-fn msg(sender: &str, body: &str) -> NewMessage {
-    NewMessage {
-        sender: sender.into(),
-        body: body.into(),
-        ..Default::default()
+    fn reopen(&self) -> Result<(), StoreError> {
+        self.inner.reopen()
     }
-}
-
-/// The bodies of the channel's messages as the store holds them (what a restart would read).
-fn stored_bodies(store: &Faulty, channel: &str) -> Vec<String> {
-    store
-        .read(&ch(channel), 0, u64::MAX, 100_000)
-        .unwrap()
-        .into_iter()
-        .filter_map(|(_, bytes)| match codec::decode::<Record>(&bytes) {
-            Ok(Record::Message(m)) => Some(m.body),
-            _ => None,
-        })
-        .collect()
-}
-
-async fn bodies(relay: &Relay, channel: &str) -> Vec<String> {
-    relay
-        .read(&ch(channel), 0, 10_000, None)
-        .await
-        .unwrap()
-        .iter()
-        .map(|p| p.message.body.clone())
-        .collect()
 }
 
 fn start(store: &Arc<Faulty>) -> Relay {
@@ -211,7 +180,7 @@ async fn a_write_error_is_never_acknowledged_and_the_relay_recovers() {
     post_when_healthy(&relay, "dev", "after").await;
     assert!(relay.store_health().is_ok());
     assert_eq!(bodies(&relay, "dev").await, ["before", "after"]);
-    assert_eq!(stored_bodies(&store, "dev"), ["before", "after"]);
+    assert_eq!(stored_bodies(store.as_ref(), "dev"), ["before", "after"]);
     // Registration, shared data and sessions work again, and the refused ones left nothing.
     assert!(relay.list_instances().is_empty(), "a refused registration is not bound");
     relay.register("alice", None, InstanceKind::Agent, None).await.unwrap();
@@ -244,7 +213,7 @@ async fn a_flush_error_is_never_acknowledged_and_never_turns_up_later() {
     // The refused writes were taken back out of the store's memory before any later flush:
     // neither a reader nor a restart ever sees them.
     assert_eq!(bodies(&relay, "dev").await, ["before", "after"]);
-    assert_eq!(stored_bodies(&store, "dev"), ["before", "after"]);
+    assert_eq!(stored_bodies(store.as_ref(), "dev"), ["before", "after"]);
     let meta = store.meta(&ch("dev")).unwrap().unwrap();
     assert_eq!(meta.count, 2, "the summary was taken back too");
     assert!(store.get_aux(Space::Instances, b"bob").unwrap().is_none());
@@ -289,8 +258,8 @@ async fn a_hanging_flush_fails_writes_fast_recovers_and_lets_shutdown_go() {
     store.hang_flush.store(false, Ordering::SeqCst);
     post_when_healthy(&relay, "dev", "after").await;
     assert_eq!(bodies(&relay, "dev").await, ["before", "after"]);
-    assert_eq!(stored_bodies(&store, "dev"), ["before", "after"]);
-    assert!(stored_bodies(&store, "other").is_empty());
+    assert_eq!(stored_bodies(store.as_ref(), "dev"), ["before", "after"]);
+    assert!(stored_bodies(store.as_ref(), "other").is_empty());
     assert!(
         store.get_aux(Space::Instances, b"carol").unwrap().is_none(),
         "the abandoned registration was undone"
