@@ -65,6 +65,9 @@ pub struct RelayConfig {
     pub max_shared_bytes: usize,
     /// Most channels the relay holds; a new one beyond it is refused.
     pub max_channels: usize,
+    /// Most bytes of messages' JSON one read answers with (at least one message, however
+    /// large): a longer page is cut there, and says more follow.
+    pub max_answer_bytes: usize,
     /// A channel actor nobody has used for this long, with no wait, stream or write in
     /// flight, stops and is reopened on demand (`None`: channels stay open).
     pub idle_after: Option<Duration>,
@@ -76,6 +79,9 @@ pub struct RelayConfig {
 
 /// Default of `--idle-after`.
 pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(30);
+
+/// Default of `--max-answer-bytes`: sixteen messages of the largest size a body may have.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
 /// Default of `--max-channels`.
 pub const DEFAULT_MAX_CHANNELS: usize = 100_000;
@@ -92,6 +98,7 @@ impl Default for RelayConfig {
             retention_every: Duration::from_secs(60),
             max_shared_bytes: 1024 * 1024,
             max_channels: DEFAULT_MAX_CHANNELS,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             idle_after: Some(DEFAULT_IDLE_AFTER),
             cluster: Arc::new(Embedded),
         }
@@ -115,6 +122,8 @@ struct Inner {
     committer: Committer,
     shutdown: CancellationToken,
     cluster: Arc<dyn Cluster>,
+    /// [`RelayConfig::max_answer_bytes`].
+    max_answer_bytes: usize,
     /// A cluster node's tasks following the shared log and buckets; they end on shutdown.
     cluster_tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// When the search index last had every committed message.
@@ -206,6 +215,7 @@ impl Relay {
                 committer,
                 shutdown: CancellationToken::new(),
                 cluster: config.cluster.clone(),
+                max_answer_bytes: config.max_answer_bytes,
                 cluster_tasks: Default::default(),
                 heartbeats: Default::default(),
                 index_caught_up: caught_up,

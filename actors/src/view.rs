@@ -28,6 +28,66 @@ fn now_us() -> u64 {
 /// Committed messages each channel keeps in memory, so tail reads and fan-out skip the store.
 pub const RECENT_CAPACITY: usize = 1024;
 
+/// What [`ChannelView::read_scanned`] found.
+pub struct Scan {
+    pub found: Vec<Arc<Posted>>,
+    /// The last event looked at: a cursor moves here.
+    pub scanned: u64,
+    /// The byte budget ended the read before `limit` (more may follow at once).
+    pub full: bool,
+}
+
+/// Most events read from the store at once by a read that may stop early.
+const STORE_PAGE: usize = 256;
+
+/// Messages collected up to a count and a number of bytes of their JSON; the first one is
+/// always taken, however large, so every read moves on.
+struct Budget {
+    found: Vec<Arc<Posted>>,
+    limit: usize,
+    bytes_left: usize,
+    /// The byte budget turned a message away.
+    full: bool,
+}
+
+impl Budget {
+    fn new(limit: usize, max_bytes: usize) -> Budget {
+        Budget {
+            found: Vec::new(),
+            limit,
+            bytes_left: max_bytes,
+            full: false,
+        }
+    }
+
+    /// Takes `p` if there is room; false once there is none (for `p` or any later one).
+    fn take(&mut self, p: Arc<Posted>) -> bool {
+        if self.done() {
+            return false;
+        }
+        let size = p.json().len();
+        if size > self.bytes_left && !self.found.is_empty() {
+            self.full = true;
+            return false;
+        }
+        self.bytes_left = self.bytes_left.saturating_sub(size);
+        self.found.push(p);
+        true
+    }
+
+    fn done(&self) -> bool {
+        self.full || self.found.len() >= self.limit
+    }
+
+    fn len(&self) -> usize {
+        self.found.len()
+    }
+
+    fn last_id(&self) -> Option<u64> {
+        self.found.last().map(|p| p.id())
+    }
+}
+
 /// A committed message, with its JSON encoded once for every reader: every face's answer
 /// that holds messages serialises this raw JSON as it is (its `Serialize`), so there is one
 /// JSON encoding of a message, made once.
@@ -269,15 +329,16 @@ impl ChannelView {
 
     /// Committed messages with id > `after`, oldest first, at most `limit`.
     pub fn read(&self, after: u64, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
-        Ok(self.read_scanned(after, limit)?.0)
+        Ok(self.read_scanned(after, limit, usize::MAX)?.found)
     }
 
-    /// Like [`read`](Self::read), and also the id of the last event looked at (messages and
-    /// other events alike), so a cursor can move past events that are not messages.
-    pub fn read_scanned(&self, after: u64, limit: usize) -> Result<(Vec<Arc<Posted>>, u64), RelayError> {
+    /// Like [`read`](Self::read), within `max_bytes` of messages' JSON (at least one message),
+    /// and also the id of the last event looked at (messages and other events alike), so a
+    /// cursor can move past events that are not messages.
+    pub fn read_scanned(&self, after: u64, limit: usize, max_bytes: usize) -> Result<Scan, RelayError> {
         let mut cursor = after;
-        let mut out = Vec::new();
-        while out.len() < limit {
+        let mut out = Budget::new(limit, max_bytes);
+        while !out.done() {
             let upto = {
                 let state = self.state.read();
                 let upto = state.meta.last_id;
@@ -286,18 +347,15 @@ impl ChannelView {
                 }
                 if cursor >= state.floor {
                     let start = state.recent.partition_point(|p| p.id() <= cursor);
-                    out.extend(
-                        state
-                            .recent
-                            .iter()
-                            .skip(start)
-                            .take(limit - out.len())
-                            .map(|p| Self::dressed(p, &state.overlays)),
-                    );
+                    for p in state.recent.iter().skip(start) {
+                        if !out.take(Self::dressed(p, &state.overlays)) {
+                            break;
+                        }
+                    }
                     // Everything up to the watermark is in `recent` (events that are not
                     // messages included, being skipped).
-                    cursor = if out.len() >= limit {
-                        out.last().map_or(upto, |p| p.id())
+                    cursor = if out.done() {
+                        out.last_id().unwrap_or(upto)
                     } else {
                         upto
                     };
@@ -305,45 +363,64 @@ impl ChannelView {
                 }
                 upto
             };
-            let batch = self.store.read(&self.name, cursor, upto, limit - out.len())?;
+            // In pages, so a budget met early does not decode (or hold) the rest.
+            let page = (limit - out.len()).min(STORE_PAGE);
+            let batch = self.store.read(&self.name, cursor, upto, page)?;
             let Some(last) = batch.last().map(|e| e.0) else {
                 cursor = upto;
                 break;
             };
-            out.extend(self.decode_all(batch));
             cursor = last;
+            for p in self.decode_all(batch) {
+                if !out.take(p) {
+                    break;
+                }
+            }
+            if out.full {
+                cursor = out.last_id().unwrap_or(cursor);
+            }
         }
-        Ok((out, cursor))
+        Ok(Scan {
+            full: out.full,
+            found: out.found,
+            scanned: cursor,
+        })
     }
 
-    /// The newest `limit` committed messages with id < `before`, oldest first: from the
-    /// recent window when it holds enough, else from the store, newest backwards.
-    pub fn newest(&self, before: u64, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
-        let (mut out, floor, compacted) = {
+    /// The newest committed messages with `id < before`, at most `limit`, within `max_bytes`
+    /// of their JSON (at least one message), oldest first; and whether the byte budget left
+    /// older ones out.
+    pub fn newest(&self, before: u64, limit: usize, max_bytes: usize) -> Result<(Vec<Arc<Posted>>, bool), RelayError> {
+        let mut out = Budget::new(limit, max_bytes);
+        let (floor, compacted) = {
             let state = self.state.read();
             let end = state.recent.partition_point(|p| p.id() < before);
-            let recent: Vec<Arc<Posted>> = state
-                .recent
-                .range(end.saturating_sub(limit)..end)
-                .map(|p| Self::dressed(p, &state.overlays))
-                .collect();
-            (recent, state.floor, state.compacted_upto)
+            for p in state.recent.range(..end).rev() {
+                if !out.take(Self::dressed(p, &state.overlays)) {
+                    break;
+                }
+            }
+            (state.floor, state.compacted_upto)
         };
         // Older messages are in the store, below the recent window (events that are not
         // messages are skipped, so read in pages until enough or none are left).
         let mut upto = floor.min(before.saturating_sub(1));
-        let mut older = Vec::new();
-        while out.len() + older.len() < limit && upto > compacted {
-            let page = self.store.read_back(&self.name, upto, limit.max(16))?;
+        while !out.done() && upto > compacted {
+            let page = self
+                .store
+                .read_back(&self.name, upto, (limit - out.len()).clamp(16, STORE_PAGE))?;
             let Some(last) = page.last().map(|e| e.0) else { break };
-            let mut messages = self.decode_all(page);
-            messages.truncate(limit - out.len() - older.len());
-            older.extend(messages);
+            for p in self.decode_all(page) {
+                if !out.take(p) {
+                    break;
+                }
+            }
             upto = last.saturating_sub(1);
         }
-        older.reverse();
-        older.append(&mut out);
-        Ok(older)
+        let full = out.full;
+        let mut found = out.found;
+        found.reverse();
+        Ok((found, full))
     }
 
     /// One committed message by id.

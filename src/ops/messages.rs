@@ -111,9 +111,9 @@ impl Operation for Read {
         let limit = caller.limit(r.limit);
         if let Some(before) = r.before_id {
             // One more than asked tells whether older ones remain.
-            let mut messages = cx.relay.older(&name, before, limit + 1).await?;
-            let has_more = messages.len() > limit;
-            if has_more {
+            let (mut messages, cut) = cx.relay.older(&name, before, limit + 1).await?;
+            let has_more = cut || messages.len() > limit;
+            if messages.len() > limit {
                 messages.remove(0);
             }
             return Ok(Page {
@@ -125,8 +125,11 @@ impl Operation for Read {
         }
         let reader = caller.reader(cx, r.instance_id.as_deref())?;
         // One more than asked tells whether more follow without a second read.
-        let mut messages = cx.relay.read(&name, r.since_id, limit + 1, reader.as_deref()).await?;
-        let has_more = messages.len() > limit;
+        let (mut messages, cut) = cx
+            .relay
+            .read_page(&name, r.since_id, limit + 1, reader.as_deref())
+            .await?;
+        let has_more = cut || messages.len() > limit;
         messages.truncate(limit);
         Ok(Page {
             next_since_id: messages.last().map_or(r.since_id, |p| p.id()),
@@ -234,7 +237,7 @@ impl Operation for Wait {
             // This wait counts against its principal and in `/healthz` until it ends.
             drop((held, waiting));
             let mut w = w?;
-            let has_more = w.messages.len() > limit;
+            let has_more = w.cut || w.messages.len() > limit;
             w.messages.truncate(limit);
             let next_since_id = match (has_more, w.messages.last()) {
                 (true, Some(last)) => last.id(),

@@ -367,6 +367,32 @@ async fn subscribe_joins_the_inbox_and_unsubscribe_leaves_it() {
 }
 
 #[tokio::test]
+async fn subscribing_to_new_channels_counts_against_max_channels() {
+    let s = Server::start_with(&["--max-channels", "3"]);
+    let cc = Mcp::connect_at(&s, "/cc/mcp", client()).await;
+    cc.call_ok("register", json!({"instance_id": "worker"})).await;
+    for n in 0..3 {
+        cc.call_ok("subscribe", json!({"channel": format!("made-up-{n}")}))
+            .await;
+    }
+    let r = cc.call("subscribe", json!({"channel": "made-up-3"})).await;
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(
+        r["content"][0]["text"].as_str().unwrap().contains("--max-channels"),
+        "{r}"
+    );
+    // The channels it made are real: a post to one is delivered to the subscriber.
+    let boss = Mcp::connect_at(&s, "/cc/mcp", client()).await;
+    boss.call_ok(
+        "send_message",
+        json!({"channel": "made-up-1", "sender": "boss", "content": "hi"}),
+    )
+    .await;
+    let inbox = cc.call_ok("check_messages", json!({})).await;
+    assert_eq!(inbox["messages"][0]["content"], "hi", "{inbox}");
+}
+
+#[tokio::test]
 async fn find_channel_answers_every_match_or_at_most_limit() {
     let s = Server::start();
     let http = client();

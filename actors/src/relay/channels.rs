@@ -29,14 +29,30 @@ impl Relay {
         limit: usize,
         reader: Option<&str>,
     ) -> Result<Vec<Arc<Posted>>, RelayError> {
+        Ok(self.read_page(channel, after, limit, reader).await?.0)
+    }
+
+    /// As [`read`](Self::read), and whether `--max-answer-bytes` cut the page short (more
+    /// messages follow at once).
+    pub async fn read_page(
+        &self,
+        channel: &ChannelName,
+        after: u64,
+        limit: usize,
+        reader: Option<&str>,
+    ) -> Result<(Vec<Arc<Posted>>, bool), RelayError> {
         if !self.inner.directory.read().contains_key(channel) && self.inner.store.meta(channel)?.is_none() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         }
-        let (found, scanned) = self.channel(channel).await?.view.read_scanned(after, limit)?;
+        let scan = self
+            .channel(channel)
+            .await?
+            .view
+            .read_scanned(after, limit, self.inner.max_answer_bytes)?;
         if let Some(who) = reader {
-            self.advance_cursor(who, channel, scanned);
+            self.advance_cursor(who, channel, scan.scanned);
         }
-        Ok(found)
+        Ok((scan.found, scan.full))
     }
 
     /// The newest `limit` committed messages, oldest first (an unknown channel is empty). With
@@ -50,7 +66,7 @@ impl Relay {
         let Some(view) = self.existing_view(channel).await? else {
             return Ok(Vec::new());
         };
-        let found = view.newest(u64::MAX, limit)?;
+        let (found, _) = view.newest(u64::MAX, limit, self.inner.max_answer_bytes)?;
         if let (Some(who), Some(last)) = (reader, found.last()) {
             self.advance_cursor(who, channel, last.id());
         }
@@ -58,16 +74,17 @@ impl Relay {
     }
 
     /// The newest `limit` committed messages with id < `before`, oldest first: a page back
-    /// through history. Moves no read cursor.
+    /// through history, and whether `--max-answer-bytes` left older ones out. Moves no read
+    /// cursor.
     pub async fn older(
         &self,
         channel: &ChannelName,
         before: u64,
         limit: usize,
-    ) -> Result<Vec<Arc<Posted>>, RelayError> {
+    ) -> Result<(Vec<Arc<Posted>>, bool), RelayError> {
         match self.existing_view(channel).await? {
-            Some(view) => view.newest(before, limit),
-            None => Ok(Vec::new()),
+            Some(view) => view.newest(before, limit, self.inner.max_answer_bytes),
+            None => Ok((Vec::new(), false)),
         }
     }
 

@@ -2,7 +2,7 @@
 
 use super::Relay;
 use crate::error::RelayError;
-use crate::view::Posted;
+use crate::view::{Posted, Scan};
 use crosstalk_schema::message::{ANY_HUMAN, DIRECTIVE, INTERRUPT};
 use crosstalk_schema::{kind_is, ChannelName};
 use std::sync::Arc;
@@ -47,7 +47,9 @@ impl Relay {
         let mut directives = Vec::new();
         let mut cursor = since_id;
         loop {
-            let (batch, scanned) = view.read_scanned(cursor, 1000)?;
+            let Scan {
+                found: batch, scanned, ..
+            } = view.read_scanned(cursor, 1000, usize::MAX)?;
             let done = scanned == cursor;
             cursor = scanned;
             directives.extend(batch.into_iter().filter(|p| {

@@ -64,8 +64,11 @@ impl Relay {
         // Ranges this node alone keeps the cursors of: handed out once their moves are durable.
         let (mut own, mut moves) = (Vec::new(), Vec::new());
         let mut failed = None;
+        // `--max-answer-bytes` for the whole answer: the channels after it is spent wait for
+        // the next call.
+        let mut bytes_left = self.inner.max_answer_bytes;
         'channels: for (channel, cursor) in cursors {
-            if out.len() + own.len() >= limit {
+            if out.len() + own.len() >= limit || bytes_left == 0 {
                 break;
             }
             // An error after earlier channels were claimed must not lose what they claimed:
@@ -82,8 +85,12 @@ impl Relay {
             let (mut read_from, mut expected) = (cursor, cursor);
             for _ in 0..CLAIM_ATTEMPTS {
                 let room = limit - out.len() - own.len();
-                let (batch, scanned) = match view.read_scanned(read_from, room) {
-                    Ok(read) => read,
+                let (batch, scanned) = match view.read_scanned(read_from, room, bytes_left) {
+                    Ok(scan) => {
+                        let bytes: usize = scan.found.iter().map(|p| p.json().len()).sum();
+                        bytes_left = if scan.full { 0 } else { bytes_left.saturating_sub(bytes) };
+                        (scan.found, scan.scanned)
+                    }
                     Err(e) => {
                         failed = Some(e);
                         continue 'channels;
@@ -179,6 +186,10 @@ impl Relay {
     /// `who` joins `channel` from its newest message on: its inbox covers the channel from now.
     /// Answers once the cursor is durable.
     pub async fn join(&self, who: &str, channel: &ChannelName) -> Result<(), RelayError> {
+        // A channel joined before anyone posts there is created, as a post would create it,
+        // so joining counts against `--max-channels`: cursors on made-up channels would
+        // otherwise be stored without limit.
+        self.channel(channel).await?;
         let newest = self.channel_last_id(channel)?;
         if self.cursor(who, channel).await? >= newest && newest > 0 {
             return Ok(());

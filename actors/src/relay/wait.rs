@@ -5,7 +5,7 @@ use super::{Relay, ACTOR_CALL_TIMEOUT};
 use crate::channel::{BeginWait, ChannelHandle, EndWait, Role, WaitControl};
 use crate::error::RelayError;
 use crate::presence::Heartbeat;
-use crate::view::Posted;
+use crate::view::{Posted, Scan};
 use crosstalk_schema::message::QUESTION;
 use crosstalk_schema::{kind_is, ChannelName, NewMessage};
 use serde::Serialize;
@@ -62,6 +62,8 @@ pub struct WaitResult {
     pub outcome: WaitOutcome,
     /// The since_id to use for the next wait or read.
     pub next_since_id: u64,
+    /// `--max-answer-bytes` cut the messages short: more follow at once.
+    pub cut: bool,
 }
 
 /// Ends a registered wait however the waiting future ends.
@@ -128,7 +130,7 @@ impl Relay {
         let mut cursor = opts.since_id;
         let mut woken = false;
         loop {
-            let (found, scanned) = view.read_scanned(cursor, opts.limit)?;
+            let Scan { found, scanned, full } = view.read_scanned(cursor, opts.limit, self.inner.max_answer_bytes)?;
             cursor = scanned;
             let found: Vec<_> = found
                 .into_iter()
@@ -144,7 +146,9 @@ impl Relay {
                 } else {
                     WaitOutcome::Messages
                 };
-                return Ok(self.waited(channel, opts.instance.as_deref().unwrap_or(""), found, outcome, cursor));
+                let mut result = self.waited(channel, opts.instance.as_deref().unwrap_or(""), found, outcome, cursor);
+                result.cut = full;
+                return Ok(result);
             }
             let control_fired = async {
                 match control.as_mut() {
@@ -169,6 +173,7 @@ impl Relay {
                 messages: Vec::new(),
                 outcome,
                 next_since_id: cursor,
+                cut: false,
             });
         }
     }
@@ -188,6 +193,7 @@ impl Relay {
             messages,
             outcome,
             next_since_id,
+            cut: false,
         }
     }
 
