@@ -4,9 +4,10 @@
 //! operations (`crate::ops::cross_claude` holds cross-claude's argument names, answer shapes
 //! and its own rules). `?api_key=` is accepted on `/cc/*` only (`crate::auth`).
 //!
-//! A cross-claude REST client sends no session: its calls share the session `cc-rest:<who the
-//! token is>`, so an identity it registers is bound to its token, and an MCP session (or
-//! another token) cannot post as it while it is active — nor it as theirs.
+//! A cross-claude REST client sends no session: its calls share the session `cc-rest` of its
+//! token (every session is its token's, see [`crate::ops::Principal::session`]), so an
+//! identity it registers is bound to its token, and an MCP session (or another token) cannot
+//! post as it while it is active — nor it as theirs.
 
 use crate::http::routes::{mount, resource, route, Endpoint, Face};
 use crate::http::{caller, CC_HEALTH_PATH};
@@ -25,7 +26,7 @@ pub const MCP_PATH: &str = "/cc/mcp";
 fn cc_caller(req: &HttpRequest) -> Caller {
     let mut c = caller(req, None);
     if c.session.is_none() {
-        c.session = Some(format!("cc-rest:{}", c.principal.name()));
+        c.session = Some(c.principal.session("cc-rest"));
     }
     c
 }

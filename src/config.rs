@@ -83,10 +83,19 @@ pub struct ServeArgs {
     /// [env: CROSSTALK_MAX_CHANNELS] [default: 100000]
     #[arg(long, help_heading = "Limits")]
     pub max_channels: Option<usize>,
+    /// Most bytes of messages one read answers with (at least one message); a longer page is
+    /// cut there and says more follow [env: CROSSTALK_MAX_ANSWER_BYTES] [default: 4194304]
+    #[arg(long, help_heading = "Limits")]
+    pub max_answer_bytes: Option<usize>,
     /// Most waits and streams one token (or, without tokens, everyone) may hold open at once
     /// [env: CROSSTALK_MAX_WAITS_PER_PRINCIPAL] [default: 10000]
     #[arg(long, help_heading = "Limits")]
     pub max_waits_per_principal: Option<usize>,
+    /// Most MCP sessions one token (or, without tokens, everyone) may hold open, on /mcp and
+    /// /cc/mcp together; an `initialize` beyond it is refused (429)
+    /// [env: CROSSTALK_MAX_SESSIONS_PER_PRINCIPAL] [default: 1024]
+    #[arg(long, help_heading = "Limits")]
+    pub max_sessions_per_principal: Option<usize>,
     /// Requests a second each token may make, bursts up to one second's worth; 0 for no limit
     /// [env: CROSSTALK_RATE_LIMIT] [default: 1000]
     #[arg(long, help_heading = "Limits")]
@@ -198,8 +207,12 @@ pub struct Config {
     pub insecure_open: bool,
     /// Most waits and streams one principal may hold open.
     pub max_waits_per_principal: usize,
+    /// Most MCP sessions one principal may hold open.
+    pub max_sessions_per_principal: usize,
     /// Most channels the relay holds.
     pub max_channels: usize,
+    /// Most bytes of messages' JSON one read answers with.
+    pub max_answer_bytes: usize,
     /// How long an unused channel actor lives (`None`: forever).
     pub idle_after: Option<Duration>,
     /// Requests a second per token (0: unlimited).
@@ -436,6 +449,9 @@ impl Config {
             max_channels: pick(args.max_channels, &["CROSSTALK_MAX_CHANNELS"])?
                 .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_CHANNELS)
                 .max(1),
+            max_answer_bytes: pick(args.max_answer_bytes, &["CROSSTALK_MAX_ANSWER_BYTES"])?
+                .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_ANSWER_BYTES)
+                .max(1),
             idle_after: match pick(args.idle_after_secs, &["CROSSTALK_IDLE_AFTER_SECS"])? {
                 Some(0) => None,
                 Some(secs) => Some(Duration::from_secs(secs)),
@@ -444,6 +460,12 @@ impl Config {
             max_waits_per_principal: pick(args.max_waits_per_principal, &["CROSSTALK_MAX_WAITS_PER_PRINCIPAL"])?
                 .unwrap_or(crate::ops::DEFAULT_MAX_HELD)
                 .max(1),
+            max_sessions_per_principal: pick(
+                args.max_sessions_per_principal,
+                &["CROSSTALK_MAX_SESSIONS_PER_PRINCIPAL"],
+            )?
+            .unwrap_or(crate::mcp::owner::DEFAULT_MAX_SESSIONS)
+            .max(1),
             mcp_wait_cap: Duration::from_secs(
                 pick(args.mcp_wait_cap_secs, &["CROSSTALK_MCP_WAIT_CAP_SECS"])?.unwrap_or(DEFAULT_MCP_WAIT_CAP_SECS),
             ),

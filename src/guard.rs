@@ -195,7 +195,7 @@ fn too_many(
 /// (the stdio bridge) tells it apart from a busy token by this.
 pub const AUTH_RATE_LIMITED: &str = "auth_rate_limited";
 
-fn rejected(reason: &'static str) {
+pub(crate) fn rejected(reason: &'static str) {
     metrics::counter!("crosstalk_rejected_total", "reason" => reason).increment(1);
 }
 

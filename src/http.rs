@@ -115,13 +115,17 @@ pub fn caller(req: &HttpRequest, session_override: Option<String>) -> Caller {
     let policy = req
         .app_data::<web::Data<RestPolicy>>()
         .map_or(RestPolicy::new(Duration::from_secs(300)), |p| *p.get_ref());
+    let principal = req
+        .extensions()
+        .get::<Principal>()
+        .cloned()
+        .unwrap_or(Principal::Anyone);
     Caller {
-        principal: req
-            .extensions()
-            .get::<Principal>()
-            .cloned()
-            .unwrap_or(Principal::Anyone),
-        session: session(req).map(str::to_owned).or(session_override),
+        session: session(req)
+            .map(str::to_owned)
+            .or(session_override)
+            .map(|s| principal.session(&s)),
+        principal,
         bound: None,
         policy: policy.0,
     }
@@ -131,10 +135,13 @@ pub async fn healthz(cx: web::Data<Ctx>) -> HttpResponse {
     use std::sync::atomic::Ordering;
     let streams = cx.streams.load(Ordering::Relaxed);
     let waits = cx.waits.load(Ordering::Relaxed);
+    let sessions = cx.mcp_sessions.load(Ordering::Relaxed);
+    let initializing = cx.mcp_initializing.load(Ordering::Relaxed);
     if let Err(reason) = cx.relay.store_health() {
         // A load balancer or orchestrator takes a 503 as "not ready".
         return HttpResponse::ServiceUnavailable().json(serde_json::json!({
             "status": "unhealthy", "reason": reason, "streams": streams, "waits": waits,
+            "sessions": sessions, "sessions_initializing": initializing,
         }));
     }
     let status = if cx.relay.shutdown_token().is_cancelled() {
@@ -142,7 +149,10 @@ pub async fn healthz(cx: web::Data<Ctx>) -> HttpResponse {
     } else {
         "ok"
     };
-    HttpResponse::Ok().json(serde_json::json!({ "status": status, "streams": streams, "waits": waits }))
+    HttpResponse::Ok().json(serde_json::json!({
+        "status": status, "streams": streams, "waits": waits,
+        "sessions": sessions, "sessions_initializing": initializing,
+    }))
 }
 
 #[cfg(test)]

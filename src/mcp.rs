@@ -74,12 +74,12 @@ pub type McpService = StreamableHttpService<CrosstalkMcp, sessions::DisconnectAw
 
 /// Builds the `/mcp` service. The relay's shutdown token is the transport's, so SIGTERM ends
 /// every MCP session and stream along with the REST ones.
-pub fn service(ctx: Ctx, settings: &McpSettings, face: Face) -> McpService {
+pub fn service(ctx: Ctx, settings: &McpSettings, face: Face, owners: Arc<owner::Owners>) -> McpService {
     let hosts = allowed_hosts(&settings.allowed_hosts);
     let origins = allowed_origins(&hosts);
     let shutdown = ctx.relay.shutdown_token();
     let wait_cap = settings.wait_cap;
-    let sessions = sessions::DisconnectAware::new(ctx.relay.clone());
+    let sessions = sessions::DisconnectAware::new(ctx.relay.clone(), owners);
     StreamableHttpService::builder()
         .service_factory(Arc::new(move || Ok(CrosstalkMcp::new(ctx.clone(), wait_cap, face))))
         .session_manager(Arc::new(sessions))
@@ -171,9 +171,11 @@ fn header(context: &RequestContext<RoleServer>, name: &str) -> Option<String> {
 }
 
 /// The crosstalk session token if the client sends one (stateless clients), else the MCP
-/// session: what an identity registered here is bound to.
+/// session, as the request's principal's: what an identity registered here is bound to.
 fn session(context: &RequestContext<RoleServer>) -> Option<String> {
-    header(context, crate::http::SESSION_HEADER).or_else(|| header(context, "mcp-session-id"))
+    header(context, crate::http::SESSION_HEADER)
+        .or_else(|| header(context, "mcp-session-id"))
+        .map(|s| principal(context).session(&s))
 }
 
 /// Who the request's token is: the auth middleware's verdict, carried through rmcp.

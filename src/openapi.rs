@@ -169,10 +169,12 @@ fn session_header() -> Value {
 fn transport_routes(paths: &mut Map<String, Value>) {
     paths.insert(HEALTH_PATH.into(), json!({ "get": {
         "operationId": "healthz", "summary": "health", "security": [],
-        "description": "Liveness and the number of open streams and waits. Needs no token.",
+        "description": "Liveness and the number of open streams, waits and MCP sessions (and of those still in their \
+            handshake). Needs no token.",
         "responses": { "200": { "description": "the relay is up", "content": { "application/json": { "schema": {
-            "type": "object", "required": ["status", "streams", "waits"],
-            "properties": { "status": { "type": "string" }, "streams": { "type": "integer" }, "waits": { "type": "integer" } }
+            "type": "object", "required": ["status", "streams", "waits", "sessions", "sessions_initializing"],
+            "properties": { "status": { "type": "string" }, "streams": { "type": "integer" }, "waits": { "type": "integer" },
+                "sessions": { "type": "integer" }, "sessions_initializing": { "type": "integer" } }
         } } } } }
     } }));
     paths.insert(STREAM_PATH.into(), json!({ "get": {

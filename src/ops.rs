@@ -144,6 +144,9 @@ pub struct Ctx {
     pub streams: Arc<AtomicUsize>,
     /// Pending waits (REST long-poll, MCP waits, asks).
     pub waits: Arc<AtomicUsize>,
+    /// Open MCP sessions (both faces), and those of them still in their handshake.
+    pub mcp_sessions: Arc<AtomicUsize>,
+    pub mcp_initializing: Arc<AtomicUsize>,
     /// Waits and streams each principal holds open, against [`Ctx::max_held`].
     held: Arc<parking_lot::Mutex<std::collections::HashMap<String, usize>>>,
     /// Most waits and streams one principal may hold open at once.
@@ -159,6 +162,8 @@ impl Ctx {
             relay,
             streams: Default::default(),
             waits: Default::default(),
+            mcp_sessions: Default::default(),
+            mcp_initializing: Default::default(),
             held: Default::default(),
             max_held: DEFAULT_MAX_HELD,
         }
@@ -241,6 +246,18 @@ impl Principal {
             Principal::Shared => "\0shared",
             Principal::Participant(id) => id,
         }
+    }
+
+    /// The session `name` as this principal's. Identities bind to sessions, so a session (an
+    /// `X-Crosstalk-Session` value, an MCP session id, cross-claude REST's per-token session)
+    /// acts only for the token that made it, however its name is guessed or learnt.
+    pub fn session(&self, name: &str) -> String {
+        format!("{}\u{1f}{name}", self.key())
+    }
+
+    /// A session's name as its client knows it: [`Principal::session`] undone.
+    pub fn session_name(session: &str) -> &str {
+        session.split_once('\u{1f}').map_or(session, |(_, name)| name)
     }
 
     /// Who it is, in words: the participant's identity, `shared` or `anyone`.

@@ -179,6 +179,7 @@ pub fn relay_config(config: &Config) -> RelayConfig {
         retention_every: config.retention_every,
         max_shared_bytes: config.max_shared_bytes,
         max_channels: config.max_channels,
+        max_answer_bytes: config.max_answer_bytes,
         idle_after: config.idle_after,
         cluster: Arc::new(Embedded),
     }
@@ -272,8 +273,10 @@ pub async fn serve(
         allowed_hosts: config.allowed_hosts.clone(),
         max_body_bytes: config.max_body_bytes,
     };
-    let mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::Crosstalk);
-    let cc_mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::CrossClaude);
+    // One table for both faces: a principal's /mcp and /cc/mcp sessions count together.
+    let owners = Arc::new(mcp::owner::Owners::new(config.max_sessions_per_principal, &cx));
+    let mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::Crosstalk, owners.clone());
+    let cc_mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::CrossClaude, owners.clone());
     let data = web::Data::new(cx);
     let auth = web::Data::new(config.auth.clone());
     let policy = web::Data::new(RestPolicy::new(config.wait_cap));
@@ -286,7 +289,7 @@ pub async fn serve(
         auth_failure_rate: config.auth_failure_rate as f64,
     });
     let limiter = web::Data::new(guard::RateLimiter::default());
-    let owners = web::Data::new(mcp::owner::Owners::default());
+    let owners = web::Data::from(owners);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())

@@ -93,6 +93,11 @@ fn describe() {
     describe_gauge!("crosstalk_channel_actors", "Channel actors in memory (idle ones stop)");
     describe_gauge!("crosstalk_open_waits", "Long-poll and MCP waits pending");
     describe_gauge!("crosstalk_open_streams", "SSE streams open");
+    describe_gauge!("crosstalk_mcp_sessions", "MCP sessions open (both faces)");
+    describe_gauge!(
+        "crosstalk_mcp_sessions_initializing",
+        "MCP sessions open that have not finished their handshake"
+    );
     describe_gauge!("crosstalk_store_bytes", Unit::Bytes, "Size of the store on disk");
     describe_gauge!(
         "crosstalk_search_index_lag_seconds",
@@ -132,6 +137,8 @@ pub async fn serve(cx: web::Data<Ctx>) -> HttpResponse {
     metrics::gauge!("crosstalk_channel_actors").set(relay.open_channels() as f64);
     metrics::gauge!("crosstalk_open_waits").set(cx.waits.load(Ordering::Relaxed) as f64);
     metrics::gauge!("crosstalk_open_streams").set(cx.streams.load(Ordering::Relaxed) as f64);
+    metrics::gauge!("crosstalk_mcp_sessions").set(cx.mcp_sessions.load(Ordering::Relaxed) as f64);
+    metrics::gauge!("crosstalk_mcp_sessions_initializing").set(cx.mcp_initializing.load(Ordering::Relaxed) as f64);
     if let Some(bytes) = relay.store_bytes() {
         metrics::gauge!("crosstalk_store_bytes").set(bytes as f64);
     }

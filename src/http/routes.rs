@@ -188,7 +188,7 @@ fn from_body<T: DeserializeOwned>(req: &HttpRequest, body: web::Bytes) -> Result
         return Err(ApiError::bad_request("invalid fields: the body must be a JSON object"));
     };
     for (name, v) in req.match_info().iter() {
-        fields.insert(name.to_owned(), serde_json::Value::String(v.to_owned()));
+        fields.insert(name.to_owned(), serde_json::Value::String(path_param(v)));
     }
     serde_path_to_error::deserialize(value).map_err(|e| invalid("invalid fields", e.path().to_string(), e.into_inner()))
 }
@@ -198,7 +198,7 @@ fn from_body<T: DeserializeOwned>(req: &HttpRequest, body: web::Bytes) -> Result
 fn from_query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
     let mut encoded = form_urlencoded::Serializer::new(String::new());
     for (name, value) in req.match_info().iter() {
-        encoded.append_pair(name, value);
+        encoded.append_pair(name, &path_param(value));
     }
     let mut encoded = encoded.finish();
     let query = req.query_string();
@@ -211,6 +211,15 @@ fn from_query<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
     let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(encoded.as_bytes()));
     serde_path_to_error::deserialize(de)
         .map_err(|e| invalid("invalid query string", e.path().to_string(), e.into_inner()))
+}
+
+/// A path parameter as the client meant it. actix decodes a path's escapes except `%2F`,
+/// `%25` and `%2B` (so that a `/` in a parameter cannot split it); those are decoded here,
+/// once, so a shared-data key may hold `/`, `%` and `+` like any other character.
+fn path_param(raw: &str) -> String {
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 fn invalid(what: &str, path: String, e: impl std::fmt::Display) -> ApiError {

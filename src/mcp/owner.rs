@@ -8,6 +8,12 @@
 //! A session's event stream (its `GET`) is held open for as long as the client reads it, so
 //! it counts against the principal's `--max-waits-per-principal`, like every other wait and
 //! stream, and in `/healthz`'s `streams`, for exactly as long as its answer is being sent.
+//!
+//! Each session costs the relay memory until it ends, so a principal holds at most
+//! `--max-sessions-per-principal` of them (both MCP faces together): an `initialize` beyond
+//! that is refused (429 `too_many_sessions`) before rmcp makes the session. The session
+//! manager ([`super::sessions::DisconnectAware`]) tells [`Owners`] of every session rmcp opens
+//! and ends, and closes one that has not finished its handshake within [`INIT_GRACE`].
 
 use crate::error::ApiError;
 use crate::ops::{Ctx, Gauge, Held, Principal};
@@ -19,7 +25,19 @@ use actix_web::{web, HttpMessage, ResponseError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// Default of `--max-sessions-per-principal`: a large fleet behind one token, at about 70 KB
+/// a session.
+pub const DEFAULT_MAX_SESSIONS: usize = 1024;
+/// The 429's code for an `initialize` beyond `--max-sessions-per-principal`.
+pub const TOO_MANY_SESSIONS: &str = "too_many_sessions";
+/// How long a new session may go without `notifications/initialized` (or any request) before
+/// it is closed.
+pub const INIT_GRACE: Duration = Duration::from_secs(10);
 
 /// An event stream's answer, holding its principal's slot (and the streams gauge) until the
 /// answer ends or the client goes.
@@ -43,14 +61,149 @@ impl MessageBody for Counted {
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
-/// Who opened each live MCP session.
+struct Session {
+    principal: Principal,
+    initialized: bool,
+}
+
 #[derive(Default)]
-pub struct Owners(Mutex<HashMap<String, Principal>>);
+struct Table {
+    sessions: HashMap<String, Session>,
+    /// Per principal key: live sessions plus `initialize` requests in flight.
+    counts: HashMap<String, usize>,
+}
+
+/// Who opened each live MCP session (both faces), and how many each principal holds.
+pub struct Owners {
+    table: Mutex<Table>,
+    max: usize,
+    /// `/healthz`'s `sessions` and `sessions_initializing`.
+    open: Arc<AtomicUsize>,
+    initializing: Arc<AtomicUsize>,
+}
 
 impl Owners {
-    fn owner(&self, session: &str) -> Option<Principal> {
-        self.0.lock().get(session).cloned()
+    pub fn new(max: usize, cx: &Ctx) -> Owners {
+        Owners {
+            table: Default::default(),
+            max: max.max(1),
+            open: cx.mcp_sessions.clone(),
+            initializing: cx.mcp_initializing.clone(),
+        }
     }
+
+    /// Who opened session `session`, while it is open.
+    pub fn owner(&self, session: &str) -> Option<Principal> {
+        self.table.lock().sessions.get(session).map(|s| s.principal.clone())
+    }
+
+    /// Takes one of `p`'s slots for an `initialize` in flight, or refuses.
+    fn reserve(this: &Arc<Owners>, p: &Principal) -> Result<Reserved, ApiError> {
+        let key = p.key().to_owned();
+        let mut t = this.table.lock();
+        let n = t.counts.entry(key.clone()).or_insert(0);
+        if *n >= this.max {
+            let mut e = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                TOO_MANY_SESSIONS,
+                format!(
+                    "{} holds {} MCP sessions open, the most it may (--max-sessions-per-principal): \
+                     reuse one, or end one (DELETE with its Mcp-Session-Id)",
+                    p.name(),
+                    this.max
+                ),
+            );
+            e.retry_after = Some(INIT_GRACE.as_secs() as u32);
+            return Err(e);
+        }
+        *n += 1;
+        Ok(Reserved {
+            owners: this.clone(),
+            key,
+        })
+    }
+
+    /// rmcp opened session `id` for `p`.
+    pub fn opened(&self, id: &str, p: Principal) {
+        let mut t = self.table.lock();
+        if t.sessions.contains_key(id) {
+            return;
+        }
+        *t.counts.entry(p.key().to_owned()).or_insert(0) += 1;
+        t.sessions.insert(
+            id.to_owned(),
+            Session {
+                principal: p,
+                initialized: false,
+            },
+        );
+        self.open.fetch_add(1, Relaxed);
+        self.initializing.fetch_add(1, Relaxed);
+    }
+
+    /// Session `id` finished its handshake (or is plainly in use).
+    pub fn initialized(&self, id: &str) {
+        if let Some(s) = self.table.lock().sessions.get_mut(id) {
+            if !s.initialized {
+                s.initialized = true;
+                self.initializing.fetch_sub(1, Relaxed);
+            }
+        }
+    }
+
+    /// Whether session `id` is open and has not finished its handshake.
+    pub fn initializing(&self, id: &str) -> bool {
+        self.table.lock().sessions.get(id).is_some_and(|s| !s.initialized)
+    }
+
+    /// Session `id` ended, however it did; calling it again does nothing.
+    pub fn closed(&self, id: &str) {
+        let mut t = self.table.lock();
+        let Some(s) = t.sessions.remove(id) else { return };
+        release(&mut t.counts, s.principal.key());
+        self.open.fetch_sub(1, Relaxed);
+        if !s.initialized {
+            self.initializing.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+fn release(counts: &mut HashMap<String, usize>, key: &str) {
+    if let Some(n) = counts.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            counts.remove(key);
+        }
+    }
+}
+
+/// An `initialize` in flight, holding one of its principal's slots until it is answered (by
+/// then the session, if rmcp made one, holds a slot of its own).
+struct Reserved {
+    owners: Arc<Owners>,
+    key: String,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        release(&mut self.owners.table.lock().counts, &self.key);
+    }
+}
+
+/// Whether a POST's body is, or may be, an `initialize` request: a body that does not parse
+/// (a batch, duplicate keys) counts, so nothing slips past.
+fn may_initialize(req: &ServiceRequest) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        method: Option<String>,
+        id: Option<serde::de::IgnoredAny>,
+    }
+    let ext = req.extensions();
+    let Some(body) = ext.get::<crate::http::Body>() else {
+        return true;
+    };
+    serde_json::from_slice::<Probe>(&body.0)
+        .map_or(true, |p| p.id.is_some() && p.method.as_deref() == Some("initialize"))
 }
 
 pub async fn bind(
@@ -83,6 +236,18 @@ pub async fn bind(
         let e = ApiError::new(StatusCode::NOT_FOUND, "not_found", "Session not found");
         return Ok(req.into_response(e.error_response()).map_into_right_body());
     }
+    // An `initialize` without a session makes rmcp open one: it takes a slot first.
+    let _initializing = if session.is_none() && req.method() == Method::POST && may_initialize(&req) {
+        match Owners::reserve(&owners.clone().into_inner(), &principal) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                crate::guard::rejected(TOO_MANY_SESSIONS);
+                return Ok(req.into_response(e.error_response()).map_into_right_body());
+            }
+        }
+    } else {
+        None
+    };
     // A GET opens the session's event stream: it takes one of the principal's slots.
     let stream = match (req.method() == Method::GET, req.app_data::<web::Data<Ctx>>()) {
         (true, Some(cx)) => match cx.hold(&principal) {
@@ -100,18 +265,6 @@ pub async fn bind(
         // The session is gone when the DELETE returns: 204, which every SDK accepts (the
         // Python SDK warns on 202).
         *res.response_mut().status_mut() = StatusCode::NO_CONTENT;
-    }
-    match &session {
-        None => {
-            if let Some(new) = res.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
-                owners.0.lock().insert(new.to_owned(), principal);
-            }
-        }
-        Some(s) => {
-            if res.status() == StatusCode::NOT_FOUND || (deleting && res.status().is_success()) {
-                owners.0.lock().remove(s);
-            }
-        }
     }
     Ok(match stream {
         Some((held, open)) => res.map_body(|_, body| {

@@ -7,10 +7,16 @@
 //! `notifications/cancelled`, so a `wait_for_message` never outlives its client by more than
 //! the grace. And when a session is closed (`DELETE /mcp`: the client, or the `crosstalk mcp`
 //! bridge behind it, is going away), the identities bound to it sign off at once.
+//!
+//! Every session rmcp opens and ends is told to [`Owners`] (who opened it, how many each
+//! principal holds); one that has not finished its handshake within [`INIT_GRACE`] is closed.
 
 use super::events::ResumeLog;
+use super::owner::{Owners, INIT_GRACE};
+use crate::ops::Principal;
 use futures_util::Stream;
 use parking_lot::Mutex;
+use rmcp::model::GetExtensions;
 use rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification, RequestId,
     ServerJsonRpcMessage,
@@ -34,16 +40,18 @@ pub struct DisconnectAware {
     relay: crosstalk_actors::Relay,
     /// When each session last resumed a stream: a resume after a drop keeps the call alive.
     resumed: Arc<Mutex<HashMap<SessionId, Instant>>>,
+    owners: Arc<Owners>,
 }
 
 impl DisconnectAware {
     /// rmcp's session manager over [`ResumeLog`]: relay-wide event ids, and resumes that
     /// replay what followed and keep following.
-    pub fn new(relay: crosstalk_actors::Relay) -> Self {
+    pub fn new(relay: crosstalk_actors::Relay, owners: Arc<Owners>) -> Self {
         DisconnectAware {
             inner: Arc::new(LocalSessionManager::default().with_event_store(Arc::new(ResumeLog::default()))),
             relay,
             resumed: Default::default(),
+            owners,
         }
     }
 }
@@ -61,7 +69,25 @@ impl SessionManager for DisconnectAware {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        self.inner.initialize_session(id, message).await
+        self.owners.opened(id, opener(&message));
+        let answer = self.inner.initialize_session(id, message).await;
+        // The session may have ended already: `close_session` takes it out of rmcp's map
+        // before it tells `owners`, so this cannot miss it.
+        if !self.inner.has_session(id).await.unwrap_or(false) {
+            self.owners.closed(id);
+        } else {
+            let (inner, owners, id) = (self.inner.clone(), self.owners.clone(), id.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(INIT_GRACE).await;
+                if owners.initializing(&id) {
+                    tracing::debug!("an MCP session did not finish its handshake in time; closing it");
+                    // Ends its worker; rmcp then calls `close_session` (sign-off, owners).
+                    let _ = inner.close_session(&id).await;
+                    owners.closed(&id);
+                }
+            });
+        }
+        answer
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
@@ -70,8 +96,14 @@ impl SessionManager for DisconnectAware {
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         self.resumed.lock().remove(id);
-        self.relay.sign_off(id);
-        self.inner.close_session(id).await
+        // Identities bound to the session are bound to it as its opener's (`Principal::session`).
+        if let Some(opener) = self.owners.owner(id) {
+            self.relay.sign_off(&opener.session(id));
+        }
+        let closed = self.inner.close_session(id).await;
+        // After rmcp's map lets go of it: see `initialize_session`.
+        self.owners.closed(id);
+        closed
     }
 
     async fn create_stream(
@@ -84,6 +116,9 @@ impl SessionManager for DisconnectAware {
             _ => None,
         };
         let stream = self.inner.create_stream(id, message).await?;
+        // A request in a session: it is in use, whether or not the client sent
+        // `notifications/initialized` (rmcp does not insist).
+        self.owners.initialized(id);
         Ok(Watched {
             inner: Box::pin(stream),
             pending: request_id.map(|request_id| Pending {
@@ -96,7 +131,13 @@ impl SessionManager for DisconnectAware {
     }
 
     async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
-        self.inner.accept_message(id, message).await
+        let handshake_done = matches!(&message, ClientJsonRpcMessage::Notification(n)
+            if matches!(n.notification, ClientNotification::InitializedNotification(_)));
+        self.inner.accept_message(id, message).await?;
+        if handshake_done {
+            self.owners.initialized(id);
+        }
+        Ok(())
     }
 
     async fn create_standalone_stream(
@@ -122,6 +163,17 @@ impl SessionManager for DisconnectAware {
     fn event_store(&self) -> Option<Arc<dyn EventStore>> {
         self.inner.event_store()
     }
+}
+
+/// Who sent an `initialize`: the guard's principal, carried by the transport's request hook.
+fn opener(message: &ClientJsonRpcMessage) -> Principal {
+    let ClientJsonRpcMessage::Request(r) = message else {
+        return Principal::Anyone;
+    };
+    rmcp_actix_web::transport::on_request_extensions(r.request.extensions())
+        .and_then(|e| e.get::<Principal>())
+        .cloned()
+        .unwrap_or(Principal::Anyone)
 }
 
 /// A request's response stream that notices being dropped before its answer was sent.

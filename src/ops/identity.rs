@@ -2,7 +2,7 @@
 
 use super::channels::NoArgs;
 use super::messages::MessageList;
-use super::{Caller, Ctx, Limit, OpError, Operation};
+use super::{Caller, Ctx, Limit, OpError, Operation, Principal};
 use crosstalk_actors::{InstanceView, Registered};
 use crosstalk_schema::{InstanceId, InstanceKind};
 use schemars::JsonSchema;
@@ -33,10 +33,18 @@ impl Operation for Register {
         // The token and the session's own registration bind as everywhere; the registry
         // refuses a name live in another session (409).
         let who = caller.claim(r.instance_id.as_str())?;
-        Ok(cx
+        // No session: a new token, bound (as every session is) as the caller's token's, and
+        // answered as the client presents it.
+        let name = match caller.session.as_deref() {
+            Some(session) => Principal::session_name(session).to_owned(),
+            None => format!("ct-{}", uuid::Uuid::new_v4().simple()),
+        };
+        let mut done = cx
             .relay
-            .register(&who, r.description, r.kind, caller.session.clone())
-            .await?)
+            .register(&who, r.description, r.kind, Some(caller.principal.session(&name)))
+            .await?;
+        done.session = name;
+        Ok(done)
     }
 }
 

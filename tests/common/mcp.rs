@@ -94,6 +94,18 @@ impl Mcp {
         Mcp::unconnected(s, MODERN)
     }
 
+    /// No session yet, on the endpoint at `path` with the caller's client: to send the
+    /// `initialize` itself.
+    pub fn unconnected_at(s: &Server, path: &str, http: reqwest::Client) -> Mcp {
+        Mcp {
+            http,
+            url: s.url(path),
+            session: None,
+            version: LEGACY,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
     pub fn unconnected(s: &Server, version: &'static str) -> Mcp {
         Mcp {
             http: super::client(),

@@ -791,3 +791,40 @@ async fn age_retention_and_presence_expiry_follow_their_settings() {
     let fresh = post(&c, &s, "dev", msg("new", "still here")).await;
     assert_eq!(messages(&c, &s, "dev", 0).await, vec![fresh]);
 }
+
+/// A shared-data key may hold any character: one with `/`, `%`, `+` or a space is stored, read
+/// and deleted over REST with the key percent-encoded in the path (as `encodeURIComponent`
+/// and every HTTP library's path escaping write it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_data_keys_with_slashes_and_escapes_round_trip_over_rest() {
+    let s = Server::start();
+    let c = client();
+    for key in ["docs/spec.md", "a/b/c", "100% sure", "x+y", "%2F", "é/ü"] {
+        let (status, _) = request(
+            &c,
+            "POST",
+            &s.url("/api/data"),
+            Some(json!({"key": key, "content": format!("content of {key}"), "owner": "alice"})),
+            None,
+        )
+        .await;
+        assert_eq!(status, 201, "{key}");
+        let path: String = form_urlencoded::byte_serialize(key.as_bytes())
+            .collect::<String>()
+            .replace('+', "%20");
+        let (status, got) = get_json(&c, &s.url(&format!("/api/data/{path}"))).await;
+        assert_eq!((status, got["key"].as_str()), (200, Some(key)), "{key}: {got}");
+        assert_eq!(got["content"], format!("content of {key}"));
+        let (status, _) = request(
+            &c,
+            "DELETE",
+            &s.url(&format!("/api/data/{path}?owner=alice")),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{key}");
+        let (status, _) = get_json(&c, &s.url(&format!("/api/data/{path}"))).await;
+        assert_eq!(status, 404, "{key}");
+    }
+}

@@ -544,3 +544,241 @@ async fn no_session_id_or_message_text_in_the_logs_at_info_or_debug() {
         }
     }
 }
+
+/// An `initialize` and what it answered: the status, the session id, and the error's JSON.
+async fn initialize(s: &Server, http: &reqwest::Client, path: &str) -> (u16, Option<String>, Value) {
+    let r = Mcp::unconnected_at(s, path, http.clone())
+        .post_raw(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LEGACY, "capabilities": {},
+            "clientInfo": {"name": "crosstalk-tests", "version": "0"}}}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let sid = r
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = if status == 200 {
+        Value::Null
+    } else {
+        r.json().await.unwrap_or(Value::Null)
+    };
+    (status, sid, body)
+}
+
+/// One token holds at most --max-sessions-per-principal MCP sessions, on /mcp and /cc/mcp
+/// together: the next `initialize` is a JSON 429 and makes no session; another token is not
+/// held up; ending a session gives its place back; /healthz counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_sessions_are_bounded_per_principal() {
+    let s = Server::start_with(&[
+        "--participants",
+        "alice:tok-a,bob:tok-b",
+        "--max-sessions-per-principal",
+        "2",
+    ]);
+    let alice = client_with_token("tok-a");
+    let first = Mcp::connect_with(&s, alice.clone()).await;
+    let _second = Mcp::connect_at(&s, "/cc/mcp", alice.clone()).await;
+    let (_, health) = get_json(&client(), &s.url("/healthz")).await;
+    assert_eq!(
+        (health["sessions"].as_u64(), health["sessions_initializing"].as_u64()),
+        (Some(2), Some(0)),
+        "{health}"
+    );
+    for path in ["/mcp", "/cc/mcp"] {
+        let (status, sid, body) = initialize(&s, &alice, path).await;
+        assert_eq!(status, 429, "{path}: a third session beyond the cap of 2: {body}");
+        assert!(sid.is_none(), "a refused initialize makes no session");
+        assert_eq!(body["code"], "too_many_sessions", "{body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("--max-sessions-per-principal"),
+            "{body}"
+        );
+    }
+    // Another principal is not held up by alice's sessions.
+    let bob = client_with_token("tok-b");
+    let (status, _, _) = initialize(&s, &bob, "/mcp").await;
+    assert_eq!(status, 200);
+    // Ending a session gives its place back.
+    let r = alice
+        .delete(s.url("/mcp"))
+        .header("mcp-session-id", first.session.clone().unwrap())
+        .header("mcp-protocol-version", LEGACY)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let (status, sid, body) = initialize(&s, &alice, "/mcp").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(sid.is_some());
+}
+
+/// A session that never finishes its handshake (`notifications/initialized`, or any request)
+/// is closed within seconds, and its place is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_never_finishes_its_handshake_is_closed_soon() {
+    let s = Server::start_with(&["--participants", "alice:tok-a", "--max-sessions-per-principal", "1"]);
+    let alice = client_with_token("tok-a");
+    let (status, sid, _) = initialize(&s, &alice, "/mcp").await;
+    assert_eq!(status, 200);
+    let sid = sid.unwrap();
+    let (_, health) = get_json(&client(), &s.url("/healthz")).await;
+    assert_eq!(
+        (health["sessions"].as_u64(), health["sessions_initializing"].as_u64()),
+        (Some(1), Some(1)),
+        "{health}"
+    );
+    let (status, _, _) = initialize(&s, &alice, "/mcp").await;
+    assert_eq!(status, 429, "the half-open session holds the only place");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, health) = get_json(&client(), &s.url("/healthz")).await;
+        if health["sessions"] == 0 {
+            assert_eq!(health["sessions_initializing"], 0, "{health}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the half-open session was never closed: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // It is gone for rmcp too, and the place is free.
+    let r = alice
+        .post(s.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", LEGACY)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let (status, _, _) = initialize(&s, &alice, "/mcp").await;
+    assert_eq!(status, 200);
+    // A session that did finish its handshake stays.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_, health) = get_json(&client(), &s.url("/healthz")).await;
+    assert_eq!(health["sessions"], 1, "{health}");
+}
+
+/// A read answers at most --max-answer-bytes of messages (at least one): the page is cut
+/// there, says more follow, and reading on from where it stopped gets every message once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_answers_at_most_max_answer_bytes() {
+    let s = Server::start_with(&["--max-answer-bytes", "300000"]);
+    let c = client();
+    let big = "x".repeat(100_000);
+    for i in 0..10 {
+        post(&c, &s, "big", json!({"sender": "a", "body": format!("{i} {big}")})).await;
+    }
+    // The bare list (crosstalk-mcp's shape) and the MCP page: cut at 300 KB, not at the limit.
+    let r = c
+        .get(s.url("/api/channels/big/messages?limit=1000"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let bytes = r.bytes().await.unwrap();
+    let list: Vec<Value> = serde_json::from_slice(&bytes).unwrap();
+    assert!(bytes.len() <= 300_000 + 1_000, "{} bytes", bytes.len());
+    assert_eq!(list.len(), 2, "two 100 KB messages fit, a third does not");
+    let mcp = Mcp::connect(&s).await;
+    let mut since = 0;
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let page = mcp
+            .call_ok(
+                "get_messages",
+                json!({"channel": "big", "since_id": since, "limit": 1000}),
+            )
+            .await;
+        for m in page["messages"].as_array().unwrap() {
+            seen.push(m["body"].as_str().unwrap().split(' ').next().unwrap().to_owned());
+        }
+        since = page["next_since_id"].as_u64().unwrap();
+        if page["has_more"] == false {
+            break;
+        }
+        assert!(
+            page["messages"].as_array().unwrap().len() <= 2,
+            "{}",
+            page["messages"].as_array().unwrap().len()
+        );
+    }
+    assert_eq!(
+        seen,
+        (0..10).map(|i| i.to_string()).collect::<Vec<_>>(),
+        "every message once, in order"
+    );
+    // One message larger than the cap still comes, alone.
+    let s = Server::start_with(&["--max-answer-bytes", "1000"]);
+    post(&c, &s, "big", json!({"sender": "a", "body": big.clone()})).await;
+    post(&c, &s, "big", json!({"sender": "a", "body": big})).await;
+    let page = mcp_page(&s).await;
+    assert_eq!(page["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(page["has_more"], true);
+}
+
+async fn mcp_page(s: &Server) -> Value {
+    Mcp::connect(s)
+        .await
+        .call_ok("get_messages", json!({"channel": "big", "limit": 10}))
+        .await
+}
+
+/// A session binds an identity for the token that made it only: another token that names the
+/// session (cross-claude REST's per-token session, an MCP session id it learnt) does not act
+/// as the identity bound there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_name_acts_only_for_the_token_that_made_it() {
+    let s = Server::start_with(&["--token", "shared-secret", "--participants", "alice:tok-a,bob:tok-b"]);
+    let alice = client_with_token("tok-a");
+    let r = alice
+        .post(s.url("/cc/api/register"))
+        .json(&json!({"instance_id": "alice"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let bob = Mcp::connect_with(&s, client_with_token("tok-b")).await;
+    bob.call_ok("register", json!({"instance_id": "bob"})).await;
+    let bob_session = bob.session.clone().unwrap();
+    let shared = client_with_token("shared-secret");
+    for (who, session) in [
+        ("alice", "cc-rest:alice".to_owned()),
+        ("alice", "cc-rest".to_owned()),
+        ("bob", bob_session.clone()),
+    ] {
+        let r = shared
+            .post(s.url("/api/channels/dev/messages"))
+            .header("x-crosstalk-session", &session)
+            .json(&json!({"sender": who, "body": "impostor"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            403,
+            "the shared token acted as {who} through session {session:?}"
+        );
+    }
+    // Their own sessions still act as them.
+    let r = alice
+        .post(s.url("/cc/api/messages"))
+        .json(&json!({"channel": "dev", "sender": "alice", "content": "me"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    bob.call_ok("post_message", json!({"channel": "dev", "body": "me"}))
+        .await;
+    let bodies: Vec<String> = messages(&shared, &s, "dev", 0)
+        .await
+        .iter()
+        .map(|m| m["body"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(bodies, ["me", "me"]);
+}
