@@ -137,6 +137,9 @@ pub struct CrosstalkMcp {
     log_level: Arc<Mutex<LoggingLevel>>,
     /// The identity this MCP session registered as (`register`); it keeps it.
     bound: Arc<Mutex<Option<String>>>,
+    /// A 2026-07-28 listen's channels and their watermarks when it was accepted (see
+    /// `accepted_subscription_filter`), until `listen` takes them.
+    listen_from: Arc<Mutex<std::collections::HashMap<String, u64>>>,
 }
 
 impl CrosstalkMcp {
@@ -159,6 +162,7 @@ impl CrosstalkMcp {
             wait_cap,
             log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
             bound: Arc::new(Mutex::new(None)),
+            listen_from: Default::default(),
         }
     }
 }
@@ -298,11 +302,16 @@ impl ServerHandler for CrosstalkMcp {
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
-        Some(resources::accepted_filter(requested))
+        let accepted = resources::accepted_filter(requested);
+        // rmcp acknowledges the listen before it calls `listen`: what is committed now is what
+        // the client has been told it will hear about from, so a post in between is not missed.
+        *self.listen_from.lock() = resources::watermarks(&self.ctx.relay, &accepted);
+        Some(accepted)
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
-        resources::listen(&self.ctx.relay, context).await
+        let from = std::mem::take(&mut *self.listen_from.lock());
+        resources::listen(&self.ctx.relay, context, from).await
     }
 
     async fn list_prompts(

@@ -129,9 +129,12 @@ impl Subscriptions {
         };
         tracing::debug!(channel = %name, "resource subscription started");
         let commits = handle.view.subscribe();
+        // Before the answer: a commit between it and the watcher's start is not missed.
+        let since = *commits.borrow();
         tokio::spawn(async move {
             watch_commits(
                 commits,
+                Some(since),
                 token,
                 |u| {
                     let peer = peer.clone();
@@ -165,12 +168,21 @@ impl Drop for Subscriptions {
 /// Calls `notify(uri)` after every commit until `stop` is cancelled, the channel goes
 /// away, or `notify` reports the client gone. Commits that land while a notification is
 /// being sent coalesce into the next one: "updated" says "read again", not "one more".
-async fn watch_commits<F, Fut>(mut commits: watch::Receiver<u64>, stop: CancellationToken, notify: F, uri: String)
-where
+async fn watch_commits<F, Fut>(
+    mut commits: watch::Receiver<u64>,
+    since: Option<u64>,
+    stop: CancellationToken,
+    notify: F,
+    uri: String,
+) where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    commits.borrow_and_update();
+    // A commit after `since` (when the client was told it listens) and before this watch.
+    let now = *commits.borrow_and_update();
+    if since.is_some_and(|since| now > since) && !notify(uri.clone()).await {
+        return;
+    }
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -199,7 +211,20 @@ pub fn accepted_filter(requested: &SubscriptionFilter) -> SubscriptionFilter {
 
 /// Serves one `subscriptions/listen` stream: a watcher per accepted channel, until the client
 /// cancels the request or the relay shuts down.
-pub async fn listen(relay: &Relay, context: SubscriptionContext) -> Result<(), McpError> {
+/// Each accepted channel's committed watermark now (0 for one never written).
+pub fn watermarks(relay: &Relay, accepted: &SubscriptionFilter) -> HashMap<String, u64> {
+    accepted
+        .resource_subscriptions
+        .iter()
+        .flatten()
+        .filter_map(|u| {
+            let name = parse_uri(u).ok()?;
+            Some((u.clone(), relay.channel_last_id(&name).unwrap_or(0)))
+        })
+        .collect()
+}
+
+pub async fn listen(relay: &Relay, context: SubscriptionContext, from: HashMap<String, u64>) -> Result<(), McpError> {
     let stop = relay.shutdown_token().child_token();
     let uris = context.accepted().resource_subscriptions.clone().unwrap_or_default();
     let mut watchers = tokio::task::JoinSet::new();
@@ -213,6 +238,7 @@ pub async fn listen(relay: &Relay, context: SubscriptionContext) -> Result<(), M
         let stop = stop.clone();
         watchers.spawn(watch_commits(
             handle.view.subscribe(),
+            from.get(&uri).copied(),
             stop,
             move |u| {
                 let sink = sink.clone();
