@@ -65,6 +65,41 @@ impl ResponseError for ApiError {
     }
 }
 
+/// The answer actix-http writes itself to a request no middleware sees (a head it cannot
+/// parse, or too large; set with `actix_http::h1::set_error_answer`, vendor/actix-http): the
+/// same JSON as every other error, and the headers the guard adds to its own refusals.
+pub fn dispatcher_error(
+    status: StatusCode,
+    detail: &str,
+    headers: &mut actix_web::http::header::HeaderMap,
+) -> Option<actix_web::web::Bytes> {
+    use actix_web::http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
+    let (code, message) = match status.as_u16() {
+        414 => (
+            "uri_too_long",
+            format!(
+                "the URL is longer than {} bytes, the most the relay reads",
+                crate::guard::MAX_URL_BYTES
+            ),
+        ),
+        431 => (
+            "too_large",
+            "the request head is too large: at most 128 KiB and 96 headers".to_owned(),
+        ),
+        s if s >= 500 => ("internal", "internal server error".to_owned()),
+        _ => ("invalid_input", format!("malformed request: {detail}")),
+    };
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    let body = Body {
+        error: &message,
+        code,
+        status: None,
+    };
+    serde_json::to_vec(&body).ok().map(Into::into)
+}
+
 impl From<crosstalk_actors::RelayError> for ApiError {
     fn from(e: crosstalk_actors::RelayError) -> Self {
         OpError::from(e).into()

@@ -199,12 +199,30 @@ pub(crate) fn rejected(reason: &'static str) {
     metrics::counter!("crosstalk_rejected_total", "reason" => reason).increment(1);
 }
 
+/// Longest URL (path and query) the relay reads; a longer one is a 414. Far above any URL its
+/// routes need, and above the 8,000 bytes RFC 9110 asks servers to take.
+pub const MAX_URL_BYTES: usize = 16 * 1024;
+
 /// The middleware.
 pub async fn guard(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     compact_headers(req.headers_mut());
+    // A URL longer than any the relay's routes need: refused before anything reads it (a
+    // parked long-poll would hold it for minutes). Longer than actix-http's own limit never
+    // gets here: vendor/actix-http answers those with the same JSON 414.
+    let url_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if url_len > MAX_URL_BYTES {
+        return Ok(refuse(
+            req,
+            "uri_too_long",
+            StatusCode::URI_TOO_LONG,
+            "uri_too_long",
+            format!("the URL is {url_len} bytes; the relay reads at most {MAX_URL_BYTES}"),
+        )
+        .map_into_right_body());
+    }
     // The assembler always sets the policy; without one, loopback only.
     let policy = req.app_data::<web::Data<Policy>>().cloned().unwrap_or_else(|| {
         web::Data::new(Policy {

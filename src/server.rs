@@ -290,6 +290,8 @@ pub async fn serve(
     });
     let limiter = web::Data::new(guard::RateLimiter::default());
     let owners = web::Data::from(owners);
+    // What actix-http answers by itself (a head it cannot parse, or too large) is JSON too.
+    actix_http::h1::set_error_answer(crate::error::dispatcher_error);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())

@@ -187,3 +187,62 @@ async fn a_wrong_method_says_which_are_allowed() {
         (405, "GET")
     );
 }
+
+/// Sends `head` (a whole request head, as bytes on the wire) and reads the answer to its end:
+/// the status, the headers (lowercase) and the body as JSON.
+fn on_the_wire(s: &Server, head: &[u8]) -> (u16, String, Value) {
+    use std::io::{Read, Write};
+    let addr = s.base.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    conn.write_all(head).unwrap();
+    let mut answer = Vec::new();
+    // The relay closes the connection after such an answer; a reset after it is fine.
+    let _ = conn.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (headers, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = headers.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (
+        status,
+        headers.to_lowercase(),
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
+}
+
+/// What actix-http answers by itself, before any middleware (vendor/actix-http), and the
+/// guard's URL limit: every one a JSON error with its code, `nosniff` and `no-store`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_too_long_or_malformed_get_json_errors_too() {
+    let s = Server::start();
+    let get =
+        |target: &str, extra: &str| format!("GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n").into_bytes();
+    let long = |n: usize| format!("/api/channels?x={}", "a".repeat(n));
+    let many_headers: String = (0..120).map(|i| format!("X-H{i}: v\r\n")).collect();
+    for (what, head, status, code) in [
+        ("a 20 KB URL (the guard)", get(&long(20_000), ""), 414, "uri_too_long"),
+        (
+            "a 100 KB URL (actix-http)",
+            get(&long(100_000), ""),
+            414,
+            "uri_too_long",
+        ),
+        ("120 headers", get("/healthz", &many_headers), 431, "too_large"),
+        (
+            "a request line that is not HTTP",
+            b"HELLO\r\n\r\n".to_vec(),
+            400,
+            "invalid_input",
+        ),
+    ] {
+        let (got, headers, body) = on_the_wire(&s, &head);
+        assert_eq!(got, status, "{what}: {headers}\n{body}");
+        assert!(headers.contains("content-type: application/json"), "{what}: {headers}");
+        assert!(headers.contains("x-content-type-options: nosniff"), "{what}: {headers}");
+        assert!(headers.contains("cache-control: no-store"), "{what}: {headers}");
+        assert_eq!(body["code"], code, "{what}: {body}");
+        assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{what}: {body}");
+    }
+    // A URL at the limit is served.
+    let (got, _, _) = on_the_wire(&s, &get(&long(15_000), "Connection: close\r\n"));
+    assert_eq!(got, 200);
+}
