@@ -199,9 +199,7 @@ pub(crate) fn rejected(reason: &'static str) {
     metrics::counter!("crosstalk_rejected_total", "reason" => reason).increment(1);
 }
 
-/// Longest URL (path and query) the relay reads; a longer one is a 414. Far above any URL its
-/// routes need, and above the 8,000 bytes RFC 9110 asks servers to take.
-pub const MAX_URL_BYTES: usize = 16 * 1024;
+pub use crate::error::MAX_URL_BYTES;
 
 /// The middleware.
 pub async fn guard(
