@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// [env: CROSSTALK_MAX_WAITS_PER_PRINCIPAL] [default: 10000]
     #[arg(long, help_heading = "Limits")]
     pub max_waits_per_principal: Option<usize>,
+    /// Longest URL (path and query) read, in bytes; a longer one is refused (414)
+    /// [env: CROSSTALK_MAX_URL_BYTES] [default: 16384]
+    #[arg(long, help_heading = "Limits")]
+    pub max_url_bytes: Option<usize>,
     /// Most MCP sessions one token (or, without tokens, everyone) may hold open, on /mcp and
     /// /cc/mcp together; an `initialize` beyond it is refused (429)
     /// [env: CROSSTALK_MAX_SESSIONS_PER_PRINCIPAL] [default: 1024]
@@ -209,6 +213,8 @@ pub struct Config {
     pub max_waits_per_principal: usize,
     /// Most MCP sessions one principal may hold open.
     pub max_sessions_per_principal: usize,
+    /// Longest URL read, in bytes.
+    pub max_url_bytes: usize,
     /// Most channels the relay holds.
     pub max_channels: usize,
     /// Most bytes of messages' JSON one read answers with.
@@ -459,6 +465,9 @@ impl Config {
             },
             max_waits_per_principal: pick(args.max_waits_per_principal, &["CROSSTALK_MAX_WAITS_PER_PRINCIPAL"])?
                 .unwrap_or(crate::ops::DEFAULT_MAX_HELD)
+                .max(1),
+            max_url_bytes: pick(args.max_url_bytes, &["CROSSTALK_MAX_URL_BYTES"])?
+                .unwrap_or(crate::guard::DEFAULT_MAX_URL_BYTES)
                 .max(1),
             max_sessions_per_principal: pick(
                 args.max_sessions_per_principal,

@@ -65,11 +65,6 @@ impl ResponseError for ApiError {
     }
 }
 
-/// Longest URL (path and query) the relay reads; a longer one is a 414 (the guard's, or
-/// actix-http's for one it cannot hold at all). Far above any URL the routes need, and above
-/// the 8,000 bytes RFC 9110 asks servers to take.
-pub const MAX_URL_BYTES: usize = 16 * 1024;
-
 /// The answer actix-http writes itself to a request no middleware sees (a head it cannot
 /// parse, or too large; set with `actix_http::h1::set_error_answer`, vendor/actix-http): the
 /// same JSON as every other error, and the headers the guard adds to its own refusals.
@@ -82,10 +77,7 @@ pub fn dispatcher_error(
     let (code, message) = match status.as_u16() {
         414 => (
             "uri_too_long",
-            format!(
-                "the URL is longer than {} bytes, the most the relay reads",
-                MAX_URL_BYTES
-            ),
+            "the URL is longer than 65,534 bytes, the most the HTTP layer holds".to_owned(),
         ),
         431 => (
             "too_large",

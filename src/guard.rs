@@ -48,6 +48,8 @@ pub struct Policy {
     pub rate: f64,
     /// Failed authentications per second each client address may make (0: unlimited).
     pub auth_failure_rate: f64,
+    /// Longest URL (path and query) read, in bytes.
+    pub max_url: usize,
 }
 
 /// Default of `--rate-limit`: far above what agents and people do, low enough that one
@@ -199,7 +201,9 @@ pub(crate) fn rejected(reason: &'static str) {
     metrics::counter!("crosstalk_rejected_total", "reason" => reason).increment(1);
 }
 
-pub use crate::error::MAX_URL_BYTES;
+/// Default of `--max-url-bytes`: far above any URL the routes need, and above the 8,000 bytes
+/// RFC 9110 asks servers to take.
+pub const DEFAULT_MAX_URL_BYTES: usize = 16 * 1024;
 
 /// The middleware.
 pub async fn guard(
@@ -207,20 +211,6 @@ pub async fn guard(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     compact_headers(req.headers_mut());
-    // A URL longer than any the relay's routes need: refused before anything reads it (a
-    // parked long-poll would hold it for minutes). Longer than actix-http's own limit never
-    // gets here: vendor/actix-http answers those with the same JSON 414.
-    let url_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
-    if url_len > MAX_URL_BYTES {
-        return Ok(refuse(
-            req,
-            "uri_too_long",
-            StatusCode::URI_TOO_LONG,
-            "uri_too_long",
-            format!("the URL is {url_len} bytes; the relay reads at most {MAX_URL_BYTES}"),
-        )
-        .map_into_right_body());
-    }
     // The assembler always sets the policy; without one, loopback only.
     let policy = req.app_data::<web::Data<Policy>>().cloned().unwrap_or_else(|| {
         web::Data::new(Policy {
@@ -229,8 +219,24 @@ pub async fn guard(
             max_body: 1 << 20,
             rate: DEFAULT_RATE as f64,
             auth_failure_rate: DEFAULT_AUTH_FAILURE_RATE as f64,
+            max_url: DEFAULT_MAX_URL_BYTES,
         })
     });
+    // A URL longer than any the relay's routes need: refused before anything reads it (a
+    // parked long-poll would hold it for minutes). Longer than actix-http's own limit never
+    // gets here: vendor/actix-http answers those with the same JSON 414.
+    let url_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    let max_url = policy.max_url;
+    if url_len > max_url {
+        return Ok(refuse(
+            req,
+            "uri_too_long",
+            StatusCode::URI_TOO_LONG,
+            "uri_too_long",
+            format!("the URL is {url_len} bytes; the relay reads at most {max_url} (--max-url-bytes)"),
+        )
+        .map_into_right_body());
+    }
     let host = req
         .headers()
         .get(header::HOST)

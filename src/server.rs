@@ -287,6 +287,7 @@ pub async fn serve(
         max_body,
         rate: config.rate_limit as f64,
         auth_failure_rate: config.auth_failure_rate as f64,
+        max_url: config.max_url_bytes,
     });
     let limiter = web::Data::new(guard::RateLimiter::default());
     let owners = web::Data::from(owners);

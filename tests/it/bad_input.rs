@@ -242,7 +242,11 @@ async fn heads_too_long_or_malformed_get_json_errors_too() {
         assert_eq!(body["code"], code, "{what}: {body}");
         assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{what}: {body}");
     }
-    // A URL at the limit is served.
+    // A URL at the limit is served; the limit is --max-url-bytes.
     let (got, _, _) = on_the_wire(&s, &get(&long(15_000), "Connection: close\r\n"));
     assert_eq!(got, 200);
+    let s = Server::start_with(&["--max-url-bytes", "1000"]);
+    let (got, _, body) = on_the_wire(&s, &get(&long(2_000), ""));
+    assert_eq!((got, body["code"].as_str()), (414, Some("uri_too_long")), "{body}");
+    assert!(body["error"].as_str().unwrap().contains("--max-url-bytes"), "{body}");
 }
