@@ -21,7 +21,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the relay (the default when no command is given).
+    /// Run the relay (bare `crosstalk` prints this help instead).
     Serve(Box<ServeArgs>),
     /// An MCP server on stdin/stdout backed by a relay (local mode with none named).
     Mcp(Box<crate::bridge::McpArgs>),
