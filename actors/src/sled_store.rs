@@ -186,7 +186,7 @@ impl SledStore {
     }
 
     /// The open database, for one operation.
-    fn db(&self) -> Result<Arc<Handles>, StoreError> {
+    fn handles(&self) -> Result<Arc<Handles>, StoreError> {
         self.open
             .read()
             .clone()
@@ -207,7 +207,7 @@ impl SledStore {
     /// a damaged record.
     #[doc(hidden)]
     pub fn put_raw_event(&self, channel: &ChannelName, id: u64, bytes: &[u8]) -> Result<(), StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         h.log.insert(event_key(channel, id), bytes).map_err(io)?;
         Ok(())
     }
@@ -215,7 +215,7 @@ impl SledStore {
 
 impl EventStore for SledStore {
     fn append(&self, b: Append<'_>) -> Result<Undo, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut batch = sled::Batch::default();
         let mut undo = Vec::new();
         // Keys that may exist already: their undo restores what they held.
@@ -260,7 +260,7 @@ impl EventStore for SledStore {
     }
 
     fn write_aux(&self, space: Space, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<Undo, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut batch = sled::Batch::default();
         let mut undo = Vec::with_capacity(writes.len());
         for (k, v) in writes {
@@ -277,7 +277,7 @@ impl EventStore for SledStore {
     }
 
     fn undo(&self, undo: Undo) -> Result<(), StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut batch = sled::Batch::default();
         // Newest write first, so a key written twice ends with its oldest value.
         for (key, before) in undo.0.into_iter().rev() {
@@ -290,12 +290,12 @@ impl EventStore for SledStore {
     }
 
     fn read_one(&self, channel: &ChannelName, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         Ok(h.log.get(event_key(channel, id)).map_err(io)?.map(|v| v.to_vec()))
     }
 
     fn state(&self, channel: &ChannelName) -> Result<ChannelState, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut key = meta_key(channel);
         key[0] = b's';
         match h.log.get(key).map_err(io)? {
@@ -305,7 +305,7 @@ impl EventStore for SledStore {
     }
 
     fn overlays(&self, channel: &ChannelName) -> Result<Vec<(u64, Overlay)>, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut out = Vec::new();
         for item in h.log.scan_prefix(channel_prefix(b'o', channel)) {
             let (key, value) = item.map_err(io)?;
@@ -317,7 +317,7 @@ impl EventStore for SledStore {
     }
 
     fn replies(&self, channel: &ChannelName, parent: u64, limit: usize) -> Result<Vec<u64>, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut out = Vec::new();
         for item in h.log.scan_prefix(channel_id_key(b'p', channel, parent)).take(limit) {
             let (key, _) = item.map_err(io)?;
@@ -327,7 +327,7 @@ impl EventStore for SledStore {
     }
 
     fn idempotent(&self, channel: &ChannelName, idem: &str) -> Result<Option<u64>, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut key = channel_prefix(b'k', channel);
         key.extend_from_slice(idem.as_bytes());
         match h.log.get(key).map_err(io)? {
@@ -337,7 +337,7 @@ impl EventStore for SledStore {
     }
 
     fn compact(&self, channel: &ChannelName, upto: u64, max: usize, meta: &ChannelMeta) -> Result<usize, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut batch = sled::Batch::default();
         let mut removed = 0usize;
         let mut messages = 0u64;
@@ -360,7 +360,7 @@ impl EventStore for SledStore {
     }
 
     fn put_aux(&self, space: Space, key: &[u8], value: Option<&[u8]>) -> Result<(), StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let key = aux_key(space, key);
         match value {
             Some(v) => h.log.insert(key, v).map(drop).map_err(io),
@@ -369,7 +369,7 @@ impl EventStore for SledStore {
     }
 
     fn put_aux_batch(&self, space: Space, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut batch = sled::Batch::default();
         for (k, v) in entries {
             batch.insert(aux_key(space, k), v.as_slice());
@@ -378,12 +378,12 @@ impl EventStore for SledStore {
     }
 
     fn get_aux(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         Ok(h.log.get(aux_key(space, key)).map_err(io)?.map(|v| v.to_vec()))
     }
 
     fn scan_aux(&self, space: Space, prefix: &[u8], limit: usize) -> Result<AuxEntries, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let full = aux_key(space, prefix);
         let strip = full.len() - prefix.len();
         aux_entries(h.log.scan_prefix(&full), strip, limit)
@@ -396,7 +396,7 @@ impl EventStore for SledStore {
         before: Option<&[u8]>,
         limit: usize,
     ) -> Result<AuxEntries, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let full = aux_key(space, prefix);
         let strip = full.len() - prefix.len();
         match before {
@@ -410,7 +410,7 @@ impl EventStore for SledStore {
     }
 
     fn read(&self, channel: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         if after >= upto || limit == 0 {
             return Ok(Vec::new());
         }
@@ -427,7 +427,7 @@ impl EventStore for SledStore {
     }
 
     fn read_back(&self, channel: &ChannelName, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut out = Vec::with_capacity(limit.min(256));
         for item in h
             .log
@@ -442,7 +442,7 @@ impl EventStore for SledStore {
     }
 
     fn meta(&self, channel: &ChannelName) -> Result<Option<ChannelMeta>, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         match h.log.get(meta_key(channel)).map_err(io)? {
             None => Ok(None),
             Some(bytes) => ChannelMeta::decode(&bytes)
@@ -452,7 +452,7 @@ impl EventStore for SledStore {
     }
 
     fn channels(&self) -> Result<Vec<(ChannelName, ChannelMeta)>, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut out = Vec::new();
         for item in h.log.scan_prefix(b"c") {
             let (key, value) = item.map_err(io)?;
@@ -468,7 +468,7 @@ impl EventStore for SledStore {
     }
 
     fn id_floor(&self) -> Result<u64, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         match h.log.get(ID_FLOOR_KEY).map_err(io)? {
             None => Ok(0),
             Some(bytes) => codec::decode(&bytes).map_err(|e| StoreError::Corrupt(format!("id floor: {e}"))),
@@ -476,7 +476,7 @@ impl EventStore for SledStore {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         // Everything appended before the flush starts is durable when it returns.
         let appended = self.appended.load(Ordering::Acquire);
         h.db.flush().map_err(io)?;
@@ -487,7 +487,7 @@ impl EventStore for SledStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let appended = self.appended.load(Ordering::Acquire);
         h.db.flush().map_err(io)?;
         h.log_file
@@ -500,7 +500,7 @@ impl EventStore for SledStore {
     }
 
     fn size_on_disk(&self) -> Option<u64> {
-        self.db().ok()?.db.size_on_disk().ok()
+        self.handles().ok()?.db.size_on_disk().ok()
     }
 
     /// sled keeps the first I/O error of a write (a full disk's) and fails every later flush
@@ -547,7 +547,7 @@ impl EventStore for SledStore {
     }
 
     fn repair(&self) -> Result<RepairReport, StoreError> {
-        let h = self.db()?;
+        let h = self.handles()?;
         let mut report = RepairReport::default();
         for (channel, mut meta) in self.channels()? {
             let prefix = {
@@ -722,7 +722,7 @@ mod tests {
             store.flush().unwrap();
             // The tail is lost after it was made durable (simulated: the summary and
             // record 2 disappear, as if the store's file had been cut).
-            let h = store.db().unwrap();
+            let h = store.handles().unwrap();
             h.log.remove(event_key(&a, 2)).unwrap();
             h.log.insert(meta_key(&a), codec::encode(&meta(1, 1))).unwrap();
             h.db.flush().unwrap();

@@ -190,9 +190,16 @@ impl Drop for Reserved {
     }
 }
 
-/// Whether a POST's body is, or may be, an `initialize` request: a body that does not parse
-/// (a batch, duplicate keys) counts, so nothing slips past.
+/// Whether a POST is, or may be, an `initialize` request. A request that names its method in
+/// `Mcp-Method` (every 2026-07-28 request) is taken at its word, since rmcp refuses an
+/// `initialize` whose header says otherwise: a stateless client's every request is not
+/// parsed twice. Otherwise the body is read: one that does not parse (a batch, duplicate
+/// keys) counts, so nothing slips past.
 fn may_initialize(req: &ServiceRequest) -> bool {
+    let mut named = req.headers().get_all("mcp-method").peekable();
+    if named.peek().is_some() {
+        return named.any(|v| v.to_str().is_ok_and(|m| m.trim().eq_ignore_ascii_case("initialize")));
+    }
     #[derive(serde::Deserialize)]
     struct Probe {
         method: Option<String>,

@@ -597,6 +597,28 @@ async fn mcp_sessions_are_bounded_per_principal() {
             "{body}"
         );
     }
+    // A 2026-07-28 request names its method in a header: it is counted by that.
+    let r = alice
+        .post(s.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-method", "initialize")
+        .json(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LEGACY, "capabilities": {},
+            "clientInfo": {"name": "crosstalk-tests", "version": "0"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429, "an initialize named in Mcp-Method beyond the cap");
+    // A request that names another method is not an initialize, and is not held up.
+    let r = alice
+        .post(s.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-method", "tools/list")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(r.status(), 429, "a request that is not an initialize is not counted");
     // Another principal is not held up by alice's sessions.
     let bob = client_with_token("tok-b");
     let (status, _, _) = initialize(&s, &bob, "/mcp").await;
