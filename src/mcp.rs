@@ -184,7 +184,13 @@ fn session(context: &RequestContext<RoleServer>) -> Option<String> {
 
 /// Who the request's token is: the auth middleware's verdict, carried through rmcp.
 fn principal(context: &RequestContext<RoleServer>) -> Principal {
-    rmcp_actix_web::transport::on_request_extensions(&context.extensions)
+    principal_in(&context.extensions)
+}
+
+/// The auth middleware's verdict among a request's extensions (the transport's request hook
+/// puts it there), `Anyone` without one.
+pub(crate) fn principal_in(extensions: &rmcp::model::Extensions) -> Principal {
+    rmcp_actix_web::transport::on_request_extensions(extensions)
         .and_then(|e| e.get::<Principal>())
         .cloned()
         .unwrap_or(Principal::Anyone)

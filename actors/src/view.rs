@@ -35,6 +35,8 @@ pub struct Scan {
     pub scanned: u64,
     /// The byte budget ended the read before `limit` (more may follow at once).
     pub full: bool,
+    /// Bytes of the messages' JSON found.
+    pub bytes: usize,
 }
 
 /// Most events read from the store at once by a read that may stop early.
@@ -46,6 +48,8 @@ struct Budget {
     found: Vec<Arc<Posted>>,
     limit: usize,
     bytes_left: usize,
+    /// Bytes taken so far.
+    bytes: usize,
     /// The byte budget turned a message away.
     full: bool,
 }
@@ -56,6 +60,7 @@ impl Budget {
             found: Vec::new(),
             limit,
             bytes_left: max_bytes,
+            bytes: 0,
             full: false,
         }
     }
@@ -71,6 +76,7 @@ impl Budget {
             return false;
         }
         self.bytes_left = self.bytes_left.saturating_sub(size);
+        self.bytes += size;
         self.found.push(p);
         true
     }
@@ -382,6 +388,7 @@ impl ChannelView {
         }
         Ok(Scan {
             full: out.full,
+            bytes: out.bytes,
             found: out.found,
             scanned: cursor,
         })

@@ -167,13 +167,10 @@ impl SessionManager for DisconnectAware {
 
 /// Who sent an `initialize`: the guard's principal, carried by the transport's request hook.
 fn opener(message: &ClientJsonRpcMessage) -> Principal {
-    let ClientJsonRpcMessage::Request(r) = message else {
-        return Principal::Anyone;
-    };
-    rmcp_actix_web::transport::on_request_extensions(r.request.extensions())
-        .and_then(|e| e.get::<Principal>())
-        .cloned()
-        .unwrap_or(Principal::Anyone)
+    match message {
+        ClientJsonRpcMessage::Request(r) => super::principal_in(r.request.extensions()),
+        _ => Principal::Anyone,
+    }
 }
 
 /// A request's response stream that notices being dropped before its answer was sent.

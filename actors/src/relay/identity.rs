@@ -87,8 +87,11 @@ impl Relay {
                 let room = limit - out.len() - own.len();
                 let (batch, scanned) = match view.read_scanned(read_from, room, bytes_left) {
                     Ok(scan) => {
-                        let bytes: usize = scan.found.iter().map(|p| p.json().len()).sum();
-                        bytes_left = if scan.full { 0 } else { bytes_left.saturating_sub(bytes) };
+                        bytes_left = if scan.full {
+                            0
+                        } else {
+                            bytes_left.saturating_sub(scan.bytes)
+                        };
                         (scan.found, scan.scanned)
                     }
                     Err(e) => {

@@ -130,7 +130,9 @@ impl Relay {
         let mut cursor = opts.since_id;
         let mut woken = false;
         loop {
-            let Scan { found, scanned, full } = view.read_scanned(cursor, opts.limit, self.inner.max_answer_bytes)?;
+            let Scan {
+                found, scanned, full, ..
+            } = view.read_scanned(cursor, opts.limit, self.inner.max_answer_bytes)?;
             cursor = scanned;
             let found: Vec<_> = found
                 .into_iter()
