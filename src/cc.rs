@@ -12,7 +12,7 @@
 use crate::http::routes::{mount, resource, route, Endpoint, Face};
 use crate::http::{caller, CC_HEALTH_PATH};
 use crate::ops::cross_claude as ops;
-use crate::ops::{channels, identity, shared, Caller};
+use crate::ops::Caller;
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpRequest};
 use serde_json::{json, Map, Value};
@@ -49,14 +49,14 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
         cc::<ops::SendMessage>(M::POST, "/cc/api/messages", "sendMessage"),
         cc::<ops::GetReplies>(M::GET, "/cc/api/messages/{channel}/{message_id}/replies", "getReplies"),
         cc::<ops::Register>(M::POST, "/cc/api/register", "register"),
-        cc::<identity::ListInstances>(M::GET, "/cc/api/instances", "listInstances"),
+        cc::<ops::ListInstances>(M::GET, "/cc/api/instances", "listInstances"),
         cc::<ops::CreateChannel>(M::POST, "/cc/api/channels", "createChannel"),
-        cc::<channels::ListChannels>(M::GET, "/cc/api/channels", "listChannels"),
+        cc::<ops::ListChannels>(M::GET, "/cc/api/channels", "listChannels"),
         cc::<ops::FindChannelByQ>(M::GET, "/cc/api/channels/search", "findChannel"),
         cc::<ops::SearchByQ>(M::GET, "/cc/api/search", "searchMessages"),
-        cc::<shared::Share>(M::POST, "/cc/api/data", "shareData"),
-        cc::<shared::ListData>(M::GET, "/cc/api/data", "listSharedData"),
-        cc::<shared::GetData>(M::GET, "/cc/api/data/{key}", "getSharedData"),
+        cc::<ops::ShareData>(M::POST, "/cc/api/data", "shareData"),
+        cc::<ops::ListSharedData>(M::GET, "/cc/api/data", "listSharedData"),
+        cc::<ops::GetSharedData>(M::GET, "/cc/api/data/{key}", "getSharedData"),
     ]
 });
 

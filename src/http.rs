@@ -127,6 +127,7 @@ pub fn caller(req: &HttpRequest, session_override: Option<String>) -> Caller {
             .map(|s| principal.session(&s)),
         principal,
         bound: None,
+        bound_only: true,
         policy: policy.0,
     }
 }

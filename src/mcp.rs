@@ -150,6 +150,7 @@ impl CrosstalkMcp {
             principal: principal(context),
             session: session(context),
             bound: self.bound.lock().clone(),
+            bound_only: self.face == Face::Crosstalk,
             policy: tools::policy(self.wait_cap),
         }
     }

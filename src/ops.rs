@@ -151,6 +151,8 @@ pub struct Ctx {
     held: Arc<parking_lot::Mutex<std::collections::HashMap<String, usize>>>,
     /// Most waits and streams one principal may hold open at once.
     pub max_held: usize,
+    /// cross-claude's `general` channel is known to exist (`cross_claude::ensure_general`).
+    pub cc_general: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Default of `--max-waits-per-principal`: enough for a large fleet behind one token.
@@ -166,6 +168,7 @@ impl Ctx {
             mcp_initializing: Default::default(),
             held: Default::default(),
             max_held: DEFAULT_MAX_HELD,
+            cc_general: Default::default(),
         }
     }
 
@@ -288,6 +291,10 @@ pub struct Caller {
     pub session: Option<String>,
     /// The identity this MCP session registered as: it keeps it.
     pub bound: Option<String>,
+    /// The session may act only as `bound` once registered (crosstalk's faces). cross-claude
+    /// lets one session register several names and speak as any of them: there `bound` is
+    /// only the default identity. Other sessions' live identities stay refused either way.
+    pub bound_only: bool,
     pub policy: FacePolicy,
 }
 
@@ -318,7 +325,7 @@ impl Caller {
                 )));
             }
         }
-        if let Some(b) = self.bound.as_ref().filter(|b| *b != who) {
+        if let Some(b) = self.bound.as_ref().filter(|b| self.bound_only && *b != who) {
             return Err(OpError::forbidden(format!(
                 "this session is registered as {b:?}; it cannot act as {who:?}"
             )));
@@ -521,6 +528,7 @@ mod tests {
             principal: Principal::Anyone,
             session: None,
             bound: None,
+            bound_only: true,
             policy: FacePolicy {
                 default_limit: 100,
                 wait_cap: Duration::from_secs(60),

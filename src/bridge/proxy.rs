@@ -363,8 +363,9 @@ struct Bridge {
     live: Arc<Live>,
     /// The relay session the identity was last claimed in.
     claimed_in: Mutex<Option<(u64, u64)>>,
-    /// The agent's last successful `register`, to claim the identity again in a new session.
-    registered: Mutex<Option<CallToolRequestParams>>,
+    /// The agent's successful `register`s, one per name (on the cross-claude face a session
+    /// may hold several), the latest last: to claim them again in a new session.
+    registered: Mutex<Vec<CallToolRequestParams>>,
 }
 
 impl Bridge {
@@ -377,13 +378,15 @@ impl Bridge {
         if self.claimed_in.lock().replace(now) == Some(now) {
             return;
         }
-        let Some(register) = self.registered.lock().clone() else {
-            return;
-        };
-        match session.peer.call_tool(register).await {
-            Ok(r) if r.is_error != Some(true) => tracing::info!("registered again in the relay's new session"),
-            Ok(r) => tracing::warn!(answer = ?r.content, "registering again in the relay's new session was refused"),
-            Err(e) => tracing::warn!(error = %e, "registering again in the relay's new session failed"),
+        let registered = self.registered.lock().clone();
+        for register in registered {
+            match session.peer.call_tool(register).await {
+                Ok(r) if r.is_error != Some(true) => tracing::info!("registered again in the relay's new session"),
+                Ok(r) => {
+                    tracing::warn!(answer = ?r.content, "registering again in the relay's new session was refused")
+                }
+                Err(e) => tracing::warn!(error = %e, "registering again in the relay's new session failed"),
+            }
         }
     }
 
@@ -558,7 +561,17 @@ impl ServerHandler for Bridge {
                         self.live.set_identity(who);
                     }
                     *self.claimed_in.lock() = Some(session.epoch());
-                    *self.registered.lock() = Some(request);
+                    let name = |r: &CallToolRequestParams| {
+                        r.arguments
+                            .as_ref()
+                            .and_then(|a| a.get("instance_id"))
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                    };
+                    let mut registered = self.registered.lock();
+                    let this = name(&request);
+                    registered.retain(|r| name(r) != this);
+                    registered.push(request);
                 }
                 Ok(CallToolResponse::from(result))
             }
@@ -635,7 +648,7 @@ pub async fn serve(link: Arc<Link>, live: Arc<Live>) -> Result<(), Failure> {
         link: link.clone(),
         live,
         claimed_in: Mutex::new(None),
-        registered: Mutex::new(None),
+        registered: Mutex::new(Vec::new()),
     };
     let server = bridge
         .serve(rmcp::transport::stdio())

@@ -75,6 +75,7 @@ impl Cx {
             principal: self.principal.clone(),
             session: self.session.clone(),
             bound: self.bound.lock().clone(),
+            bound_only: self.face == Face::Crosstalk,
             policy: policy(self.wait_cap),
         }
     }
@@ -291,13 +292,13 @@ static CC_ROUTES: LazyLock<Vec<Route>> = LazyLock::new(|| {
         tool::<cc::WaitForReply>(),
         tool::<cc::GetReplies>(),
         tool::<cc::CreateChannel>(),
-        tool::<channels::ListChannels>(),
-        tool::<channels::FindChannel>(),
-        tool::<identity::ListInstances>(),
+        tool::<cc::ListChannels>(),
+        tool::<cc::FindChannel>(),
+        tool::<cc::ListInstances>(),
         tool::<cc::SearchMessages>(),
-        tool::<shared::Share>(),
-        tool::<shared::GetData>(),
-        tool::<shared::ListData>(),
+        tool::<cc::ShareData>(),
+        tool::<cc::GetSharedData>(),
+        tool::<cc::ListSharedData>(),
         tool::<cc::Subscribe>(),
         tool::<cc::Unsubscribe>(),
     ]

@@ -6,21 +6,96 @@
 //! Everything else is the operation it calls: who may post, what a wait returns, how ids
 //! are ordered.
 
-use super::channels::{self, CreateRequest, FindRequest, FoundChannels, SearchRequest};
+use super::channels::{self, NoArgs, SearchRequest};
 use super::identity::{self, InboxRequest, RegisterRequest};
-use super::messages::{self, MessageRef, PostRequest, RoleArg, WaitRequest};
+use super::messages::{self, PostRequest, RoleArg, WaitRequest};
 use super::{Caller, Ctx, Limit, OpError, Operation};
-use crosstalk_actors::{ChannelInfo, Posted, WaitOutcome};
+use crosstalk_actors::{InstanceView, Posted, SharedSummary, WaitOutcome};
 use crosstalk_schema::{ChannelName, InstanceId, InstanceKind, NewMessage};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// The channel cross-claude uses when none is named.
+/// The channel cross-claude uses when none is named, and which exists from the start.
 pub const DEFAULT_CHANNEL: &str = "general";
+/// `general`'s description where the relay creates it.
+pub const DEFAULT_CHANNEL_DESCRIPTION: &str = "Default channel for cross-instance communication";
+/// cross-claude's message types; it refuses any other.
+pub const MESSAGE_TYPES: [&str; 6] = ["message", "request", "response", "status", "handoff", "done"];
+/// Channels whose recent senders `list_channels` names (`active_senders`); the rest say null,
+/// so a listing of many channels does not open every one of them.
+pub const SENDERS_OF_CHANNELS: usize = 200;
+/// Messages per channel whose senders `active_senders` names.
+pub const SENDERS_OF_MESSAGES: usize = 100;
 
-fn general() -> ChannelName {
-    ChannelName::parse(DEFAULT_CHANNEL).expect("the default channel's name is valid")
+/// A channel name as cross-claude takes it: a name crosstalk accepts is kept as it is (so a
+/// channel made on `/api` is reachable from `/cc`); any other is normalized as cross-claude
+/// does — lowercase, spaces and underscores become hyphens, other characters are dropped —
+/// and refused if nothing is left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CcChannel(pub ChannelName);
+
+impl CcChannel {
+    pub fn parse(raw: &str) -> Result<CcChannel, OpError> {
+        if let Ok(name) = ChannelName::parse(raw) {
+            return Ok(CcChannel(name));
+        }
+        let mut out = String::new();
+        for c in raw.trim().to_lowercase().chars() {
+            let c = if c.is_whitespace() || c == '_' { '-' } else { c };
+            if (c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') && !(c == '-' && out.ends_with('-')) {
+                out.push(c);
+            }
+        }
+        let out = out.trim_matches('-');
+        ChannelName::parse(out).map(CcChannel).map_err(|_| {
+            OpError::invalid(format!(
+                "Invalid channel name {:?}. Use lowercase letters, numbers, and hyphens.",
+                raw.chars().take(80).collect::<String>()
+            ))
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for CcChannel {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        CcChannel::parse(&raw).map_err(|e| serde::de::Error::custom(e.message))
+    }
+}
+
+impl JsonSchema for CcChannel {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "CcChannel".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "string", "minLength": 1 })
+    }
+}
+
+fn general() -> CcChannel {
+    CcChannel(ChannelName::parse(DEFAULT_CHANNEL).expect("the default channel's name is valid"))
+}
+
+/// Makes `general` exist, as it does on a fresh cross-claude server: once per process, the
+/// first time the cross-claude face is used (crosstalk's own faces do not see it until then).
+pub async fn ensure_general(cx: &Ctx) -> Result<(), OpError> {
+    if cx.cc_general.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let name = general().0;
+    if cx.relay.channel_last_id(&name)? == 0 {
+        cx.relay.create_channel(&name, DEFAULT_CHANNEL_DESCRIPTION).await?;
+    }
+    cx.cc_general.store(true, Ordering::Release);
+    Ok(())
 }
 
 /// A message in cross-claude's field names (plus crosstalk's reply count and status).
@@ -107,6 +182,7 @@ impl Operation for Register {
     type Response = CcRegistered;
 
     async fn run(cx: &Ctx, caller: Caller, r: CcRegisterRequest) -> Result<CcRegistered, OpError> {
+        ensure_general(cx).await?;
         let done = identity::Register::run(
             cx,
             caller,
@@ -131,7 +207,7 @@ impl Operation for Register {
 pub struct SendRequest {
     /// Channel (default general; created on first message).
     #[serde(default = "general")]
-    pub channel: ChannelName,
+    pub channel: CcChannel,
     /// Your instance_id (default: the one you registered).
     #[serde(default)]
     pub sender: String,
@@ -148,6 +224,9 @@ pub struct Sent {
     pub id: u64,
     pub channel: String,
     pub message_type: String,
+    /// Who it was sent as (for the tool's text; cross-claude's REST answer leaves it out).
+    #[serde(skip)]
+    pub sender: String,
 }
 
 pub struct SendMessage;
@@ -161,11 +240,18 @@ impl Operation for SendMessage {
     type Response = Sent;
 
     async fn run(cx: &Ctx, caller: Caller, r: SendRequest) -> Result<Sent, OpError> {
+        if let Some(t) = r.message_type.as_deref().filter(|t| !MESSAGE_TYPES.contains(t)) {
+            return Err(OpError::invalid(format!(
+                "message_type must be one of: {} (got {:?})",
+                MESSAGE_TYPES.join(", "),
+                t.chars().take(40).collect::<String>()
+            )));
+        }
         let posted = messages::Post::run(
             cx,
             caller,
             PostRequest {
-                channel: r.channel,
+                channel: r.channel.0,
                 message: NewMessage {
                     sender: r.sender,
                     kind: r.message_type,
@@ -182,6 +268,7 @@ impl Operation for SendMessage {
             id: m.id,
             channel: m.channel.clone(),
             message_type: m.kind.clone(),
+            sender: m.sender.clone(),
         })
     }
 }
@@ -191,10 +278,11 @@ impl Operation for SendMessage {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct MessagesRequest {
     #[serde(default = "general")]
-    pub channel: ChannelName,
+    pub channel: CcChannel,
     /// Messages with id > after_id, oldest first; without it, the newest `limit`.
     pub after_id: Option<u64>,
-    /// Your instance_id: your read position moves on.
+    /// Your instance_id: with after_id, your own messages are left out; your read position
+    /// moves on.
     pub instance_id: Option<String>,
     pub limit: Option<Limit>,
 }
@@ -202,8 +290,53 @@ pub struct MessagesRequest {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct CcPage {
     pub messages: Vec<CcMessage>,
-    /// The largest id returned (pass it as after_id next time); 0 when there is none.
-    pub last_id: u64,
+    /// The id of the last message returned (pass it as after_id next time); null when none.
+    pub last_id: Option<u64>,
+    /// The channel read, for the tool's text.
+    #[serde(skip)]
+    pub channel: Option<String>,
+    /// It was a read of what is new (after an id), for the tool's text.
+    #[serde(skip)]
+    pub since: bool,
+}
+
+impl CcPage {
+    fn new(messages: &[Arc<Posted>], channel: Option<&ChannelName>, since: bool) -> CcPage {
+        CcPage {
+            last_id: messages.last().map(|p| p.id()),
+            messages: cc(messages),
+            channel: channel.map(ToString::to_string),
+            since,
+        }
+    }
+}
+
+/// Messages with id > `after`, oldest first, up to `limit` of them — without `skip`'s own
+/// when it is named (cross-claude's unread read). The reader's cursor moves past what was
+/// looked at, its own messages included; at most 16 pages are looked at.
+async fn unread(
+    cx: &Ctx,
+    name: &ChannelName,
+    after: u64,
+    limit: usize,
+    reader: Option<&str>,
+    skip: Option<&str>,
+) -> Result<Vec<Arc<Posted>>, OpError> {
+    let mut out = Vec::new();
+    let mut after = after;
+    for _ in 0..16 {
+        let want = limit - out.len();
+        let page = cx.relay.read(name, after, want, reader).await?;
+        let n = page.len();
+        if let Some(last) = page.last() {
+            after = last.id();
+        }
+        out.extend(page.into_iter().filter(|p| Some(p.message.sender.as_str()) != skip));
+        if n < want || out.len() >= limit {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 pub struct GetMessages;
@@ -216,25 +349,27 @@ impl Operation for GetMessages {
     type Response = CcPage;
 
     async fn run(cx: &Ctx, caller: Caller, r: MessagesRequest) -> Result<CcPage, OpError> {
-        let name = r.channel;
+        ensure_general(cx).await?;
+        let name = r.channel.0;
         let limit = caller.limit(r.limit);
         let reader = caller.reader(cx, r.instance_id.as_deref())?;
         let found = match r.after_id {
-            Some(after) => cx.relay.read(&name, after, limit, reader.as_deref()).await?,
+            // As cross-claude: a reader named with after_id does not get its own messages.
+            Some(after) => {
+                let skip = r.instance_id.as_deref().and(reader.as_deref());
+                unread(cx, &name, after, limit, reader.as_deref(), skip).await?
+            }
             None => cx.relay.newest(&name, limit, reader.as_deref()).await?,
         };
-        Ok(CcPage {
-            last_id: found.last().map_or(r.after_id.unwrap_or(0), |p| p.id()),
-            messages: cc(&found),
-        })
+        Ok(CcPage::new(&found, Some(&name), r.after_id.is_some()))
     }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CheckRequest {
     /// A channel; without one, what is new for you on every channel you joined.
-    pub channel: Option<ChannelName>,
-    /// Your instance_id (default: the one you registered).
+    pub channel: Option<CcChannel>,
+    /// Your instance_id (default: the one you registered); your own messages are left out.
     pub instance_id: Option<String>,
     /// Messages with id > after_id; without it, those you have not read yet.
     pub after_id: Option<u64>,
@@ -252,6 +387,7 @@ impl Operation for CheckMessages {
     type Response = CcPage;
 
     async fn run(cx: &Ctx, caller: Caller, r: CheckRequest) -> Result<CcPage, OpError> {
+        ensure_general(cx).await?;
         let Some(ch) = r.channel else {
             let inbox = identity::Inbox::run(
                 cx,
@@ -262,21 +398,15 @@ impl Operation for CheckMessages {
                 },
             )
             .await?;
-            return Ok(CcPage {
-                last_id: inbox.messages.iter().map(|p| p.id()).max().unwrap_or(0),
-                messages: cc(&inbox.messages),
-            });
+            return Ok(CcPage::new(&inbox.messages, None, true));
         };
-        let name = ch;
+        let name = ch.0;
         let limit = caller.limit(r.limit);
         let reader = caller.reader(cx, r.instance_id.as_deref())?;
         // Anonymous: from the start.
         let after = start(cx, &name, r.after_id, reader.as_deref(), || Ok(0)).await?;
-        let found = cx.relay.read(&name, after, limit, reader.as_deref()).await?;
-        Ok(CcPage {
-            last_id: found.last().map_or(after, |p| p.id()),
-            messages: cc(&found),
-        })
+        let found = unread(cx, &name, after, limit, reader.as_deref(), reader.as_deref()).await?;
+        Ok(CcPage::new(&found, Some(&name), true))
     }
 }
 
@@ -285,10 +415,11 @@ impl Operation for CheckMessages {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct WaitForReplyRequest {
     #[serde(default = "general")]
-    pub channel: ChannelName,
+    pub channel: CcChannel,
     /// Your instance_id (default: the one you registered); your own messages do not wake you.
     pub instance_id: Option<String>,
-    /// Wait for messages with id > after_id (default: what you have not read yet).
+    /// Wait for messages with id > after_id (default: what you have not read yet). One
+    /// already there is returned at once.
     pub after_id: Option<u64>,
     /// active (default) or parked (a worker that never holds up the conversation).
     #[serde(default)]
@@ -310,6 +441,13 @@ pub struct Reply {
     /// messages, timeout, superseded, speak_first, done, shutting_down.
     pub outcome: WaitOutcome,
     pub hint: &'static str,
+    /// The channel waited on and for how long, for the tool's text.
+    #[serde(skip)]
+    pub channel: String,
+    #[serde(skip)]
+    pub waited_s: u64,
+    #[serde(skip)]
+    pub instance_id: Option<String>,
 }
 
 pub struct WaitForReply;
@@ -323,22 +461,25 @@ impl Operation for WaitForReply {
     type Response = Reply;
 
     async fn run(cx: &Ctx, caller: Caller, r: WaitForReplyRequest) -> Result<Reply, OpError> {
+        ensure_general(cx).await?;
+        let name = r.channel.0;
         let reader = caller.reader(cx, r.instance_id.as_deref())?;
         // Anonymous: from now on.
-        let after = start(cx, &r.channel, r.after_id, reader.as_deref(), || {
-            Ok(cx.relay.channel_last_id(&r.channel)?)
+        let after = start(cx, &name, r.after_id, reader.as_deref(), || {
+            Ok(cx.relay.channel_last_id(&name)?)
         })
         .await?;
+        let started = std::time::Instant::now();
         let waited = messages::Wait::run(
             cx,
             caller,
             WaitRequest {
-                channel: r.channel,
+                channel: name.clone(),
                 since_id: after,
                 limit: None,
                 // The face caps it to what a tool call survives.
                 timeout_s: r.max_wait_minutes.map(|m| m * 60.0).or(Some(f64::MAX)),
-                instance_id: reader,
+                instance_id: reader.clone(),
                 role: r.role,
                 exclude_self: None,
             },
@@ -349,11 +490,24 @@ impl Operation for WaitForReply {
             messages: cc(&waited.messages),
             outcome: waited.outcome,
             hint: waited.hint,
+            channel: name.to_string(),
+            waited_s: started.elapsed().as_secs(),
+            instance_id: reader,
         })
     }
 }
 
 // ---- get_replies
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RepliesRequest {
+    /// The message's channel (optional: ids are unique across channels).
+    pub channel: Option<CcChannel>,
+    #[serde(alias = "id")]
+    pub message_id: u64,
+    /// Page size.
+    pub limit: Option<Limit>,
+}
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Thread {
@@ -361,18 +515,54 @@ pub struct Thread {
     pub replies: Vec<CcMessage>,
 }
 
+/// Channels looked through for a message named by id alone.
+const FIND_MESSAGE_CHANNELS: usize = 1000;
+
 pub struct GetReplies;
 
 impl Operation for GetReplies {
     const NAME: &'static str = "get_replies";
     const DESCRIPTION: &'static str = "A message and its replies, oldest first.";
     const READ_ONLY: bool = true;
-    type Request = MessageRef;
+    type Request = RepliesRequest;
     type Response = Thread;
 
-    async fn run(cx: &Ctx, caller: Caller, r: MessageRef) -> Result<Thread, OpError> {
-        let parent = messages::existing(cx, &r.channel, r.message_id).await?;
-        let replies = messages::Replies::run(cx, caller, r).await?;
+    async fn run(cx: &Ctx, caller: Caller, r: RepliesRequest) -> Result<Thread, OpError> {
+        let id = r.message_id;
+        let parent = match r.channel {
+            Some(ch) => messages::existing(cx, &ch.0, id).await?,
+            None => {
+                // Ids are unique across channels: the channel is one whose ids reach this far.
+                let mut found = None;
+                for c in cx
+                    .relay
+                    .list_channels()?
+                    .iter()
+                    .filter(|c| c.last_id >= id)
+                    .take(FIND_MESSAGE_CHANNELS)
+                {
+                    let Ok(name) = ChannelName::parse(&c.channel) else {
+                        continue;
+                    };
+                    if let Some(p) = cx.relay.message(&name, id).await? {
+                        found = Some(p);
+                        break;
+                    }
+                }
+                found.ok_or_else(|| OpError::not_found(format!("Message #{id} not found")))?
+            }
+        };
+        let channel = ChannelName::parse(&parent.message.channel).map_err(|e| OpError::invalid(e.to_string()))?;
+        let replies = messages::Replies::run(
+            cx,
+            caller,
+            messages::MessageRef {
+                channel,
+                message_id: id,
+                limit: r.limit,
+            },
+        )
+        .await?;
         Ok(Thread {
             parent: CcMessage::from(&parent),
             replies: cc(&replies.messages),
@@ -382,10 +572,118 @@ impl Operation for GetReplies {
 
 // ---- channels
 
+/// A channel as cross-claude lists it, with crosstalk's `last_id` besides.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CcChannelRow {
+    pub name: String,
+    pub description: Option<String>,
+    pub created_at: Option<String>,
+    pub message_count: u64,
+    pub last_message_at: Option<String>,
+    /// Who posted among the channel's newest 100 messages, comma-separated (null beyond the
+    /// 200 most recently active channels).
+    pub active_senders: Option<String>,
+    /// crosstalk: the id of the channel's newest event.
+    pub last_id: u64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CcChannels {
+    pub channels: Vec<CcChannelRow>,
+    /// The query, for find_channel's text.
+    #[serde(skip)]
+    pub query: Option<String>,
+}
+
+/// Channels as cross-claude answers them: most recently active first, then by name.
+async fn rows(cx: &Ctx, query: Option<&str>) -> Result<Vec<CcChannelRow>, OpError> {
+    let needle = query.map(|q| q.trim().to_lowercase());
+    let mut out = Vec::new();
+    for summary in cx.relay.list_channels()? {
+        let Ok(name) = ChannelName::parse(&summary.channel) else {
+            continue;
+        };
+        let description = cx.relay.channel_state(&name)?.description.filter(|d| !d.is_empty());
+        if let Some(n) = &needle {
+            let hit = summary.channel.contains(n.as_str())
+                || description
+                    .as_ref()
+                    .is_some_and(|d| d.to_lowercase().contains(n.as_str()));
+            if !hit {
+                continue;
+            }
+        }
+        let active_senders = if summary.count > 0 && out.len() < SENDERS_OF_CHANNELS {
+            let mut senders: Vec<String> = cx
+                .relay
+                .older(&name, u64::MAX, SENDERS_OF_MESSAGES)
+                .await?
+                .0
+                .iter()
+                .map(|p| p.message.sender.clone())
+                .collect();
+            senders.sort();
+            senders.dedup();
+            Some(senders.join(","))
+        } else {
+            None
+        };
+        out.push(CcChannelRow {
+            name: summary.channel,
+            description,
+            created_at: summary.created_at,
+            message_count: summary.count,
+            last_message_at: summary.last_at.filter(|_| summary.count > 0),
+            active_senders,
+            last_id: summary.last_id,
+        });
+    }
+    // Channels with messages first, newest activity first; the rest by name.
+    out.sort_by(|a, b| {
+        b.last_message_at
+            .is_some()
+            .cmp(&a.last_message_at.is_some())
+            .then_with(|| b.last_id.cmp(&a.last_id).then_with(|| a.name.cmp(&b.name)))
+    });
+    Ok(out)
+}
+
+pub struct ListChannels;
+
+impl Operation for ListChannels {
+    const NAME: &'static str = "list_channels";
+    const DESCRIPTION: &'static str = "Every channel with its message count, last activity and participants. Call \
+        before your first send_message.";
+    const READ_ONLY: bool = true;
+    type Request = NoArgs;
+    type Response = CcChannels;
+
+    async fn run(cx: &Ctx, _: Caller, _: NoArgs) -> Result<CcChannels, OpError> {
+        ensure_general(cx).await?;
+        Ok(CcChannels {
+            channels: rows(cx, None).await?,
+            query: None,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CcCreateRequest {
+    /// Channel name (lowercase, hyphens).
+    #[serde(alias = "channel")]
+    pub name: CcChannel,
+    /// What the channel is for.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Created {
     pub ok: bool,
-    pub channel: ChannelInfo,
+    /// The channel's name, normalized.
+    pub channel: String,
+    #[serde(skip)]
+    pub description: Option<String>,
 }
 
 pub struct CreateChannel;
@@ -394,28 +692,61 @@ impl Operation for CreateChannel {
     const NAME: &'static str = "create_channel";
     const DESCRIPTION: &'static str = "Create a channel (or set its description). Check list_channels first.";
     const READ_ONLY: bool = false;
-    type Request = CreateRequest;
+    type Request = CcCreateRequest;
     type Response = Created;
 
-    async fn run(cx: &Ctx, caller: Caller, r: CreateRequest) -> Result<Created, OpError> {
+    async fn run(cx: &Ctx, caller: Caller, r: CcCreateRequest) -> Result<Created, OpError> {
+        let description = r.description.filter(|d| !d.is_empty());
+        let info = channels::CreateChannel::run(
+            cx,
+            caller,
+            channels::CreateRequest {
+                name: r.name.0,
+                description: description.clone().unwrap_or_default(),
+            },
+        )
+        .await?;
         Ok(Created {
             ok: true,
-            channel: channels::CreateChannel::run(cx, caller, r).await?,
+            channel: info.summary.channel,
+            description,
         })
     }
 }
 
-// `list_channels`, `find_channel`, `list_instances` and the shared-data tools are the
-// operations themselves: their answers are cross-claude's shapes already (`{channels}`,
-// `{instances}`, an entry).
+/// The tools' `query` (and `limit`) for the two searches.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct Query {
+    /// Words to look for (case-insensitive).
+    #[serde(alias = "q")]
+    pub query: String,
+    pub limit: Option<Limit>,
+}
 
 /// REST's `?q=` (and `limit`) for the two searches.
 #[derive(Debug, Deserialize, JsonSchema)]
-pub struct Query {
+pub struct QueryQ {
     /// Words to look for (case-insensitive).
     #[serde(alias = "query")]
     pub q: String,
     pub limit: Option<Limit>,
+}
+
+impl From<QueryQ> for Query {
+    fn from(r: QueryQ) -> Query {
+        Query {
+            query: r.q,
+            limit: r.limit,
+        }
+    }
+}
+
+/// cross-claude's answer to a search without words.
+fn needed(query: &str) -> Result<(), OpError> {
+    if query.trim().is_empty() {
+        return Err(OpError::invalid("q (query) parameter is required"));
+    }
+    Ok(())
 }
 
 pub struct FindChannelByQ;
@@ -424,15 +755,11 @@ impl Operation for FindChannelByQ {
     const NAME: &'static str = "find_channel";
     const DESCRIPTION: &'static str = "Channels whose name or description contains q.";
     const READ_ONLY: bool = true;
-    type Request = Query;
-    type Response = FoundChannels;
+    type Request = QueryQ;
+    type Response = CcChannels;
 
-    async fn run(cx: &Ctx, caller: Caller, r: Query) -> Result<FoundChannels, OpError> {
-        // Every match, as cross-claude answers, unless the caller names a `limit`.
-        let limit = Limit::or(r.limit, usize::MAX);
-        let mut found = channels::FindChannel::run(cx, caller, FindRequest { query: r.q }).await?;
-        found.channels.truncate(limit);
-        Ok(found)
+    async fn run(cx: &Ctx, caller: Caller, r: QueryQ) -> Result<CcChannels, OpError> {
+        FindChannel::run(cx, caller, r.into()).await
     }
 }
 
@@ -440,24 +767,63 @@ pub struct SearchByQ;
 
 impl Operation for SearchByQ {
     const NAME: &'static str = "search_messages";
-    const DESCRIPTION: &'static str = "Messages containing every word of q, newest first.";
+    const DESCRIPTION: &'static str = "Messages containing every word of q, newest first (default 10).";
     const READ_ONLY: bool = true;
-    type Request = Query;
+    type Request = QueryQ;
     type Response = Found;
 
-    async fn run(cx: &Ctx, caller: Caller, r: Query) -> Result<Found, OpError> {
-        SearchMessages::run(
-            cx,
-            caller,
-            SearchRequest {
-                query: r.q,
-                channel: None,
-                sender: None,
-                kind: None,
-                limit: r.limit,
-            },
-        )
-        .await
+    async fn run(cx: &Ctx, caller: Caller, r: QueryQ) -> Result<Found, OpError> {
+        SearchMessages::run(cx, caller, r.into()).await
+    }
+}
+
+pub struct FindChannel;
+
+impl Operation for FindChannel {
+    const NAME: &'static str = "find_channel";
+    const DESCRIPTION: &'static str = "Channels whose name or description contains query.";
+    const READ_ONLY: bool = true;
+    type Request = Query;
+    type Response = CcChannels;
+
+    async fn run(cx: &Ctx, _: Caller, r: Query) -> Result<CcChannels, OpError> {
+        ensure_general(cx).await?;
+        needed(&r.query)?;
+        // Every match, as cross-claude answers, unless the caller names a `limit`.
+        let mut channels = rows(cx, Some(&r.query)).await?;
+        channels.truncate(Limit::or(r.limit, usize::MAX));
+        Ok(CcChannels {
+            channels,
+            query: Some(r.query),
+        })
+    }
+}
+
+// ---- instances
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CcInstances {
+    /// Most recently seen first.
+    pub instances: Vec<InstanceView>,
+}
+
+pub struct ListInstances;
+
+impl Operation for ListInstances {
+    const NAME: &'static str = "list_instances";
+    const DESCRIPTION: &'static str = "Every registered instance, online or offline, most recently seen first.";
+    const READ_ONLY: bool = true;
+    type Request = NoArgs;
+    type Response = CcInstances;
+
+    async fn run(cx: &Ctx, _: Caller, _: NoArgs) -> Result<CcInstances, OpError> {
+        let mut instances = cx.relay.list_instances();
+        instances.sort_by(|a, b| {
+            b.last_seen
+                .cmp(&a.last_seen)
+                .then_with(|| a.instance_id.cmp(&b.instance_id))
+        });
+        Ok(CcInstances { instances })
     }
 }
 
@@ -466,22 +832,175 @@ impl Operation for SearchByQ {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Found {
     pub messages: Vec<CcMessage>,
+    #[serde(skip)]
+    pub query: String,
 }
 
 pub struct SearchMessages;
 
 impl Operation for SearchMessages {
     const NAME: &'static str = "search_messages";
-    const DESCRIPTION: &'static str = "Messages containing every word of query, newest first.";
+    const DESCRIPTION: &'static str = "Messages containing every word of query, newest first (default 10).";
     const READ_ONLY: bool = true;
-    type Request = SearchRequest;
+    type Request = Query;
     type Response = Found;
 
-    async fn run(cx: &Ctx, caller: Caller, r: SearchRequest) -> Result<Found, OpError> {
-        let found = channels::Search::run(cx, caller, r).await?;
+    async fn run(cx: &Ctx, caller: Caller, r: Query) -> Result<Found, OpError> {
+        needed(&r.query)?;
+        let found = channels::Search::run(
+            cx,
+            caller,
+            SearchRequest {
+                query: r.query.clone(),
+                channel: None,
+                sender: None,
+                kind: None,
+                limit: Some(Limit::new(Limit::or(r.limit, 10))?),
+            },
+        )
+        .await?;
         Ok(Found {
             messages: cc(&found.messages),
+            query: r.query,
         })
+    }
+}
+
+// ---- shared data
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CcShareRequest {
+    pub key: String,
+    pub content: String,
+    /// Your instance_id (the owner; default: the one you registered).
+    #[serde(alias = "owner", alias = "instance_id")]
+    pub sender: Option<String>,
+    pub description: Option<String>,
+}
+
+/// What `share_data` answers: cross-claude's `ok`, `key`, `size_bytes`, with crosstalk's
+/// version and owner besides.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CcShared {
+    pub ok: bool,
+    pub key: String,
+    pub size_bytes: usize,
+    pub owner: String,
+    pub version: u64,
+}
+
+pub struct ShareData;
+
+impl Operation for ShareData {
+    const NAME: &'static str = "share_data";
+    const DESCRIPTION: &'static str = "Store large content (over ~500 chars) under a key for the others; send \
+        the key in a message.";
+    const READ_ONLY: bool = false;
+    type Request = CcShareRequest;
+    type Response = CcShared;
+
+    async fn run(cx: &Ctx, caller: Caller, r: CcShareRequest) -> Result<CcShared, OpError> {
+        let owner = caller.identity(cx, r.sender.as_deref())?;
+        let s: SharedSummary = cx.relay.share_data(&owner, &r.key, r.content, r.description).await?;
+        Ok(CcShared {
+            ok: true,
+            key: s.key,
+            size_bytes: s.size,
+            owner: s.owner,
+            version: s.version,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CcKey {
+    pub key: String,
+}
+
+/// A shared entry in cross-claude's fields (`created_by`, `created_at`), with crosstalk's
+/// version besides.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CcEntry {
+    pub key: String,
+    pub content: String,
+    pub created_by: String,
+    pub description: Option<String>,
+    pub created_at: String,
+    pub version: u64,
+}
+
+pub struct GetSharedData;
+
+impl Operation for GetSharedData {
+    const NAME: &'static str = "get_shared_data";
+    const DESCRIPTION: &'static str = "Read what another instance stored with share_data.";
+    const READ_ONLY: bool = true;
+    type Request = CcKey;
+    type Response = CcEntry;
+
+    async fn run(cx: &Ctx, _: Caller, r: CcKey) -> Result<CcEntry, OpError> {
+        let d = cx.relay.get_shared_data(&r.key, None).await.map_err(|e| {
+            let e = OpError::from(e);
+            if e.kind == super::ErrorKind::NotFound {
+                OpError::not_found(format!("No shared data for key {:?}", r.key))
+            } else {
+                e
+            }
+        })?;
+        Ok(CcEntry {
+            key: d.key,
+            content: d.content,
+            created_by: d.owner,
+            description: d.description,
+            created_at: d.updated_at.to_rfc3339(),
+            version: d.version,
+        })
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CcItem {
+    pub key: String,
+    pub created_by: String,
+    pub description: Option<String>,
+    pub size_bytes: usize,
+    pub created_at: String,
+    pub version: u64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CcItems {
+    /// Newest first.
+    pub items: Vec<CcItem>,
+}
+
+pub struct ListSharedData;
+
+impl Operation for ListSharedData {
+    const NAME: &'static str = "list_shared_data";
+    const DESCRIPTION: &'static str = "Every shared key with its owner, description and size.";
+    const READ_ONLY: bool = true;
+    type Request = NoArgs;
+    type Response = CcItems;
+
+    async fn run(cx: &Ctx, _: Caller, _: NoArgs) -> Result<CcItems, OpError> {
+        let mut items: Vec<CcItem> = cx
+            .relay
+            .list_shared_data()
+            .await?
+            .into_iter()
+            .filter(|s| !s.deleted)
+            .map(|s| CcItem {
+                key: s.key,
+                created_by: s.owner,
+                description: s.description,
+                size_bytes: s.size,
+                created_at: s.updated_at,
+                version: s.version,
+            })
+            .collect();
+        items.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.key.cmp(&b.key)));
+        Ok(CcItems { items })
     }
 }
 
@@ -489,7 +1008,7 @@ impl Operation for SearchMessages {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SubscribeRequest {
-    pub channel: ChannelName,
+    pub channel: CcChannel,
     /// Your instance_id (default: the one you registered).
     pub instance_id: Option<String>,
 }
@@ -504,7 +1023,7 @@ pub struct Subscription {
 
 /// Joins (`subscribe`) or leaves (`unsubscribe`) a channel's share of the caller's inbox.
 async fn membership(cx: &Ctx, caller: Caller, r: SubscribeRequest, join: bool) -> Result<Subscription, OpError> {
-    let name = r.channel;
+    let name = r.channel.0;
     let who = caller.identity(cx, r.instance_id.as_deref())?;
     if join {
         cx.relay.join(&who, &name).await?;

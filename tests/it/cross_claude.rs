@@ -114,8 +114,9 @@ async fn rest_routes_answer_cross_claudes_shapes() {
         .map(|m| m["id"].as_u64().unwrap())
         .collect();
     assert_eq!(got, ids[3..]);
+    // Nothing after it: last_id is null, as cross-claude answers.
     let (_, page) = get(&http, &s, &format!("/cc/api/messages/general?after_id={}", ids[4])).await;
-    assert_eq!(page, json!({"messages": [], "last_id": ids[4]}));
+    assert_eq!(page, json!({"messages": [], "last_id": null}));
 
     let (st, thread) = get(&http, &s, &format!("/cc/api/messages/general/{first}/replies")).await;
     assert_eq!(st, 200, "{thread}");
@@ -132,19 +133,24 @@ async fn rest_routes_answer_cross_claudes_shapes() {
     )
     .await;
     assert_eq!(st, 200, "{created}");
-    assert_eq!(created["ok"], true);
-    assert_eq!(created["channel"]["channel"], "auth-review");
+    assert_eq!(created, json!({"ok": true, "channel": "auth-review"}));
     let (_, list) = get(&http, &s, "/cc/api/channels").await;
-    assert!(
-        list["channels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["channel"] == "general"),
-        "{list}"
-    );
+    let general = list["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "general")
+        .unwrap_or_else(|| panic!("{list}"))
+        .clone();
+    assert_eq!(general["message_count"], 5, "{general}");
+    assert_eq!(general["active_senders"], "gpt-1", "{general}");
+    assert!(general["last_message_at"].is_string(), "{general}");
+    // Channels with messages first, then the empty ones.
+    assert_eq!(list["channels"][0]["name"], "general", "{list}");
     let (_, found) = get(&http, &s, "/cc/api/channels/search?q=login").await;
-    assert_eq!(found["channels"][0]["channel"], "auth-review", "{found}");
+    assert_eq!(found["channels"][0]["name"], "auth-review", "{found}");
+    assert_eq!(found["channels"][0]["description"], "login tests", "{found}");
+    assert_eq!(found["channels"][0]["message_count"], 0, "{found}");
     let (_, inst) = get(&http, &s, "/cc/api/instances").await;
     assert_eq!(inst["instances"][0]["instance_id"], "gpt-1", "{inst}");
     let (_, hits) = get(&http, &s, "/cc/api/search?q=m3&limit=5").await;
@@ -154,15 +160,29 @@ async fn rest_routes_answer_cross_claudes_shapes() {
         &http,
         &s,
         "/cc/api/data",
-        json!({"key": "q1-report", "content": "big table", "owner": "gpt-1"}),
+        json!({"key": "q1-report", "content": "big table", "sender": "gpt-1", "description": "Q1"}),
     )
     .await;
     assert_eq!(st, 200, "{shared}");
+    assert_eq!(
+        (
+            shared["ok"].clone(),
+            shared["key"].clone(),
+            shared["size_bytes"].clone()
+        ),
+        (json!(true), json!("q1-report"), json!(9)),
+        "{shared}"
+    );
     let (st, entry) = get(&http, &s, "/cc/api/data/q1-report").await;
     assert_eq!(st, 200);
     assert_eq!(entry["content"], "big table");
+    assert_eq!(entry["created_by"], "gpt-1", "{entry}");
+    assert_eq!(entry["description"], "Q1", "{entry}");
+    assert!(entry["created_at"].is_string(), "{entry}");
     let (_, all) = get(&http, &s, "/cc/api/data").await;
-    assert_eq!(all["entries"][0]["key"], "q1-report", "{all}");
+    assert_eq!(all["items"][0]["key"], "q1-report", "{all}");
+    assert_eq!(all["items"][0]["created_by"], "gpt-1", "{all}");
+    assert_eq!(all["items"][0]["size_bytes"], 9, "{all}");
     let (st, missing) = get(&http, &s, "/cc/api/data/nope").await;
     assert_eq!(st, 404);
     assert!(missing["error"].is_string(), "{missing}");
@@ -368,7 +388,8 @@ async fn subscribe_joins_the_inbox_and_unsubscribe_leaves_it() {
 
 #[tokio::test]
 async fn subscribing_to_new_channels_counts_against_max_channels() {
-    let s = Server::start_with(&["--max-channels", "3"]);
+    // Four: `general`, which the cross-claude face creates, and three more.
+    let s = Server::start_with(&["--max-channels", "4"]);
     let cc = Mcp::connect_at(&s, "/cc/mcp", client()).await;
     cc.call_ok("register", json!({"instance_id": "worker"})).await;
     for n in 0..3 {
@@ -416,7 +437,7 @@ async fn find_channel_answers_every_match_or_at_most_limit() {
             .as_array()
             .unwrap_or_else(|| panic!("no channels: {found}"))
             .iter()
-            .map(|c| c["channel"].as_str().unwrap().to_owned())
+            .map(|c| c["name"].as_str().unwrap().to_owned())
             .collect();
         n.sort();
         n
@@ -440,4 +461,268 @@ async fn find_channel_answers_every_match_or_at_most_limit() {
         assert_eq!(e["code"], "invalid_input", "{e}");
         assert!(e["error"].as_str().unwrap().contains("limit"), "{e}");
     }
+}
+
+/// The points where `/cc` differed from cross-claude-mcp when its own suites were run against
+/// it, each as that server answers (its `rest-api.mjs`, `tools.mjs` and `db.mjs`).
+#[tokio::test]
+async fn rest_parity_with_cross_claude() {
+    let s = Server::start();
+    let http = client();
+
+    // `general` exists on a fresh relay, with cross-claude's description and no messages.
+    let (st, list) = get(&http, &s, "/cc/api/channels").await;
+    assert_eq!(st, 200, "{list}");
+    let general = &list["channels"][0];
+    assert_eq!(general["name"], "general", "{list}");
+    assert_eq!(
+        general["description"], "Default channel for cross-instance communication",
+        "{general}"
+    );
+    assert_eq!(general["message_count"], 0, "{general}");
+    assert!(general["last_message_at"].is_null(), "{general}");
+    assert_eq!(
+        get(&http, &s, "/cc/api/messages/general").await.1,
+        json!({"messages": [], "last_id": null})
+    );
+
+    // An unknown message_type is refused, naming the valid ones; nothing is stored.
+    let (st, e) = post(
+        &http,
+        &s,
+        "/cc/api/messages",
+        json!({"sender": "a", "content": "x", "message_type": "chatter"}),
+    )
+    .await;
+    assert_eq!(st, 400, "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("message_type must be one of: message, request, response, status, handoff, done"),
+        "{e}"
+    );
+    assert_eq!(
+        get(&http, &s, "/cc/api/messages/general").await.1["messages"],
+        json!([])
+    );
+
+    // Channel names are normalized as cross-claude does; one that normalizes to nothing is refused.
+    let (st, created) = post(&http, &s, "/cc/api/channels", json!({"name": "Release Plan"})).await;
+    assert_eq!((st, created), (200, json!({"ok": true, "channel": "release-plan"})));
+    let (st, sent) = post(
+        &http,
+        &s,
+        "/cc/api/messages",
+        json!({"channel": "Release  Plan!", "sender": "a", "content": "go"}),
+    )
+    .await;
+    assert_eq!(st, 200, "{sent}");
+    assert_eq!(sent["channel"], "release-plan");
+    let (st, e) = post(&http, &s, "/cc/api/channels", json!({"name": "!!!"})).await;
+    assert_eq!(st, 400, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("Invalid channel name"), "{e}");
+
+    // instance_id with after_id leaves out the reader's own messages; without after_id they stay.
+    let mut ids = Vec::new();
+    for (who, text) in [("alice", "a1"), ("bob", "b1"), ("alice", "a2"), ("bob", "b2")] {
+        let (st, sent) = post(
+            &http,
+            &s,
+            "/cc/api/messages",
+            json!({"channel": "pair", "sender": who, "content": text}),
+        )
+        .await;
+        assert_eq!(st, 200, "{sent}");
+        ids.push(sent["id"].as_u64().unwrap());
+    }
+    let contents = |page: &Value| -> Vec<String> {
+        page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (_, page) = get(&http, &s, "/cc/api/messages/pair?after_id=0&instance_id=alice").await;
+    assert_eq!(contents(&page), ["b1", "b2"], "{page}");
+    assert_eq!(page["last_id"], ids[3]);
+    let (_, page) = get(
+        &http,
+        &s,
+        &format!("/cc/api/messages/pair?after_id={}&instance_id=bob", ids[1]),
+    )
+    .await;
+    assert_eq!(contents(&page), ["a2"], "{page}");
+    assert_eq!(page["last_id"], ids[2]);
+    let (_, page) = get(
+        &http,
+        &s,
+        &format!("/cc/api/messages/pair?after_id={}&instance_id=alice", ids[2]),
+    )
+    .await;
+    assert_eq!(contents(&page), ["b2"], "{page}");
+    let (_, page) = get(
+        &http,
+        &s,
+        &format!("/cc/api/messages/pair?after_id={}&instance_id=bob", ids[2]),
+    )
+    .await;
+    assert_eq!(page, json!({"messages": [], "last_id": null}));
+    let (_, page) = get(&http, &s, "/cc/api/messages/pair?instance_id=alice").await;
+    assert_eq!(contents(&page), ["a1", "b1", "a2", "b2"], "{page}");
+    // …and a query naming no reader gets everything.
+    let (_, page) = get(&http, &s, "/cc/api/messages/pair?after_id=0").await;
+    assert_eq!(contents(&page).len(), 4, "{page}");
+
+    // `active_senders` names who posted, as cross-claude's GROUP_CONCAT does.
+    let (_, list) = get(&http, &s, "/cc/api/channels").await;
+    let pair = list["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "pair")
+        .unwrap()
+        .clone();
+    assert_eq!(pair["active_senders"], "alice,bob", "{pair}");
+    assert_eq!(pair["message_count"], 4, "{pair}");
+
+    // Searches need q, as cross-claude's routes say (an empty one in its words).
+    for path in ["/cc/api/search", "/cc/api/channels/search"] {
+        let (st, e) = get(&http, &s, path).await;
+        assert_eq!(st, 400, "{path}: {e}");
+        assert!(e["error"].as_str().unwrap().contains("`q`"), "{e}");
+        let (st, e) = get(&http, &s, &format!("{path}?q=")).await;
+        assert_eq!(st, 400, "{path}: {e}");
+        assert!(
+            e["error"].as_str().unwrap().contains("q (query) parameter is required"),
+            "{e}"
+        );
+    }
+    // A shared entry that is not there: 404 naming the key.
+    let (st, e) = get(&http, &s, "/cc/api/data/nope").await;
+    assert_eq!(st, 404, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("nope"), "{e}");
+}
+
+#[tokio::test]
+async fn tool_parity_with_cross_claude() {
+    let s = Server::start();
+    let m = Mcp::connect_at(&s, "/cc/mcp", client()).await;
+    let text = |r: &Value| r["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+
+    // One session registers two instances and speaks as either (no participant token binds it).
+    m.call_ok("register", json!({"instance_id": "planner"})).await;
+    m.call_ok("register", json!({"instance_id": "coder"})).await;
+    let r = m
+        .call(
+            "send_message",
+            json!({"sender": "planner", "content": "plan it", "message_type": "request"}),
+        )
+        .await;
+    assert_eq!(r["isError"], false, "{r}");
+    let first = r["structuredContent"]["id"].as_u64().unwrap();
+    assert!(
+        text(&r).starts_with(&format!("Message #{first} sent to #general as \"planner\" [request]")),
+        "{r}"
+    );
+    let r = m
+        .call(
+            "send_message",
+            json!({"sender": "coder", "content": "on it", "message_type": "response", "in_reply_to": first}),
+        )
+        .await;
+    assert_eq!(r["isError"], false, "{r}");
+    let reply = r["structuredContent"]["id"].as_u64().unwrap();
+    // Another session cannot speak as either of them while they are live.
+    let other = Mcp::connect_at(&s, "/cc/mcp", client()).await;
+    let err = other
+        .call_err("send_message", json!({"sender": "coder", "content": "spoof"}))
+        .await;
+    assert!(err.contains("coder"), "{err}");
+    // An unknown message_type is a tool error naming the valid ones.
+    let err = m
+        .call_err(
+            "send_message",
+            json!({"sender": "planner", "content": "x", "message_type": "note"}),
+        )
+        .await;
+    assert!(
+        err.contains("message, request, response, status, handoff, done"),
+        "{err}"
+    );
+
+    // check_messages with instance_id leaves out the reader's own messages.
+    let r = m
+        .call(
+            "check_messages",
+            json!({"channel": "general", "instance_id": "planner", "after_id": 0}),
+        )
+        .await;
+    let got = &r["structuredContent"]["messages"];
+    assert_eq!(got.as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(got[0]["sender"], "coder", "{r}");
+    assert!(text(&r).contains(&format!("Last message ID: {reply}")), "{r}");
+
+    // A reply already waiting is returned at once, in cross-claude's form.
+    let started = Instant::now();
+    let r = m
+        .call(
+            "wait_for_reply",
+            json!({"channel": "general", "instance_id": "planner", "after_id": first, "max_wait_minutes": 1}),
+        )
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(5), "{r}");
+    assert_eq!(r["structuredContent"]["outcome"], "messages", "{r}");
+    let t = text(&r);
+    assert!(t.starts_with("1 new message(s) in #general:"), "{t}");
+    assert!(t.contains(&format!("#{reply} [response] coder (")), "{t}");
+    assert!(t.contains(&format!("(reply to #{first})")), "{t}");
+    assert!(t.contains(&format!("Last message ID: {reply}")), "{t}");
+
+    // list_instances shows every registered instance, offline ones too.
+    let gone = Mcp::connect_at(&s, "/cc/mcp", client()).await;
+    gone.call_ok("register", json!({"instance_id": "retired"})).await;
+    let r = gone
+        .http
+        .delete(&gone.url)
+        .header("Mcp-Session-Id", gone.session.clone().unwrap())
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let r = m.call("list_instances", json!({})).await;
+    let t = text(&r);
+    assert!(t.starts_with("Registered instances:"), "{t}");
+    for who in ["planner", "coder", "retired"] {
+        assert!(t.contains(&format!("{who} [")), "{who} missing: {t}");
+    }
+    assert!(t.contains("retired [offline]"), "{t}");
+
+    // list_channels in cross-claude's form, general among them.
+    let r = m.call("list_channels", json!({})).await;
+    assert!(text(&r).starts_with("Channels:\n#general - Default channel"), "{r}");
+    assert!(text(&r).contains("[participants: coder,planner]"), "{r}");
+    // find_channel takes `query`.
+    let r = m.call("find_channel", json!({"query": "default"})).await;
+    assert_eq!(r["structuredContent"]["channels"][0]["name"], "general", "{r}");
+    // share_data takes cross-claude's `sender`.
+    let r = m
+        .call(
+            "share_data",
+            json!({"key": "plan", "content": "steps", "sender": "planner"}),
+        )
+        .await;
+    assert_eq!(r["structuredContent"]["size_bytes"], 5, "{r}");
+    assert!(text(&r).starts_with("Shared data stored as \"plan\""), "{r}");
+    let r = m.call("get_shared_data", json!({"key": "plan"})).await;
+    assert!(text(&r).contains("(by planner,"), "{r}");
+    // get_replies with the message id alone, as cross-claude's tool takes it.
+    let r = m.call("get_replies", json!({"message_id": first})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    assert!(
+        text(&r).starts_with(&format!("Original #{first} from planner: plan it")),
+        "{r}"
+    );
 }

@@ -300,6 +300,24 @@ async fn cross_claude_tool_set_is_the_cc_face() {
     assert!(sent.to_string().contains("hello") || sent.is_object(), "{sent}");
     let (_, got) = get_json(&client(), &s.url("/api/channels/general/messages?since_id=0")).await;
     assert!(got.to_string().contains("hello from stdio"), "{got}");
+    // As with cross-claude over stdio, the session registers a second instance and speaks as
+    // either.
+    tokio::task::block_in_place(|| b.call("register", json!({"instance_id": "cc-stdio-2"})));
+    for who in ["cc-stdio", "cc-stdio-2"] {
+        let r = tokio::task::block_in_place(|| {
+            b.call(
+                "send_message",
+                json!({"channel": "general", "sender": who, "content": format!("from {who}")}),
+            )
+        });
+        assert_eq!(r["isError"], false, "{who}: {r}");
+        let text = r["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains(&format!("as \"{who}\"")), "{text}");
+    }
+    let (_, got) = get_json(&client(), &s.url("/api/channels/general/messages?since_id=0")).await;
+    for who in ["cc-stdio", "cc-stdio-2"] {
+        assert!(got.to_string().contains(&format!("from {who}")), "{got}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
