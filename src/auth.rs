@@ -4,6 +4,7 @@
 //! in (loopback deployments). Tokens are compared in constant time and never logged.
 
 use crate::error::ApiError;
+use crate::ops::oauth::OAuth;
 pub use crate::ops::Principal;
 use actix_web::dev::ServiceRequest;
 use actix_web::http::StatusCode;
@@ -41,6 +42,11 @@ impl Auth {
             shared: shared.filter(|s| !s.trim().is_empty()),
             participants: map,
         })
+    }
+
+    /// There is an admin: the relay's own token (`--token`).
+    pub fn admin(&self) -> bool {
+        self.shared.is_some()
     }
 
     pub fn enabled(&self) -> bool {
@@ -88,27 +94,58 @@ fn token_of(req: &ServiceRequest) -> Option<String> {
 }
 
 /// Who the request is (from its token), or the 401 to answer. Called by the one middleware
-/// in front of every route ([`crate::guard::guard`]).
-pub fn authenticate(req: &ServiceRequest) -> Result<Principal, Box<actix_web::HttpResponse>> {
+/// in front of every route ([`crate::guard::guard`]). With `--oauth`, an access token the
+/// relay issued ([`crate::ops::oauth`]) is looked up in the store, so a revocation is felt at
+/// the next request on every node; and a 401 says where the OAuth metadata is.
+pub async fn authenticate(req: &ServiceRequest) -> Result<Principal, Box<actix_web::HttpResponse>> {
     let Some(auth) = req.app_data::<web::Data<Auth>>() else {
         return Ok(Principal::Anyone);
     };
     if !auth.enabled() || crate::http::is_open(req.path()) {
         return Ok(Principal::Anyone);
     }
-    match token_of(req).and_then(|t| auth.resolve(&t)) {
+    let token = token_of(req);
+    let oauth = req.app_data::<web::Data<OAuth>>();
+    let mut found = token.as_deref().and_then(|t| auth.resolve(t));
+    if let (None, Some(o), Some(t)) = (&found, oauth, token.as_deref()) {
+        if t.starts_with(crate::ops::oauth::ACCESS_PREFIX) {
+            match o.verify(t).await {
+                Ok(p) => found = p,
+                Err(e) => {
+                    tracing::warn!(error = %e.description, "an OAuth token could not be checked");
+                    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+                    return Err(Box::new(
+                        ApiError::new(
+                            status,
+                            "store_unavailable",
+                            format!("the token could not be checked: {}", e.description),
+                        )
+                        .error_response(),
+                    ));
+                }
+            }
+        }
+    }
+    match found {
         Some(p) => Ok(p),
         None => {
             let mut resp = ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
-                "missing or wrong bearer token (send Authorization: Bearer <token>)",
+                match (&token, oauth) {
+                    (Some(_), Some(_)) => "the bearer token is wrong, expired or revoked (an OAuth client refreshes it or connects again)",
+                    (None, Some(_)) => "a bearer token is required: connect with OAuth (see WWW-Authenticate), or send Authorization: Bearer <token>",
+                    _ => "missing or wrong bearer token (send Authorization: Bearer <token>)",
+                },
             )
             .error_response();
-            resp.headers_mut().insert(
-                actix_web::http::header::WWW_AUTHENTICATE,
-                actix_web::http::header::HeaderValue::from_static("Bearer"),
-            );
+            let challenge = match oauth {
+                Some(o) => crate::http::oauth_challenge(&o.issuer, req.path(), token.is_some()),
+                None => "Bearer".to_owned(),
+            };
+            if let Ok(v) = actix_web::http::header::HeaderValue::from_str(&challenge) {
+                resp.headers_mut().insert(actix_web::http::header::WWW_AUTHENTICATE, v);
+            }
             Err(Box::new(resp))
         }
     }

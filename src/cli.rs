@@ -138,6 +138,37 @@ pub enum ClientCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Mint a single-use invite for an OAuth connection (a relay started with --oauth; needs
+    /// its --token); prints the code alone on the last line.  Example: crosstalk invite --as worker-7
+    Invite {
+        #[command(flatten)]
+        relay: Relay,
+        /// The identity the connection acts as (a participant's rules); without it, anyone
+        /// but the admin.
+        #[arg(long = "as")]
+        me: Option<String>,
+        /// How long the code stays good: 30m, 2h, 7d (at most 30d) [default: 24h]
+        #[arg(long)]
+        expires: Option<humantime::Duration>,
+        /// A note for `crosstalk clients`, e.g. who it is for.
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// OAuth connections to the relay: who consented with which invite; --revoke ends one.
+    /// Example: crosstalk clients --revoke 3f2a9c1b7d0e
+    Clients {
+        #[command(flatten)]
+        relay: Relay,
+        /// End this connection (its `grant`) and every token of it, at once.
+        #[arg(long, value_name = "GRANT", conflicts_with = "revoke_client")]
+        revoke: Option<String>,
+        /// End every connection of this client id.
+        #[arg(long, value_name = "CLIENT_ID")]
+        revoke_client: Option<String>,
+        /// One JSON object per line, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// What is new for a registered identity on every channel it joined, from others; reading
     /// it moves that identity's read position.  Example: crosstalk inbox --as reviewer --session "$S"
     Inbox {
@@ -236,6 +267,8 @@ impl ClientCommand {
             | ClientCommand::Answer { relay, .. }
             | ClientCommand::Questions { relay, .. }
             | ClientCommand::Inbox { relay, .. }
+            | ClientCommand::Invite { relay, .. }
+            | ClientCommand::Clients { relay, .. }
             | ClientCommand::Status { relay, .. } => relay,
             ClientCommand::Stop { .. } => &NO_RELAY,
         }
@@ -358,6 +391,81 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                 )
                 .await?;
             println!("{}", posted["id"]);
+            Ok(Outcome::Done)
+        }
+        ClientCommand::Invite { me, expires, note, .. } => {
+            let body = json!({
+                "as": me,
+                "expires_in_s": expires.map(|d| std::time::Duration::from(d).as_secs()),
+                "note": note,
+            });
+            let invite = c.json(c.http.post(c.url("/api/oauth/invites")).json(&body)).await?;
+            eprintln!(
+                "invite {} for {}, good once until {}; type it into the relay's consent page:",
+                invite["invite_id"].as_str().unwrap_or("?"),
+                invite["as"]
+                    .as_str()
+                    .map_or("anyone (not the admin)".to_owned(), |a| format!("{a:?}")),
+                invite["expires_at"].as_str().unwrap_or("?"),
+            );
+            println!("{}", invite["code"].as_str().unwrap_or_default());
+            Ok(Outcome::Done)
+        }
+        ClientCommand::Clients {
+            revoke,
+            revoke_client,
+            json,
+            ..
+        } => {
+            match (revoke, revoke_client) {
+                (Some(g), _) => {
+                    let r = c
+                        .auth(c.http.delete(c.url(&format!("/api/oauth/clients/{}", enc(&g)))))
+                        .send()
+                        .await
+                        .map_err(|e| c.unreachable(&e))?;
+                    if r.status() == reqwest::StatusCode::NOT_FOUND {
+                        return Err(Failure(
+                            format!("there is no connection {g:?} (see crosstalk clients)"),
+                            2,
+                        ));
+                    }
+                    if !r.status().is_success() {
+                        return Err(crate::client::refused(r).await);
+                    }
+                    eprintln!("revoked {g}: its tokens are refused from now on");
+                }
+                (None, Some(id)) => {
+                    let r = c
+                        .json(
+                            c.http
+                                .delete(c.url(&format!("/api/oauth/clients?client_id={}", enc(&id)))),
+                        )
+                        .await?;
+                    eprintln!("revoked {} connection(s) of {id}", r["revoked"]);
+                }
+                (None, None) => {
+                    let list = c.json(c.http.get(c.url("/api/oauth/clients"))).await?;
+                    let all = list["clients"].as_array().cloned().unwrap_or_default();
+                    if all.is_empty() && !json {
+                        eprintln!("no OAuth connections (mint an invite with crosstalk invite)");
+                    }
+                    for g in all {
+                        if json {
+                            println!("{g}");
+                        } else {
+                            println!(
+                                "{:<14} {:<28} as {:<16} via {:<24} since {}",
+                                g["grant"].as_str().unwrap_or("?"),
+                                g["client_name"].as_str().unwrap_or("?"),
+                                g["as"].as_str().unwrap_or("anyone"),
+                                g["redirect_host"].as_str().unwrap_or("?"),
+                                g["created_at"].as_str().unwrap_or("?"),
+                            );
+                        }
+                    }
+                }
+            }
             Ok(Outcome::Done)
         }
         ClientCommand::Channels { json, .. } => {

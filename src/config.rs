@@ -73,6 +73,15 @@ pub struct ServeArgs {
     /// post and act as anyone: only for a network you fully trust.
     #[arg(long, help_heading = "Access")]
     pub insecure_open: bool,
+    /// Be an OAuth 2.1 authorization server, so hosted clients (Claude.ai, ChatGPT, Claude
+    /// Desktop connectors) connect with single-use invites (`crosstalk invite`); needs --token,
+    /// the admin's [env: CROSSTALK_OAUTH]
+    #[arg(long, help_heading = "Access")]
+    pub oauth: bool,
+    /// The address clients reach the relay at, `https://relay.example.com` (an origin, no
+    /// path): OAuth's issuer and resource [env: CROSSTALK_PUBLIC_URL] [default: the address it serves]
+    #[arg(long, help_heading = "Access")]
+    pub public_url: Option<String>,
     /// Largest message body accepted, in bytes [env: CROSSTALK_MAX_BODY_BYTES] [default: 262144]
     #[arg(long, help_heading = "Limits")]
     pub max_body_bytes: Option<usize>,
@@ -209,6 +218,10 @@ pub struct Config {
     pub cors_origins: Vec<String>,
     /// Serving beyond loopback without a token was asked for explicitly.
     pub insecure_open: bool,
+    /// Be an OAuth authorization server (`--oauth`).
+    pub oauth: bool,
+    /// The origin clients reach the relay at (`--public-url`), if given.
+    pub public_url: Option<String>,
     /// Most waits and streams one principal may hold open.
     pub max_waits_per_principal: usize,
     /// Most MCP sessions one principal may hold open.
@@ -225,6 +238,48 @@ pub struct Config {
     pub rate_limit: u32,
     /// Failed authentications a second per client address (0: unlimited).
     pub auth_failure_rate: u32,
+}
+
+fn truthy(v: &str) -> bool {
+    matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")
+}
+
+/// `--public-url`: an origin (`scheme://host[:port]`, no path), https unless loopback, in the
+/// one spelling OAuth clients compare byte for byte — lowercase, no default port, no slash.
+pub fn public_url(raw: &str) -> Result<String, String> {
+    let bad = |why: &str| format!("--public-url {raw:?}: {why}");
+    let u: http::Uri = raw.trim().parse().map_err(|_| bad("not a URL"))?;
+    let scheme = u
+        .scheme_str()
+        .map(str::to_ascii_lowercase)
+        .ok_or_else(|| bad("name the scheme, https://"))?;
+    let host = u
+        .host()
+        .map(str::to_ascii_lowercase)
+        .ok_or_else(|| bad("name the host"))?;
+    if u.path_and_query()
+        .is_some_and(|p| p.as_str() != "/" && !p.as_str().is_empty())
+    {
+        return Err(bad(
+            "an origin only, without a path or query (serve the relay at the root of its host)",
+        ));
+    }
+    let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1" | "[::1]");
+    match scheme.as_str() {
+        "https" => {}
+        "http" if loopback => {}
+        "http" => {
+            return Err(bad(
+                "OAuth clients need https:// beyond loopback (put the relay behind a TLS proxy)",
+            ))
+        }
+        _ => return Err(bad("http:// or https:// only")),
+    }
+    let port = match (scheme.as_str(), u.port_u16()) {
+        ("https", Some(443)) | ("http", Some(80)) | (_, None) => String::new(),
+        (_, Some(p)) => format!(":{p}"),
+    };
+    Ok(format!("{scheme}://{host}{port}"))
 }
 
 /// The `--store` and `--nats-*` settings; `None` for the default (sled, this relay alone).
@@ -449,6 +504,10 @@ impl Config {
                 .transpose()?
                 .unwrap_or_default(),
             insecure_open: args.insecure_open,
+            oauth: args.oauth || pick::<String>(None, &["CROSSTALK_OAUTH"])?.is_some_and(|v| truthy(&v)),
+            public_url: pick::<String>(args.public_url, &["CROSSTALK_PUBLIC_URL"])?
+                .map(|u| public_url(&u))
+                .transpose()?,
             rate_limit: pick(args.rate_limit, &["CROSSTALK_RATE_LIMIT"])?.unwrap_or(crate::guard::DEFAULT_RATE),
             auth_failure_rate: pick(args.auth_failure_rate, &["CROSSTALK_AUTH_FAILURE_RATE"])?
                 .unwrap_or(crate::guard::DEFAULT_AUTH_FAILURE_RATE),

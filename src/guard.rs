@@ -173,7 +173,10 @@ fn from_another_site(req: &ServiceRequest) -> bool {
     match fetch("sec-fetch-site") {
         Some("cross-site" | "same-site") => {
             let navigation = fetch("sec-fetch-mode") == Some("navigate") && req.method() == Method::GET;
-            !(navigation && crate::http::console::PATHS.contains(&req.path()))
+            // A hosted client opens the OAuth consent page from its own site.
+            let page = crate::http::console::PATHS.contains(&req.path())
+                || matches!(req.path(), "/oauth/authorize" | "/authorize");
+            !(navigation && page)
         }
         _ => false,
     }
@@ -295,7 +298,7 @@ pub async fn guard(
             return Ok(req.into_response(res).map_into_right_body());
         }
     }
-    let principal = match crate::auth::authenticate(&req) {
+    let principal = match crate::auth::authenticate(&req).await {
         Ok(principal) => principal,
         Err(unauthorized) => {
             // Failures are limited per client address, so tokens cannot be guessed at speed;

@@ -77,14 +77,43 @@ pub fn is_open(path: &str) -> bool {
     HEALTH_PATHS.contains(&path) || console::PATHS.contains(&path) || oauth_discovery(path)
 }
 
-/// Where an MCP client looks for OAuth (RFC 9728 / RFC 8414 metadata, dynamic client
-/// registration). The relay has no OAuth: these answer 404 with or without a token, which the
-/// MCP authorization spec reads as "no authorization server", rather than a 401 that sends a
-/// client such as mcp-remote into a registration it cannot complete.
-fn oauth_discovery(path: &str) -> bool {
+/// Where an MCP client looks for OAuth (RFC 9728 / RFC 8414 metadata) and walks through it
+/// (registration, the consent page, tokens), under `/oauth/` and at the root, where clients
+/// that could not read the metadata look. With `--oauth` the OAuth face answers them without
+/// a token; without it they answer 404 with or without one, which the MCP authorization spec
+/// reads as "no authorization server", rather than a 401 that sends a client such as
+/// mcp-remote into a registration it cannot complete.
+pub fn oauth_discovery(path: &str) -> bool {
     path.starts_with("/.well-known/oauth-")
         || path.starts_with("/.well-known/openid-configuration")
-        || path == "/register"
+        || matches!(
+            path,
+            "/oauth/register"
+                | "/oauth/authorize"
+                | "/oauth/token"
+                | "/oauth/revoke"
+                | "/register"
+                | "/authorize"
+                | "/token"
+                | "/revoke"
+        )
+}
+
+/// The `WWW-Authenticate` of a 401 when OAuth is on: where the metadata of what was asked for
+/// is, and, if a token was sent, that it is not (or no longer) good.
+pub fn oauth_challenge(issuer: &str, path: &str, token_sent: bool) -> String {
+    let suffix = if path == "/mcp" || path.starts_with("/mcp/") {
+        "/mcp"
+    } else if path == "/cc/mcp" || path.starts_with("/cc/mcp/") {
+        "/cc/mcp"
+    } else {
+        ""
+    };
+    let error = if token_sent { "error=\"invalid_token\", " } else { "" };
+    format!(
+        "Bearer {error}resource_metadata=\"{issuer}/.well-known/oauth-protected-resource{suffix}\", scope=\"{}\"",
+        crate::ops::oauth::SCOPE
+    )
 }
 
 /// [`STREAM_PATH`], `/api/channels/{channel}/stream`, and nothing else: where EventSource

@@ -11,6 +11,7 @@ pub mod error;
 pub mod guard;
 pub mod http;
 pub mod mcp;
+pub mod oauth;
 pub mod openapi;
 pub mod ops;
 pub mod rest;

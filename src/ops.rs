@@ -19,6 +19,7 @@ pub mod channels;
 pub mod cross_claude;
 pub mod identity;
 pub mod messages;
+pub mod oauth;
 pub mod sessions;
 pub mod shared;
 
@@ -238,6 +239,10 @@ pub enum Principal {
     Shared,
     /// A participant token: may act only as this identity.
     Participant(String),
+    /// An OAuth connection consented with an invite that bound no identity: may act as
+    /// anyone, like the shared token, but is not the admin. Holds its key
+    /// (`\0grant:<id>`), so its limits are its own.
+    Connector(String),
 }
 
 impl Principal {
@@ -248,6 +253,7 @@ impl Principal {
             Principal::Anyone => "\0anyone",
             Principal::Shared => "\0shared",
             Principal::Participant(id) => id,
+            Principal::Connector(key) => key,
         }
     }
 

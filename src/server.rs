@@ -59,6 +59,10 @@ pub enum ServeError {
          network is fully trusted"
     )]
     OpenBeyondLoopback { host: String },
+    #[error(
+        "--oauth needs --token: the relay's own token is the admin's, which mints the invites people consent with          (`crosstalk invite`)"
+    )]
+    OAuthWithoutToken,
 }
 
 /// A failed bind, and what to do about it.
@@ -234,6 +238,9 @@ async fn open_claimed(config: &Config) -> Result<Relay, ServeError> {
 
 /// The binary's path: open, bind, serve until a signal.
 pub async fn run(config: Config) -> Result<(), ServeError> {
+    if config.oauth && !config.auth.admin() {
+        return Err(ServeError::OAuthWithoutToken);
+    }
     if !is_loopback(&config.host) && !config.auth.enabled() && !config.insecure_open {
         return Err(ServeError::OpenBeyondLoopback {
             host: config.host.clone(),
@@ -277,12 +284,40 @@ pub async fn serve(
     let owners = Arc::new(mcp::owner::Owners::new(config.max_sessions_per_principal, &cx));
     let mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::Crosstalk, owners.clone());
     let cc_mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::CrossClaude, owners.clone());
+    // The authorization server, with the address clients know the relay by.
+    let oauth = config.oauth.then(|| {
+        let issuer = config.public_url.clone().unwrap_or_else(|| {
+            let port = listener.local_addr().map_or(config.port, |a| a.port());
+            let host = match config.host.as_str() {
+                "0.0.0.0" | "::" | "[::]" => "127.0.0.1",
+                h => h,
+            };
+            format!("http://{host}:{port}")
+        });
+        tracing::info!(issuer = %issuer, "OAuth: hosted clients connect with invites (crosstalk invite)");
+        web::Data::new(crate::ops::oauth::OAuth::new(issuer, relay.oauth()))
+    });
+    let guesses = web::Data::new(crate::oauth::Guesses::default());
+    let mut allowed_hosts = config.allowed_hosts.clone();
+    if let Some(host) = config
+        .public_url
+        .as_deref()
+        .and_then(|u| u.split_once("://"))
+        .map(|(_, authority)| authority.to_owned())
+    {
+        // The public address is one the relay answers to.
+        for h in [host.clone(), host.split(':').next().unwrap_or_default().to_owned()] {
+            if !allowed_hosts.contains(&h) {
+                allowed_hosts.push(h);
+            }
+        }
+    }
     let data = web::Data::new(cx);
     let auth = web::Data::new(config.auth.clone());
     let policy = web::Data::new(RestPolicy::new(config.wait_cap));
     let max_body = config.max_body_bytes.max(config.max_shared_bytes) + JSON_OVERHEAD;
     let guard_policy = web::Data::new(guard::Policy {
-        hosts: guard::allowed_hosts(&config.allowed_hosts),
+        hosts: guard::allowed_hosts(&allowed_hosts),
         cors_origins: config.cors_origins.clone(),
         max_body,
         rate: config.rate_limit as f64,
@@ -294,7 +329,14 @@ pub async fn serve(
     // What actix-http answers by itself (a head it cannot parse, or too large) is JSON too.
     actix_http::h1::set_error_answer(crate::error::dispatcher_error);
     let server = HttpServer::new(move || {
+        let oauth_routes = |cfg: &mut web::ServiceConfig| {
+            if let Some(o) = &oauth {
+                cfg.app_data(o.clone()).app_data(guesses.clone());
+                crate::oauth::routes(cfg);
+            }
+        };
         App::new()
+            .configure(oauth_routes)
             .app_data(data.clone())
             .app_data(auth.clone())
             .app_data(policy.clone())

@@ -17,6 +17,7 @@
 //!   store, or a majority of JetStream's replicas).
 
 use crate::error::RelayError;
+use crate::oauth::OAuthStore;
 use crate::presence::{Outgoing, PresenceChange};
 use crate::shared::SharedDataStore;
 use crate::store::{EventStore, Space, StoreError};
@@ -124,6 +125,10 @@ pub trait Cluster: Send + Sync + 'static {
     /// Where shared data is kept: this node's own (`local` starts it), or the nodes' common
     /// store, taking contents of up to `max_size` bytes.
     fn shared_data(&self, local: &dyn Fn() -> Arc<dyn SharedDataStore>, max_size: usize) -> Arc<dyn SharedDataStore>;
+
+    /// Where OAuth records are kept: this node's own (`local` starts it), or the nodes'
+    /// common buckets.
+    fn oauth(&self, local: &dyn Fn() -> Arc<dyn OAuthStore>) -> Arc<dyn OAuthStore>;
 
     /// The identities waiting actively on `channel` on other nodes (for the mutual-wait
     /// release).
@@ -233,6 +238,10 @@ impl Cluster for Embedded {
     }
 
     fn shared_data(&self, local: &dyn Fn() -> Arc<dyn SharedDataStore>, _: usize) -> Arc<dyn SharedDataStore> {
+        local()
+    }
+
+    fn oauth(&self, local: &dyn Fn() -> Arc<dyn OAuthStore>) -> Arc<dyn OAuthStore> {
         local()
     }
 

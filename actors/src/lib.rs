@@ -13,6 +13,7 @@ pub mod error;
 pub mod identities;
 pub mod ids;
 pub mod nats;
+pub mod oauth;
 pub mod presence;
 pub mod registry;
 pub mod relay;

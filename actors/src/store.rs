@@ -55,6 +55,9 @@ pub enum Space {
     Postings,
     /// Bookkeeping of background jobs (search indexer progress, …).
     Jobs,
+    /// OAuth invites, clients, codes, grants and tokens (`crate::oauth`), each kind under a
+    /// one-byte prefix.
+    OAuth,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -5,6 +5,7 @@ pub mod channel;
 pub mod codec;
 pub mod identity;
 pub mod message;
+pub mod oauth;
 pub mod state;
 pub mod time;
 

@@ -24,6 +24,7 @@ mod mcp_resources;
 mod mcp_tools;
 mod mcp_transport;
 mod metrics;
+mod oauth;
 mod ordering;
 mod restart;
 mod security;

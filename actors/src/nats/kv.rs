@@ -42,6 +42,17 @@ impl Value for u64 {
     }
 }
 
+/// Bytes the owner encodes itself (OAuth records).
+impl Value for Vec<u8> {
+    fn encode(&self) -> Bytes {
+        Bytes::copy_from_slice(self)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        Ok(bytes.to_vec())
+    }
+}
+
 /// An entry whose presence is all it says (a wait, a node's heartbeat).
 pub(super) struct Mark;
 
@@ -237,6 +248,27 @@ impl<V: Value> Bucket<V> {
                 Err(e) => Err(unavailable(&what(), e)),
             },
         }
+    }
+
+    /// Deletes the key's value and answers it, if it still has the value read: of several
+    /// nodes taking one key at once, one gets it and the others `None`.
+    pub async fn take(&self, key: &str) -> Result<Option<V>, RelayError> {
+        for attempt in 0..CAS_ATTEMPTS {
+            let Some(Stored {
+                value: Some(value),
+                revision,
+            }) = self.entry(key).await?
+            else {
+                return Ok(None);
+            };
+            match self.store.delete_expect_revision(key, Some(revision)).await {
+                Ok(()) => return Ok(Some(value)),
+                Err(e) if lost_race(&e) => {}
+                Err(e) => return Err(unavailable(&format!("taking from the {} bucket", self.what), e)),
+            }
+            tokio::time::sleep(Duration::from_millis(1 << attempt.min(5))).await;
+        }
+        Ok(None)
     }
 
     /// Every key with a current value.

@@ -20,12 +20,14 @@ mod data;
 mod follow;
 mod kv;
 mod log;
+mod oauth;
 mod presence;
 mod registrations;
 mod waits;
 
 use crate::cluster::{Claim, Cluster, Node, Registration, Sequenced};
 use crate::error::RelayError;
+use crate::oauth::OAuthStore;
 use crate::shared::SharedDataStore;
 use crate::store::{EventStore, StoreError};
 use async_nats::jetstream::{self, stream};
@@ -37,7 +39,7 @@ use std::time::Duration;
 
 /// How long start-up waits for a server, the stream and the buckets (a new cluster elects its
 /// leaders first; on a small machine, with several nodes starting at once, that takes a while).
-const STREAM_READY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const STREAM_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where the cluster's log is, and how to reach it.
 #[derive(Debug, Clone)]
@@ -442,6 +444,15 @@ impl Cluster for NatsCluster {
         Arc::new(data::SharedBuckets {
             buckets: self.shared.clone(),
             max_size,
+        })
+    }
+
+    fn oauth(&self, _local: &dyn Fn() -> Arc<dyn OAuthStore>) -> Arc<dyn OAuthStore> {
+        Arc::new(oauth::OAuthBuckets {
+            js: self.js.clone(),
+            stream: self.log.stream.clone(),
+            replicas: self.replicas,
+            buckets: Default::default(),
         })
     }
 

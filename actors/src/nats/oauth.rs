@@ -1,0 +1,90 @@
+//! A cluster's OAuth records ([`crate::oauth`]): one key-value bucket per kind
+//! (`<STREAM>_OAUTH_INVITES`, `_CLIENTS`, `_CODES`, `_GRANTS`, `_TOKENS`), so a token minted
+//! on one node is honoured, and a revocation felt, on every node at its next request. A
+//! single-use record is taken with a delete that expects the revision read: of two nodes
+//! taking one invite or code at once, one gets it.
+
+use super::kv::{self, Bucket};
+use super::STREAM_READY_TIMEOUT;
+use crate::error::RelayError;
+use crate::oauth::{Answer, Kind, OAuthStore};
+use async_nats::jetstream;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+/// One bucket per kind of record.
+type Buckets = Vec<(Kind, Bucket<Vec<u8>>)>;
+
+/// The buckets, opened the first time one is used: a cluster that never turns OAuth on never
+/// creates them.
+#[derive(Clone)]
+pub(super) struct OAuthBuckets {
+    pub js: jetstream::Context,
+    pub stream: String,
+    pub replicas: usize,
+    pub buckets: Arc<OnceCell<Buckets>>,
+}
+
+impl OAuthBuckets {
+    async fn bucket(&self, kind: Kind) -> Result<Bucket<Vec<u8>>, RelayError> {
+        let all = self
+            .buckets
+            .get_or_try_init(|| async {
+                let at = kv::Open {
+                    js: &self.js,
+                    setup: &self.js,
+                    stream: &self.stream,
+                    replicas: self.replicas,
+                    deadline: tokio::time::Instant::now() + STREAM_READY_TIMEOUT,
+                };
+                let mut all = Vec::new();
+                for k in Kind::ALL {
+                    all.push((k, Bucket::open(&at, k.tag().1, Duration::ZERO, "OAuth").await?));
+                }
+                Ok::<_, RelayError>(all)
+            })
+            .await?;
+        Ok(all
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, b)| b.clone())
+            .expect("every kind has its bucket"))
+    }
+}
+
+impl OAuthStore for OAuthBuckets {
+    fn get(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>> {
+        let this = self.clone();
+        Box::pin(async move { this.bucket(kind).await?.get(&key).await })
+    }
+
+    fn put(&self, kind: Kind, key: String, value: Vec<u8>) -> Answer<()> {
+        let this = self.clone();
+        Box::pin(async move { this.bucket(kind).await?.put(&key, &value).await })
+    }
+
+    fn delete(&self, kind: Kind, key: String) -> Answer<()> {
+        let this = self.clone();
+        Box::pin(async move { this.bucket(kind).await?.delete(&key).await })
+    }
+
+    fn take(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>> {
+        let this = self.clone();
+        Box::pin(async move { this.bucket(kind).await?.take(&key).await })
+    }
+
+    fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let b = this.bucket(kind).await?;
+            let mut out = Vec::new();
+            for k in b.keys().await?.into_iter().take(crate::oauth::MAX_LISTED) {
+                if let Some(v) = b.get(&k).await? {
+                    out.push((k, v));
+                }
+            }
+            Ok(out)
+        })
+    }
+}

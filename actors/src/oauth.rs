@@ -1,0 +1,148 @@
+//! Where the relay's OAuth state is kept (`crosstalk serve --oauth`): invites, registered
+//! clients, authorization codes, grants and the token index, each a kind of record the caller
+//! encodes. One seam, two implementations chosen by the cluster ([`crate::Cluster::oauth`]):
+//! [`Local`], this relay's own store (sled, written through the committer, so a write is
+//! answered once it is durable), and on a NATS cluster one key-value bucket per kind
+//! (`crate::nats`), so a token minted on one node is honoured on every other.
+//!
+//! Keys are hex (hashes of secrets, or random ids), so they are valid on both stores. What
+//! the records mean — lifetimes, rotation, who may do what — is the caller's business (the
+//! relay's `ops::oauth`); the seam promises only durability and that [`OAuthStore::take`]
+//! hands a record to one caller, however many race for it, on one node or several.
+
+use crate::commit::Committer;
+use crate::error::RelayError;
+use crate::store::{EventStore, Space};
+use futures_util::future::BoxFuture;
+use std::sync::Arc;
+
+/// The kinds of record, each a key space of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Invite codes not yet used, by the hash of the code.
+    Invites,
+    /// Dynamically registered clients, by client id.
+    Clients,
+    /// Authorization codes not yet exchanged, by the hash of the code.
+    Codes,
+    /// Grants (one consent each), by grant id.
+    Grants,
+    /// Access and refresh tokens, by the hash of the token: which grant each belongs to.
+    Tokens,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [Kind::Invites, Kind::Clients, Kind::Codes, Kind::Grants, Kind::Tokens];
+
+    /// The one-byte prefix of its keys in a relay's own store, and its bucket's suffix on a
+    /// cluster.
+    pub fn tag(self) -> (u8, &'static str) {
+        match self {
+            Kind::Invites => (b'i', "OAUTH_INVITES"),
+            Kind::Clients => (b'c', "OAUTH_CLIENTS"),
+            Kind::Codes => (b'a', "OAUTH_CODES"),
+            Kind::Grants => (b'g', "OAUTH_GRANTS"),
+            Kind::Tokens => (b't', "OAUTH_TOKENS"),
+        }
+    }
+}
+
+pub type Answer<T> = BoxFuture<'static, Result<T, RelayError>>;
+
+/// OAuth records, durable where the implementation keeps them.
+pub trait OAuthStore: Send + Sync + 'static {
+    fn get(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>>;
+    /// Writes (or overwrites) a record; answers once it is durable.
+    fn put(&self, kind: Kind, key: String, value: Vec<u8>) -> Answer<()>;
+    fn delete(&self, kind: Kind, key: String) -> Answer<()>;
+    /// Removes the record and answers it: of several callers racing for one record, on this
+    /// node or others, exactly one gets it (a single-use invite or code).
+    fn take(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>>;
+    /// Every record of a kind.
+    fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>>;
+}
+
+/// Most records a listing reads: a bound on what `crosstalk clients` costs.
+pub const MAX_LISTED: usize = 100_000;
+
+/// A relay's own OAuth records, in [`Space::OAuth`] of its store. Changes are serialised on
+/// one lock, so a `take` is atomic on this node (the only one).
+#[derive(Clone)]
+pub struct Local {
+    pub store: Arc<dyn EventStore>,
+    pub committer: Committer,
+    pub lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+fn key(kind: Kind, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.push(kind.tag().0);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+impl Local {
+    pub fn new(store: Arc<dyn EventStore>, committer: Committer) -> Self {
+        Local {
+            store,
+            committer,
+            lock: Default::default(),
+        }
+    }
+
+    async fn write(&self, k: Vec<u8>, value: Option<Vec<u8>>) -> Result<(), RelayError> {
+        let writes = vec![(k, value)];
+        let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
+            store.write_aux(Space::OAuth, &writes)
+        }));
+        Ok(ticket.durable().await?)
+    }
+}
+
+impl OAuthStore for Local {
+    fn get(&self, kind: Kind, k: String) -> Answer<Option<Vec<u8>>> {
+        let store = self.store.clone();
+        Box::pin(async move { Ok(store.get_aux(Space::OAuth, &key(kind, &k))?) })
+    }
+
+    fn put(&self, kind: Kind, k: String, value: Vec<u8>) -> Answer<()> {
+        let this = self.clone();
+        Box::pin(async move {
+            let _one = this.lock.lock().await;
+            this.write(key(kind, &k), Some(value)).await
+        })
+    }
+
+    fn delete(&self, kind: Kind, k: String) -> Answer<()> {
+        let this = self.clone();
+        Box::pin(async move {
+            let _one = this.lock.lock().await;
+            this.write(key(kind, &k), None).await
+        })
+    }
+
+    fn take(&self, kind: Kind, k: String) -> Answer<Option<Vec<u8>>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let _one = this.lock.lock().await;
+            let k = key(kind, &k);
+            let Some(found) = this.store.get_aux(Space::OAuth, &k)? else {
+                return Ok(None);
+            };
+            this.write(k, None).await?;
+            Ok(Some(found))
+        })
+    }
+
+    fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>> {
+        let store = self.store.clone();
+        Box::pin(async move {
+            let prefix = [kind.tag().0];
+            Ok(store
+                .scan_aux(Space::OAuth, &prefix, MAX_LISTED)?
+                .into_iter()
+                .map(|(k, v)| (String::from_utf8_lossy(&k[1..]).into_owned(), v))
+                .collect())
+        })
+    }
+}

@@ -1,0 +1,79 @@
+//! OAuth records as the relay stores them (`crosstalk serve --oauth`): what each secret —
+//! an invite code, an authorization code, an access or refresh token — stands for, kept under
+//! the SHA-256 of the secret, never the secret itself. Times are seconds since the epoch.
+
+use serde::{Deserialize, Serialize};
+
+/// A single-use invite an admin minted: whoever types it in consents for the connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invite {
+    pub id: String,
+    /// Tokens from it act only as this identity (`--as`); `None`: as anyone, but never as
+    /// the admin.
+    pub identity: Option<String>,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub note: Option<String>,
+}
+
+/// A client that registered itself (RFC 7591).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OAuthClient {
+    pub client_id: String,
+    pub client_name: String,
+    pub redirect_uris: Vec<String>,
+    pub created_at: i64,
+}
+
+/// An authorization code not yet exchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthCode {
+    pub client_id: String,
+    pub client_name: String,
+    pub redirect_uri: String,
+    /// The PKCE S256 challenge.
+    pub challenge: String,
+    pub resource: String,
+    pub scope: String,
+    pub identity: Option<String>,
+    pub invite_id: String,
+    pub expires_at: i64,
+}
+
+/// One consent: what `crosstalk clients` lists and revokes, with its current tokens' hashes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub id: String,
+    pub client_id: String,
+    pub client_name: String,
+    /// Where the consent page sent the code (the host of the redirect URI).
+    pub redirect_host: String,
+    pub identity: Option<String>,
+    pub invite_id: String,
+    pub scope: String,
+    pub resource: String,
+    pub created_at: i64,
+    /// The current access token's hash.
+    pub access: String,
+    /// The current refresh token's hash.
+    pub refresh: String,
+    /// Refresh tokens this grant rotated away from: one of them coming back is a stolen
+    /// token being replayed, and ends the grant.
+    pub retired: Vec<String>,
+}
+
+/// What a token's hash points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TokenKind {
+    Access,
+    Refresh,
+    /// A refresh token already used once.
+    Retired,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRef {
+    pub grant: String,
+    pub kind: TokenKind,
+    pub expires_at: i64,
+}

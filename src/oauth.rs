@@ -1,0 +1,767 @@
+//! The OAuth face (`crosstalk serve --oauth`): the endpoints a hosted MCP client walks
+//! through to connect — protected-resource metadata (RFC 9728), authorization-server metadata
+//! (RFC 8414), dynamic client registration (RFC 7591), the consent page, where a person types
+//! a single-use invite code, and the token and revocation endpoints — plus the admin's
+//! `/api/oauth/*` routes that mint invites and list and revoke connections. The rules are
+//! [`crate::ops::oauth`]'s; this file is HTTP and HTML. See docs/oauth.md.
+//!
+//! OAuth answers use RFC 6749's error shape (`{"error", "error_description"}`), not the
+//! relay's. Nothing here logs a code, token or invite.
+
+use crate::http::Body;
+use crate::ops::oauth::{self, OAuth, OAuthError, Tokens};
+use crate::ops::Principal;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, ResponseError};
+use crosstalk_schema::oauth::AuthCode;
+use parking_lot::Mutex;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// Failed invite codes allowed per client address, and relay-wide (every client behind one
+/// proxy is one address), per [`GUESS_WINDOW`].
+pub const GUESSES_PER_ADDRESS: usize = 5;
+pub const GUESSES_PER_RELAY: usize = 30;
+pub const GUESS_WINDOW: Duration = Duration::from_secs(60);
+
+/// Recent failed invite codes, by client address (`""`: all of them).
+#[derive(Default)]
+pub struct Guesses(Mutex<HashMap<String, VecDeque<Instant>>>);
+
+impl Guesses {
+    /// Seconds until `address` may try again, if it is over its limit.
+    fn blocked(&self, address: &str) -> Option<u64> {
+        let mut map = self.0.lock();
+        let now = Instant::now();
+        let mut wait = None;
+        for (key, limit) in [(address, GUESSES_PER_ADDRESS), ("", GUESSES_PER_RELAY)] {
+            if let Some(q) = map.get_mut(key) {
+                while q.front().is_some_and(|t| now.duration_since(*t) > GUESS_WINDOW) {
+                    q.pop_front();
+                }
+                if q.len() >= limit {
+                    let until = GUESS_WINDOW.saturating_sub(now.duration_since(q[0]));
+                    wait = Some(wait.unwrap_or(0).max(until.as_secs() + 1));
+                }
+            }
+        }
+        wait
+    }
+
+    fn failed(&self, address: &str) {
+        let mut map = self.0.lock();
+        if map.len() > 10_000 {
+            map.retain(|_, q| q.back().is_some_and(|t| t.elapsed() < GUESS_WINDOW));
+        }
+        let now = Instant::now();
+        for key in [address, ""] {
+            map.entry(key.to_owned()).or_default().push_back(now);
+        }
+    }
+}
+
+/// Mounts the flow and the admin routes.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource/cc/mcp",
+    ] {
+        cfg.route(path, web::get().to(resource_metadata));
+    }
+    cfg.route(
+        "/.well-known/oauth-authorization-server",
+        web::get().to(server_metadata),
+    );
+    for (path, alias) in [
+        ("/oauth/register", "/register"),
+        ("/oauth/token", "/token"),
+        ("/oauth/revoke", "/revoke"),
+        ("/oauth/authorize", "/authorize"),
+    ] {
+        for p in [path, alias] {
+            match path {
+                "/oauth/register" => cfg.route(p, web::post().to(register)),
+                "/oauth/token" => cfg.route(p, web::post().to(token)),
+                "/oauth/revoke" => cfg.route(p, web::post().to(revoke)),
+                _ => cfg
+                    .route(p, web::get().to(authorize_page))
+                    .route(p, web::post().to(authorize_submit)),
+            };
+        }
+    }
+    cfg.route("/api/oauth/invites", web::post().to(mint_invite));
+    cfg.route("/api/oauth/clients", web::get().to(list_clients));
+    cfg.route("/api/oauth/clients", web::delete().to(revoke_client));
+    cfg.route("/api/oauth/clients/{grant}", web::delete().to(revoke_grant));
+}
+
+fn oauth_of(req: &HttpRequest) -> &OAuth {
+    req.app_data::<web::Data<OAuth>>()
+        .expect("the OAuth routes are mounted with the OAuth service")
+}
+
+fn no_store(mut resp: HttpResponse) -> HttpResponse {
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// RFC 6749 §5.2's error answer.
+fn oauth_error(e: OAuthError) -> HttpResponse {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+    no_store(HttpResponse::build(status).json(json!({"error": e.error, "error_description": e.description})))
+}
+
+// ---- metadata
+
+async fn resource_metadata(req: HttpRequest) -> HttpResponse {
+    let o = oauth_of(&req);
+    let suffix = req.path().trim_start_matches("/.well-known/oauth-protected-resource");
+    HttpResponse::Ok().json(json!({
+        "resource": format!("{}{suffix}", o.issuer),
+        "authorization_servers": [o.issuer],
+        "scopes_supported": [oauth::SCOPE],
+        "bearer_methods_supported": ["header"],
+        "resource_name": "crosstalk",
+    }))
+}
+
+async fn server_metadata(req: HttpRequest) -> HttpResponse {
+    let i = &oauth_of(&req).issuer;
+    HttpResponse::Ok().json(json!({
+        "issuer": i,
+        "authorization_endpoint": format!("{i}/oauth/authorize"),
+        "token_endpoint": format!("{i}/oauth/token"),
+        "registration_endpoint": format!("{i}/oauth/register"),
+        "revocation_endpoint": format!("{i}/oauth/revoke"),
+        "scopes_supported": [oauth::SCOPE],
+        "response_types_supported": ["code"],
+        "response_modes_supported": ["query"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "token_endpoint_auth_methods_supported": ["none"],
+        "revocation_endpoint_auth_methods_supported": ["none"],
+        "code_challenge_methods_supported": ["S256"],
+        "authorization_response_iss_parameter_supported": true,
+    }))
+}
+
+// ---- registration
+
+async fn register(req: HttpRequest) -> HttpResponse {
+    let o = oauth_of(&req);
+    let body = match Body::take(&req) {
+        Ok(b) => b,
+        Err(_) => return oauth_error(OAuthError::new(400, "invalid_client_metadata", "no body")),
+    };
+    let meta: Value = match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            return oauth_error(OAuthError::new(
+                400,
+                "invalid_client_metadata",
+                "the body must be a JSON object (RFC 7591)",
+            ))
+        }
+    };
+    let strings = |field: &str| -> Option<Result<Vec<String>, OAuthError>> {
+        meta.get(field).map(|v| {
+            v.as_array()
+                .and_then(|a| {
+                    a.iter()
+                        .map(|s| s.as_str().map(str::to_owned))
+                        .collect::<Option<Vec<_>>>()
+                })
+                .ok_or_else(|| {
+                    OAuthError::new(
+                        400,
+                        "invalid_client_metadata",
+                        format!("{field} must be an array of strings"),
+                    )
+                })
+        })
+    };
+    let redirect_uris = match strings("redirect_uris") {
+        Some(Ok(u)) => u,
+        Some(Err(e)) => return oauth_error(e),
+        None => {
+            return oauth_error(OAuthError::new(
+                400,
+                "invalid_redirect_uri",
+                "redirect_uris is required",
+            ))
+        }
+    };
+    for (field, allowed) in [
+        ("grant_types", &["authorization_code", "refresh_token"][..]),
+        ("response_types", &["code"][..]),
+    ] {
+        match strings(field) {
+            Some(Ok(v)) => {
+                if let Some(bad) = v.iter().find(|g| !allowed.contains(&g.as_str())) {
+                    return oauth_error(OAuthError::new(
+                        400,
+                        "invalid_client_metadata",
+                        format!("{field} {bad:?} is not supported (only {})", allowed.join(", ")),
+                    ));
+                }
+            }
+            Some(Err(e)) => return oauth_error(e),
+            None => {}
+        }
+    }
+    let name = meta.get("client_name").and_then(Value::as_str).map(str::to_owned);
+    match o.register(name, redirect_uris).await {
+        Ok(c) => no_store(HttpResponse::Created().json(json!({
+            "client_id": c.client_id,
+            "client_id_issued_at": c.created_at,
+            "client_name": c.client_name,
+            "redirect_uris": c.redirect_uris,
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+            "scope": oauth::SCOPE,
+        }))),
+        Err(e) => oauth_error(e),
+    }
+}
+
+// ---- the consent page
+
+/// An authorization request's parameters, from the query (the page) or the form (the submit).
+#[derive(Debug, Default, Deserialize)]
+struct AuthorizeParams {
+    response_type: Option<String>,
+    client_id: Option<String>,
+    redirect_uri: Option<String>,
+    state: Option<String>,
+    code_challenge: Option<String>,
+    code_challenge_method: Option<String>,
+    scope: Option<String>,
+    resource: Option<String>,
+    /// Typed into the page.
+    invite_code: Option<String>,
+}
+
+/// A request checked far enough to redirect back to the client.
+struct Checked {
+    client_id: String,
+    client_name: String,
+    redirect_uri: String,
+    challenge: String,
+    resource: String,
+}
+
+/// Where a refusal goes: a page of our own while the client or its redirect URI is not
+/// trusted, a redirect to the client afterwards (RFC 6749 §4.1.2.1).
+enum Refusal {
+    Page(StatusCode, String),
+    Redirect(String),
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// `uri` with `pairs` added to its query.
+fn with_query(uri: &str, pairs: &[(&str, &str)]) -> String {
+    let mut out = uri.to_owned();
+    let mut sep = if uri.contains('?') { '&' } else { '?' };
+    for (k, v) in pairs {
+        out.push(sep);
+        out.push_str(k);
+        out.push('=');
+        out.push_str(&enc(v));
+        sep = '&';
+    }
+    out
+}
+
+async fn check(o: &OAuth, p: &AuthorizeParams) -> Result<Checked, Refusal> {
+    let page = |why: String| Refusal::Page(StatusCode::BAD_REQUEST, why);
+    let client_id = p.client_id.clone().unwrap_or_default();
+    let client = match o.client(&client_id).await {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            return Err(page(format!(
+                "This connection's registration ({}) is unknown to the relay. Remove the connector and add it again.",
+                escape(&client_id.chars().take(80).collect::<String>())
+            )))
+        }
+        Err(e) => return Err(Refusal::Page(StatusCode::SERVICE_UNAVAILABLE, escape(&e.description))),
+    };
+    let redirect_uri = p.redirect_uri.clone().unwrap_or_default();
+    if !client
+        .redirect_uris
+        .iter()
+        .any(|r| oauth::redirect_matches(r, &redirect_uri))
+    {
+        return Err(page(format!(
+            "The redirect address {} is not one this client registered.",
+            escape(&redirect_uri.chars().take(200).collect::<String>())
+        )));
+    }
+    // From here on the client hears of its mistakes at its redirect URI.
+    let back = |error: &str, description: &str| {
+        let mut pairs = vec![("error", error), ("error_description", description)];
+        if let Some(s) = &p.state {
+            pairs.push(("state", s));
+        }
+        pairs.push(("iss", &o.issuer));
+        Refusal::Redirect(with_query(&redirect_uri, &pairs))
+    };
+    if p.response_type.as_deref() != Some("code") {
+        return Err(back("unsupported_response_type", "response_type must be code"));
+    }
+    let challenge = p.code_challenge.clone().unwrap_or_default();
+    if !oauth::pkce_shaped(&challenge) || p.code_challenge_method.as_deref() != Some("S256") {
+        return Err(back(
+            "invalid_request",
+            "PKCE is required: code_challenge with code_challenge_method=S256",
+        ));
+    }
+    let resource = match o.resource(p.resource.as_deref()) {
+        Ok(r) => r,
+        Err(e) => return Err(back(e.error, &e.description)),
+    };
+    if let Some(scope) = p.scope.as_deref().filter(|s| !s.trim().is_empty()) {
+        if !scope.split_whitespace().any(|s| s == oauth::SCOPE) {
+            return Err(back("invalid_scope", "the one scope is crosstalk"));
+        }
+    }
+    Ok(Checked {
+        client_id,
+        client_name: client.client_name,
+        redirect_uri,
+        challenge,
+        resource,
+    })
+}
+
+fn html(status: StatusCode, body: String) -> HttpResponse {
+    let mut resp = HttpResponse::build(status)
+        .content_type("text/html; charset=utf-8")
+        .body(format!(
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" \
+             content=\"width=device-width\"><title>Connect to crosstalk</title><style>body{{font:16px \
+             system-ui,sans-serif;max-width:32em;margin:3em auto;padding:0 1em;color:#222}}input[type=text]\
+             {{font:inherit;padding:.4em;width:12em;letter-spacing:.1em}}button{{font:inherit;padding:.4em \
+             1em}}.warn{{color:#8a5300}}.err{{color:#b00020}}</style></head><body>{body}</body></html>"
+        ));
+    let h = resp.headers_mut();
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"),
+    );
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    no_store(resp)
+}
+
+fn refusal(r: Refusal) -> HttpResponse {
+    match r {
+        Refusal::Page(status, why) => html(status, format!("<h1>Cannot connect</h1><p class=\"err\">{why}</p>")),
+        Refusal::Redirect(to) => no_store(HttpResponse::SeeOther().insert_header((header::LOCATION, to)).finish()),
+    }
+}
+
+/// The form: every parameter of the request as a hidden field, and one text field for the
+/// invite code.
+fn form(p: &AuthorizeParams, c: &Checked, error: Option<&str>) -> String {
+    let redirect_host = c
+        .redirect_uri
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(str::to_owned))
+        .unwrap_or_default();
+    let local = matches!(redirect_host.as_str(), "localhost" | "127.0.0.1" | "[::1]");
+    let mut hidden = String::new();
+    for (name, value) in [
+        ("response_type", &p.response_type),
+        ("client_id", &p.client_id),
+        ("redirect_uri", &p.redirect_uri),
+        ("state", &p.state),
+        ("code_challenge", &p.code_challenge),
+        ("code_challenge_method", &p.code_challenge_method),
+        ("scope", &p.scope),
+        ("resource", &p.resource),
+    ] {
+        if let Some(v) = value {
+            hidden.push_str(&format!(
+                "<input type=\"hidden\" name=\"{name}\" value=\"{}\">",
+                escape(v)
+            ));
+        }
+    }
+    format!(
+        "<h1>Connect {name} to crosstalk</h1>\
+         <p>{name} asks to read and post on this relay's channels. After you allow it, the relay sends \
+         the connection to <b>{host}</b>.</p>{warn}{error}\
+         <form method=\"post\" action=\"/oauth/authorize\">{hidden}\
+         <p><label>Invite code<br><input type=\"text\" name=\"invite_code\" autocomplete=\"off\" \
+         autocapitalize=\"characters\" spellcheck=\"false\" autofocus required placeholder=\"ABCDE-FGHJK\">\
+         </label></p><p><button type=\"submit\">Allow</button></p></form>\
+         <p>An invite code comes from whoever runs this relay (<code>crosstalk invite</code>). It works once.</p>",
+        name = escape(&c.client_name),
+        host = escape(&redirect_host),
+        warn = if local {
+            "<p class=\"warn\">The connection goes to a program on this computer.</p>"
+        } else {
+            ""
+        },
+        error = error.map_or(String::new(), |e| format!("<p class=\"err\">{}</p>", escape(e))),
+    )
+}
+
+async fn authorize_page(req: HttpRequest) -> HttpResponse {
+    let o = oauth_of(&req);
+    let p: AuthorizeParams = web::Query::<AuthorizeParams>::from_query(req.query_string())
+        .map(web::Query::into_inner)
+        .unwrap_or_default();
+    match check(o, &p).await {
+        Ok(c) => html(StatusCode::OK, form(&p, &c, None)),
+        Err(r) => refusal(r),
+    }
+}
+
+fn address(req: &HttpRequest) -> String {
+    req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default()
+}
+
+async fn authorize_submit(req: HttpRequest, guesses: web::Data<Guesses>) -> HttpResponse {
+    let o = oauth_of(&req);
+    let body = Body::take(&req).unwrap_or_default();
+    let p: AuthorizeParams = serde_urlencoded::from_bytes(&body).unwrap_or_default();
+    let c = match check(o, &p).await {
+        Ok(c) => c,
+        Err(r) => return refusal(r),
+    };
+    let who = address(&req);
+    if let Some(wait) = guesses.blocked(&who) {
+        crate::guard::rejected("invite");
+        let mut resp = html(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("<h1>Too many wrong codes</h1><p class=\"err\">Try again in {wait} s.</p>"),
+        );
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from_str(&wait.to_string()).expect("digits"),
+        );
+        return resp;
+    }
+    let typed = p.invite_code.clone().unwrap_or_default();
+    let invite = match o.redeem(&typed).await {
+        Ok(Some(i)) => i,
+        Ok(None) => {
+            guesses.failed(&who);
+            return html(
+                StatusCode::BAD_REQUEST,
+                form(&p, &c, Some("That code is not valid, or was already used.")),
+            );
+        }
+        Err(e) => return refusal(Refusal::Page(StatusCode::SERVICE_UNAVAILABLE, escape(&e.description))),
+    };
+    let code = AuthCode {
+        client_id: c.client_id,
+        client_name: c.client_name,
+        redirect_uri: c.redirect_uri.clone(),
+        challenge: c.challenge,
+        resource: c.resource,
+        scope: oauth::SCOPE.to_owned(),
+        identity: invite.identity,
+        invite_id: invite.id,
+        expires_at: crosstalk_schema::Timestamp::now().0 / 1_000_000 + oauth::CODE_TTL.as_secs() as i64,
+    };
+    let secret = match o.issue_code(code).await {
+        Ok(s) => s,
+        Err(e) => return refusal(Refusal::Page(StatusCode::SERVICE_UNAVAILABLE, escape(&e.description))),
+    };
+    let mut pairs = vec![("code", secret.as_str())];
+    if let Some(s) = &p.state {
+        pairs.push(("state", s));
+    }
+    pairs.push(("iss", &o.issuer));
+    refusal(Refusal::Redirect(with_query(&c.redirect_uri, &pairs)))
+}
+
+// ---- tokens
+
+/// A form body, and the client id of a Basic header if the client sent one (its password
+/// is ignored: every client here is public).
+fn form_of(req: &HttpRequest) -> Result<HashMap<String, String>, OAuthError> {
+    let ct = req.content_type();
+    if !ct.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
+        return Err(OAuthError::new(
+            400,
+            "invalid_request",
+            "send the parameters as application/x-www-form-urlencoded",
+        ));
+    }
+    let body = Body::take(req).map_err(|_| OAuthError::new(400, "invalid_request", "no body"))?;
+    let mut form: HashMap<String, String> = HashMap::new();
+    for (k, v) in form_urlencoded::parse(&body) {
+        if form.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(OAuthError::new(400, "invalid_request", format!("{k} is given twice")));
+        }
+    }
+    if let Some(basic) = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic ").or_else(|| v.strip_prefix("basic ")))
+    {
+        let id = basic_user(basic.trim())
+            .ok_or_else(|| OAuthError::new(401, "invalid_client", "a Basic header that is not id:secret"))?;
+        match form.get("client_id") {
+            Some(given) if *given != id => {
+                return Err(OAuthError::new(
+                    400,
+                    "invalid_request",
+                    "client_id differs from the Basic header's",
+                ))
+            }
+            _ => {
+                form.insert("client_id".into(), id);
+            }
+        }
+    }
+    Ok(form)
+}
+
+/// The user part of an HTTP Basic credential (RFC 7617), form-decoded as RFC 6749 §2.3.1 says.
+fn basic_user(b64: &str) -> Option<String> {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits = 0u32;
+    let mut n = 0;
+    let mut out = Vec::new();
+    for c in b64.bytes().take_while(|&c| c != b'=') {
+        let v = A.iter().position(|&a| a == c)? as u32;
+        bits = (bits << 6) | v;
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+            bits &= (1 << n) - 1;
+        }
+    }
+    let s = String::from_utf8(out).ok()?;
+    let (user, _) = s.split_once(':')?;
+    Some(
+        form_urlencoded::parse(format!("u={user}").as_bytes())
+            .next()?
+            .1
+            .into_owned(),
+    )
+}
+
+fn tokens(t: Tokens) -> HttpResponse {
+    no_store(HttpResponse::Ok().json(json!({
+        "access_token": t.access_token,
+        "token_type": "Bearer",
+        "expires_in": t.expires_in,
+        "refresh_token": t.refresh_token,
+        "scope": t.scope,
+    })))
+}
+
+async fn token(req: HttpRequest) -> HttpResponse {
+    let o = oauth_of(&req);
+    let form = match form_of(&req) {
+        Ok(f) => f,
+        Err(e) => return oauth_error(e),
+    };
+    let get = |k: &str| form.get(k).map(String::as_str).filter(|v| !v.is_empty());
+    let missing = |k: &str| oauth_error(OAuthError::new(400, "invalid_request", format!("{k} is required")));
+    let Some(client_id) = get("client_id") else {
+        return oauth_error(OAuthError::new(401, "invalid_client", "client_id is required"));
+    };
+    let answer = match get("grant_type") {
+        Some("authorization_code") => {
+            let (Some(code), Some(redirect_uri), Some(verifier)) =
+                (get("code"), get("redirect_uri"), get("code_verifier"))
+            else {
+                return missing("code, redirect_uri and code_verifier");
+            };
+            o.exchange(code, client_id, redirect_uri, verifier, get("resource"))
+                .await
+        }
+        Some("refresh_token") => {
+            let Some(refresh) = get("refresh_token") else {
+                return missing("refresh_token");
+            };
+            if let Some(scope) = get("scope") {
+                if scope.split_whitespace().any(|s| s != oauth::SCOPE) {
+                    return oauth_error(OAuthError::new(400, "invalid_scope", "the one scope is crosstalk"));
+                }
+            }
+            o.refresh(refresh, client_id, get("resource")).await
+        }
+        Some(other) => Err(OAuthError::new(
+            400,
+            "unsupported_grant_type",
+            format!("grant_type {other:?}: this relay does authorization_code and refresh_token"),
+        )),
+        None => return missing("grant_type"),
+    };
+    match answer {
+        Ok(t) => tokens(t),
+        Err(e) => oauth_error(e),
+    }
+}
+
+async fn revoke(req: HttpRequest) -> HttpResponse {
+    let o = oauth_of(&req);
+    let form = match form_of(&req) {
+        Ok(f) => f,
+        Err(e) => return oauth_error(e),
+    };
+    let Some(t) = form.get("token").filter(|t| !t.is_empty()) else {
+        return oauth_error(OAuthError::new(400, "invalid_request", "token is required"));
+    };
+    match o.revoke_token(t).await {
+        Ok(()) => no_store(HttpResponse::Ok().finish()),
+        Err(e) => oauth_error(e),
+    }
+}
+
+// ---- admin
+
+fn admin(req: &HttpRequest) -> Result<(), Box<HttpResponse>> {
+    match req.extensions().get::<Principal>() {
+        Some(Principal::Shared) => Ok(()),
+        _ => Err(Box::new(
+            crate::error::ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "only the relay's own token (--token) may manage OAuth invites and connections",
+            )
+            .error_response(),
+        )),
+    }
+}
+
+fn api_error(e: OAuthError) -> HttpResponse {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let code = if status.is_server_error() {
+        "store_unavailable"
+    } else {
+        "invalid_input"
+    };
+    crate::error::ApiError::new(status, code, e.description).error_response()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InviteRequest {
+    #[serde(rename = "as")]
+    identity: Option<String>,
+    expires_in_s: Option<u64>,
+    note: Option<String>,
+}
+
+async fn mint_invite(req: HttpRequest) -> HttpResponse {
+    if let Err(r) = admin(&req) {
+        return *r;
+    }
+    let body = Body::take(&req).unwrap_or_default();
+    let r: InviteRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        InviteRequest::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => {
+                return crate::error::ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_input",
+                    format!("invalid invite request: {e}"),
+                )
+                .error_response()
+            }
+        }
+    };
+    match oauth_of(&req)
+        .invite(r.identity, r.expires_in_s.map(Duration::from_secs), r.note)
+        .await
+    {
+        Ok(i) => no_store(HttpResponse::Created().json(i)),
+        Err(e) => api_error(e),
+    }
+}
+
+async fn list_clients(req: HttpRequest) -> HttpResponse {
+    if let Err(r) = admin(&req) {
+        return *r;
+    }
+    match oauth_of(&req).grants().await {
+        Ok(g) => HttpResponse::Ok().json(json!({ "clients": g })),
+        Err(e) => api_error(e),
+    }
+}
+
+async fn revoke_grant(req: HttpRequest, grant: web::Path<String>) -> HttpResponse {
+    if let Err(r) = admin(&req) {
+        return *r;
+    }
+    match oauth_of(&req).revoke_grant(&grant).await {
+        Ok(true) => HttpResponse::NoContent().finish(),
+        Ok(false) => {
+            crate::error::ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no connection {grant:?}"))
+                .error_response()
+        }
+        Err(e) => api_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct ClientQuery {
+    client_id: String,
+}
+
+async fn revoke_client(req: HttpRequest) -> HttpResponse {
+    if let Err(r) = admin(&req) {
+        return *r;
+    }
+    let Ok(q) = web::Query::<ClientQuery>::from_query(req.query_string()) else {
+        return crate::error::ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", "name ?client_id=")
+            .error_response();
+    };
+    match oauth_of(&req).revoke_client(&q.client_id).await {
+        Ok(n) => HttpResponse::Ok().json(json!({ "revoked": n })),
+        Err(e) => api_error(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_header_user() {
+        // "ct_c_abc:x" in base64.
+        assert_eq!(basic_user("Y3RfY19hYmM6eA==").as_deref(), Some("ct_c_abc"));
+        assert_eq!(basic_user("!!"), None);
+    }
+
+    #[test]
+    fn challenges_name_the_metadata_of_what_was_asked() {
+        use crate::http::oauth_challenge as challenge;
+        let c = challenge("https://r.example", "/cc/mcp", false);
+        assert_eq!(
+            c,
+            "Bearer resource_metadata=\"https://r.example/.well-known/oauth-protected-resource/cc/mcp\", scope=\"crosstalk\""
+        );
+        assert!(challenge("https://r.example", "/api/channels", true).starts_with("Bearer error=\"invalid_token\", "));
+    }
+}

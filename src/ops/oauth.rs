@@ -1,0 +1,707 @@
+//! The relay as its own OAuth 2.1 authorization server (`crosstalk serve --oauth`): invites,
+//! client registration, authorization codes with PKCE, access and refresh tokens, revocation.
+//! The rules live here, once; the HTTP endpoints are the `oauth` face (`crate::oauth`), the
+//! bearer check is the auth middleware's ([`OAuth::verify`]), and the records go through the
+//! store seam ([`crosstalk_actors::oauth`]), so they live on sled or in the cluster's buckets
+//! alike. Every secret is random (256 bits from the system RNG) and stored only as its
+//! SHA-256; a lookup goes by that hash.
+//!
+//! - An invite is single use ([`OAuthStore::take`]), expires, and may bind an identity: the
+//!   tokens of a grant made with `--as worker-7` act only as `worker-7`.
+//! - An authorization code is single use, lives two minutes, and is bound to its client,
+//!   redirect URI, PKCE challenge (S256 only) and resource.
+//! - A refresh token is single use too: each refresh rotates both tokens; a retired refresh
+//!   token coming back ends the grant (it was stolen, or replayed).
+
+use super::Principal;
+use crosstalk_actors::oauth::{Kind, OAuthStore};
+use crosstalk_actors::RelayError;
+use crosstalk_schema::oauth::{AuthCode, Grant, Invite, OAuthClient, TokenKind, TokenRef};
+use crosstalk_schema::{codec, Timestamp};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The one scope: the relay's tools and routes.
+pub const SCOPE: &str = "crosstalk";
+/// How long an access token is good for.
+pub const ACCESS_TTL: Duration = Duration::from_secs(3600);
+/// How long a refresh token is good for unused (each refresh starts a new period).
+pub const REFRESH_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long an authorization code is good for.
+pub const CODE_TTL: Duration = Duration::from_secs(120);
+/// Default and longest life of an invite.
+pub const INVITE_TTL: Duration = Duration::from_secs(24 * 3600);
+pub const MAX_INVITE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Prefix of access tokens: the auth middleware sends these to [`OAuth::verify`].
+pub const ACCESS_PREFIX: &str = "ct_at_";
+const REFRESH_PREFIX: &str = "ct_rt_";
+const CODE_PREFIX: &str = "ct_ac_";
+const CLIENT_PREFIX: &str = "ct_c_";
+/// Redirect URIs one client may register.
+pub const MAX_REDIRECT_URIS: usize = 10;
+
+/// An OAuth error as RFC 6749 §5.2 names it, with the status to answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthError {
+    pub status: u16,
+    pub error: &'static str,
+    pub description: String,
+}
+
+impl OAuthError {
+    pub fn new(status: u16, error: &'static str, description: impl Into<String>) -> Self {
+        OAuthError {
+            status,
+            error,
+            description: description.into(),
+        }
+    }
+
+    fn bad(error: &'static str, description: impl Into<String>) -> Self {
+        Self::new(400, error, description)
+    }
+
+    fn server(e: RelayError) -> Self {
+        let status = match e {
+            RelayError::Store(_) | RelayError::StoreUnavailable(_) | RelayError::Unavailable(_) => 503,
+            _ => 500,
+        };
+        Self::new(status, "server_error", e.to_string())
+    }
+}
+
+/// Tokens as the token endpoint answers them.
+#[derive(Debug, Clone)]
+pub struct Tokens {
+    pub access_token: String,
+    pub refresh_token: String,
+    pub expires_in: u64,
+    pub scope: String,
+}
+
+/// A new invite: the code (shown once) and what it grants.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct NewInvite {
+    /// Type it into the consent page. Shown once; the relay keeps only its hash.
+    pub code: String,
+    pub invite_id: String,
+    /// The identity its tokens act as (none: anyone, but never the admin).
+    #[serde(rename = "as")]
+    pub identity: Option<String>,
+    pub expires_at: String,
+}
+
+/// A grant as `crosstalk clients` lists it.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct GrantView {
+    pub grant: String,
+    pub client_id: String,
+    pub client_name: String,
+    pub redirect_host: String,
+    #[serde(rename = "as")]
+    pub identity: Option<String>,
+    pub invite_id: String,
+    pub created_at: String,
+}
+
+impl From<&Grant> for GrantView {
+    fn from(g: &Grant) -> Self {
+        GrantView {
+            grant: g.id.clone(),
+            client_id: g.client_id.clone(),
+            client_name: g.client_name.clone(),
+            redirect_host: g.redirect_host.clone(),
+            identity: g.identity.clone(),
+            invite_id: g.invite_id.clone(),
+            created_at: Timestamp(g.created_at * 1_000_000).to_rfc3339(),
+        }
+    }
+}
+
+/// The relay's authorization server: its issuer (the public URL) and where it keeps records.
+#[derive(Clone)]
+pub struct OAuth {
+    /// The relay's public origin, `scheme://host[:port]` without a trailing slash: the issuer,
+    /// and the base of every endpoint and resource.
+    pub issuer: String,
+    store: Arc<dyn OAuthStore>,
+}
+
+fn now() -> i64 {
+    Timestamp::now().0 / 1_000_000
+}
+
+/// `n` random bytes as lowercase hex.
+pub fn random_hex(n: usize) -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = vec![0u8; n];
+    // The system RNG does not fail on Linux once booted; if it did, a token must not be made.
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .expect("the system's random number generator works");
+    hex(&bytes)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key a secret is stored under: its SHA-256, in hex.
+pub fn hash(secret: &str) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA256, secret.as_bytes()).as_ref())
+}
+
+/// The PKCE S256 transform (RFC 7636 §4.2): BASE64URL(SHA256(verifier)), unpadded.
+pub fn s256(verifier: &str) -> String {
+    base64url(ring::digest::digest(&ring::digest::SHA256, verifier.as_bytes()).as_ref())
+}
+
+fn base64url(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len() * 4 / 3 + 2);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// A PKCE verifier or challenge: 43 to 128 unreserved characters (RFC 7636 §4.1).
+pub fn pkce_shaped(s: &str) -> bool {
+    (43..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+}
+
+/// An invite code as people type it: ten letters and digits of Crockford's base32 (no I, L,
+/// O, U), shown as `ABCDE-FGHJK`; typed back in any case, with or without the dash.
+fn invite_code() -> String {
+    const A: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 10];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .expect("the system's random number generator works");
+    let s: String = bytes.iter().map(|b| A[(b & 31) as usize] as char).collect();
+    format!("{}-{}", &s[..5], &s[5..])
+}
+
+/// What an invite code is stored under, however it was typed.
+fn invite_key(typed: &str) -> String {
+    let norm: String = typed
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| match c.to_ascii_uppercase() {
+            'O' => '0',
+            'I' | 'L' => '1',
+            c => c,
+        })
+        .collect();
+    hash(&format!("invite:{norm}"))
+}
+
+/// Whether `uri` may be a redirect URI: absolute, no fragment, HTTPS, or plain HTTP to a
+/// loopback address (a native client's local listener, RFC 8252 §7.3).
+pub fn redirect_uri_ok(uri: &str) -> bool {
+    let Ok(u) = uri.parse::<http::Uri>() else {
+        return false;
+    };
+    if uri.contains('#') || u.host().is_none() {
+        return false;
+    }
+    match u.scheme_str() {
+        Some("https") => true,
+        Some("http") => is_loopback(u.host().unwrap_or("")),
+        _ => false,
+    }
+}
+
+fn is_loopback(host: &str) -> bool {
+    matches!(host, "localhost" | "127.0.0.1" | "[::1]" | "::1")
+}
+
+/// Whether `given` matches the registered `registered`: exactly, except that a loopback
+/// HTTP URI may name any port (RFC 8252 §7.3: native clients listen where they can).
+pub fn redirect_matches(registered: &str, given: &str) -> bool {
+    if registered == given {
+        return true;
+    }
+    let (Ok(r), Ok(g)) = (registered.parse::<http::Uri>(), given.parse::<http::Uri>()) else {
+        return false;
+    };
+    r.scheme_str() == Some("http")
+        && g.scheme_str() == Some("http")
+        && r.host().is_some_and(is_loopback)
+        && r.host() == g.host()
+        && r.path_and_query() == g.path_and_query()
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    codec::encode(value)
+}
+
+fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, OAuthError> {
+    codec::decode(bytes).map_err(|e| OAuthError::new(500, "server_error", format!("a stored {what} is damaged: {e}")))
+}
+
+impl OAuth {
+    pub fn new(issuer: String, store: Arc<dyn OAuthStore>) -> Self {
+        OAuth {
+            issuer: issuer.trim_end_matches('/').to_owned(),
+            store,
+        }
+    }
+
+    /// This relay's resource identifiers (RFC 8707): its origin, `/mcp` and `/cc/mcp`.
+    pub fn resources(&self) -> [String; 3] {
+        [
+            self.issuer.clone(),
+            format!("{}/mcp", self.issuer),
+            format!("{}/cc/mcp", self.issuer),
+        ]
+    }
+
+    /// `resource` if it names this relay (scheme and host in any case, one trailing slash
+    /// either way), as the relay's own spelling.
+    pub fn resource(&self, resource: Option<&str>) -> Result<String, OAuthError> {
+        let Some(r) = resource.map(str::trim).filter(|r| !r.is_empty()) else {
+            return Ok(self.issuer.clone());
+        };
+        let norm = |s: &str| {
+            let s = s.trim_end_matches('/');
+            match s.split_once("://") {
+                Some((scheme, rest)) => {
+                    let (host, path) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
+                    let path = if path.is_empty() {
+                        String::new()
+                    } else {
+                        format!("/{path}")
+                    };
+                    format!("{}://{}{path}", scheme.to_ascii_lowercase(), host.to_ascii_lowercase())
+                }
+                None => s.to_owned(),
+            }
+        };
+        let want = norm(r);
+        self.resources()
+            .into_iter()
+            .find(|mine| norm(mine) == want)
+            .ok_or_else(|| {
+                OAuthError::bad(
+                    "invalid_target",
+                    format!(
+                        "resource {r:?} is not this relay (it serves {})",
+                        self.resources().join(", ")
+                    ),
+                )
+            })
+    }
+
+    async fn get<T: DeserializeOwned>(&self, kind: Kind, key: &str, what: &str) -> Result<Option<T>, OAuthError> {
+        match self.store.get(kind, key.to_owned()).await.map_err(OAuthError::server)? {
+            Some(bytes) => Ok(Some(decode(what, &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn put<T: Serialize>(&self, kind: Kind, key: &str, value: &T) -> Result<(), OAuthError> {
+        self.store
+            .put(kind, key.to_owned(), encode(value))
+            .await
+            .map_err(OAuthError::server)
+    }
+
+    async fn take<T: DeserializeOwned>(&self, kind: Kind, key: &str, what: &str) -> Result<Option<T>, OAuthError> {
+        match self
+            .store
+            .take(kind, key.to_owned())
+            .await
+            .map_err(OAuthError::server)?
+        {
+            Some(bytes) => Ok(Some(decode(what, &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn delete(&self, kind: Kind, key: &str) -> Result<(), OAuthError> {
+        self.store
+            .delete(kind, key.to_owned())
+            .await
+            .map_err(OAuthError::server)
+    }
+
+    // ---- invites
+
+    /// Mints an invite, good for `ttl` (default a day, at most 30), binding `identity` if
+    /// given.
+    pub async fn invite(
+        &self,
+        identity: Option<String>,
+        ttl: Option<Duration>,
+        note: Option<String>,
+    ) -> Result<NewInvite, OAuthError> {
+        let ttl = ttl.unwrap_or(INVITE_TTL);
+        if ttl.is_zero() || ttl > MAX_INVITE_TTL {
+            return Err(OAuthError::bad(
+                "invalid_request",
+                "an invite lasts more than 0 s and at most 30 days",
+            ));
+        }
+        let identity = identity.map(|i| i.trim().to_owned()).filter(|i| !i.is_empty());
+        if let Some(i) = &identity {
+            crosstalk_schema::InstanceId::parse(i).map_err(|e| OAuthError::bad("invalid_request", e.to_string()))?;
+        }
+        let code = invite_code();
+        let now = now();
+        let invite = Invite {
+            id: random_hex(6),
+            identity,
+            created_at: now,
+            expires_at: now + ttl.as_secs() as i64,
+            note,
+        };
+        self.put(Kind::Invites, &invite_key(&code), &invite).await?;
+        Ok(NewInvite {
+            code,
+            invite_id: invite.id.clone(),
+            identity: invite.identity.clone(),
+            expires_at: Timestamp(invite.expires_at * 1_000_000).to_rfc3339(),
+        })
+    }
+
+    /// Uses up the invite typed in: `None` if there is no such invite, it was used, or it
+    /// expired. Of two consents racing with one code, one gets it.
+    pub async fn redeem(&self, typed: &str) -> Result<Option<Invite>, OAuthError> {
+        let invite: Option<Invite> = self.take(Kind::Invites, &invite_key(typed), "invite").await?;
+        Ok(invite.filter(|i| i.expires_at > now()))
+    }
+
+    // ---- clients
+
+    /// Registers a client (RFC 7591): public, `none` authentication, its redirect URIs.
+    pub async fn register(&self, name: Option<String>, redirect_uris: Vec<String>) -> Result<OAuthClient, OAuthError> {
+        if redirect_uris.is_empty() || redirect_uris.len() > MAX_REDIRECT_URIS {
+            return Err(OAuthError::bad(
+                "invalid_redirect_uri",
+                format!("redirect_uris needs 1 to {MAX_REDIRECT_URIS} URIs"),
+            ));
+        }
+        if let Some(bad) = redirect_uris.iter().find(|u| !redirect_uri_ok(u)) {
+            return Err(OAuthError::bad(
+                "invalid_redirect_uri",
+                format!("{bad:?} is not a redirect URI this relay sends codes to: use https://, or http:// to a loopback address"),
+            ));
+        }
+        let client_name = name
+            .map(|n| n.trim().chars().take(200).collect::<String>())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "unnamed client".to_owned());
+        let client = OAuthClient {
+            client_id: format!("{CLIENT_PREFIX}{}", random_hex(16)),
+            client_name,
+            redirect_uris,
+            created_at: now(),
+        };
+        self.put(Kind::Clients, &client.client_id, &client).await?;
+        Ok(client)
+    }
+
+    pub async fn client(&self, client_id: &str) -> Result<Option<OAuthClient>, OAuthError> {
+        if !client_id.starts_with(CLIENT_PREFIX) || client_id.len() > 64 {
+            return Ok(None);
+        }
+        self.get(Kind::Clients, client_id, "client").await
+    }
+
+    // ---- codes and tokens
+
+    /// Mints the authorization code a consent sends back to the client.
+    pub async fn issue_code(&self, code: AuthCode) -> Result<String, OAuthError> {
+        let secret = format!("{CODE_PREFIX}{}", random_hex(32));
+        self.put(Kind::Codes, &hash(&secret), &code).await?;
+        Ok(secret)
+    }
+
+    /// The `authorization_code` grant: checks the code against the client, redirect URI,
+    /// verifier and resource, then makes a grant and its first tokens.
+    pub async fn exchange(
+        &self,
+        code: &str,
+        client_id: &str,
+        redirect_uri: &str,
+        verifier: &str,
+        resource: Option<&str>,
+    ) -> Result<Tokens, OAuthError> {
+        if !pkce_shaped(verifier) {
+            return Err(OAuthError::bad(
+                "invalid_request",
+                "code_verifier must be 43 to 128 unreserved characters",
+            ));
+        }
+        if self.client(client_id).await?.is_none() {
+            return Err(OAuthError::new(
+                401,
+                "invalid_client",
+                format!("no client {client_id:?}: register again"),
+            ));
+        }
+        let invalid = |why: &str| OAuthError::bad("invalid_grant", why.to_owned());
+        let Some(c): Option<AuthCode> = self.take(Kind::Codes, &hash(code), "code").await? else {
+            return Err(invalid("the code is unknown, expired or already used"));
+        };
+        if c.expires_at <= now() {
+            return Err(invalid("the code expired: authorize again"));
+        }
+        if c.client_id != client_id {
+            return Err(invalid("the code was issued to another client"));
+        }
+        if c.redirect_uri != redirect_uri {
+            return Err(invalid("redirect_uri differs from the authorization request's"));
+        }
+        if s256(verifier) != c.challenge {
+            return Err(invalid("code_verifier does not match the code_challenge"));
+        }
+        if resource.is_some() && self.resource(resource)? != c.resource {
+            return Err(OAuthError::bad(
+                "invalid_target",
+                "resource differs from the authorization request's",
+            ));
+        }
+        let redirect_host = c
+            .redirect_uri
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.host().map(str::to_owned))
+            .unwrap_or_default();
+        let grant = Grant {
+            id: random_hex(6),
+            client_id: c.client_id,
+            client_name: c.client_name,
+            redirect_host,
+            identity: c.identity,
+            invite_id: c.invite_id,
+            scope: c.scope,
+            resource: c.resource,
+            created_at: now(),
+            access: String::new(),
+            refresh: String::new(),
+            retired: Vec::new(),
+        };
+        self.mint(grant).await
+    }
+
+    /// New access and refresh tokens for `grant`, which is stored with their hashes.
+    async fn mint(&self, mut grant: Grant) -> Result<Tokens, OAuthError> {
+        let access = format!("{ACCESS_PREFIX}{}", random_hex(32));
+        let refresh = format!("{REFRESH_PREFIX}{}", random_hex(32));
+        grant.access = hash(&access);
+        grant.refresh = hash(&refresh);
+        let now = now();
+        // The tokens first: a grant is never stored pointing at tokens that are not there.
+        self.put(
+            Kind::Tokens,
+            &grant.access,
+            &TokenRef {
+                grant: grant.id.clone(),
+                kind: TokenKind::Access,
+                expires_at: now + ACCESS_TTL.as_secs() as i64,
+            },
+        )
+        .await?;
+        self.put(
+            Kind::Tokens,
+            &grant.refresh,
+            &TokenRef {
+                grant: grant.id.clone(),
+                kind: TokenKind::Refresh,
+                expires_at: now + REFRESH_TTL.as_secs() as i64,
+            },
+        )
+        .await?;
+        self.put(Kind::Grants, &grant.id, &grant).await?;
+        Ok(Tokens {
+            access_token: access,
+            refresh_token: refresh,
+            expires_in: ACCESS_TTL.as_secs(),
+            scope: grant.scope,
+        })
+    }
+
+    /// The `refresh_token` grant: rotates both tokens. A refresh token already used once ends
+    /// the grant.
+    pub async fn refresh(&self, token: &str, client_id: &str, resource: Option<&str>) -> Result<Tokens, OAuthError> {
+        let invalid = |why: &str| OAuthError::bad("invalid_grant", why.to_owned());
+        if self.client(client_id).await?.is_none() {
+            return Err(OAuthError::new(
+                401,
+                "invalid_client",
+                format!("no client {client_id:?}: register again"),
+            ));
+        }
+        let key = hash(token);
+        // Taken, so two refreshes with one token cannot both rotate it.
+        let Some(t): Option<TokenRef> = self.take(Kind::Tokens, &key, "token").await? else {
+            return Err(invalid("the refresh token is unknown, expired or revoked"));
+        };
+        match t.kind {
+            TokenKind::Refresh => {}
+            TokenKind::Retired => {
+                tracing::warn!(grant = %t.grant, "a refresh token was used twice: the grant is revoked");
+                self.revoke_grant(&t.grant).await?;
+                return Err(invalid(
+                    "this refresh token was already used: the connection is revoked, consent again",
+                ));
+            }
+            TokenKind::Access => {
+                // Not a refresh token: put it back as it was.
+                self.put(Kind::Tokens, &key, &t).await?;
+                return Err(invalid("that is an access token, not a refresh token"));
+            }
+        }
+        if t.expires_at <= now() {
+            return Err(invalid("the refresh token expired: consent again"));
+        }
+        let Some(mut grant): Option<Grant> = self.get(Kind::Grants, &t.grant, "grant").await? else {
+            return Err(invalid("the connection was revoked"));
+        };
+        if grant.client_id != client_id {
+            self.put(Kind::Tokens, &key, &t).await?;
+            return Err(invalid("the refresh token was issued to another client"));
+        }
+        if resource.is_some() && self.resource(resource)? != grant.resource {
+            self.put(Kind::Tokens, &key, &t).await?;
+            return Err(OAuthError::bad("invalid_target", "resource differs from the grant's"));
+        }
+        // The old refresh token stays known as retired, for reuse detection; the old access
+        // token ends now.
+        self.put(
+            Kind::Tokens,
+            &key,
+            &TokenRef {
+                grant: grant.id.clone(),
+                kind: TokenKind::Retired,
+                expires_at: t.expires_at,
+            },
+        )
+        .await?;
+        self.delete(Kind::Tokens, &grant.access).await?;
+        grant.retired.push(key);
+        // Keep the last few: enough to catch a replay, bounded however long a grant lives.
+        if grant.retired.len() > 16 {
+            let old = grant.retired.remove(0);
+            self.delete(Kind::Tokens, &old).await?;
+        }
+        self.mint(grant).await
+    }
+
+    /// Who an access token acts for; `None` if it is unknown, expired or revoked.
+    pub async fn verify(&self, token: &str) -> Result<Option<Principal>, OAuthError> {
+        let Some(t): Option<TokenRef> = self.get(Kind::Tokens, &hash(token), "token").await? else {
+            return Ok(None);
+        };
+        if t.kind != TokenKind::Access || t.expires_at <= now() {
+            return Ok(None);
+        }
+        let Some(grant): Option<Grant> = self.get(Kind::Grants, &t.grant, "grant").await? else {
+            return Ok(None);
+        };
+        Ok(Some(match grant.identity {
+            Some(id) => Principal::Participant(id),
+            None => Principal::Connector(format!("\0grant:{}", grant.id)),
+        }))
+    }
+
+    /// RFC 7009: a refresh token ends its grant, an access token itself; unknown tokens are
+    /// fine.
+    pub async fn revoke_token(&self, token: &str) -> Result<(), OAuthError> {
+        let key = hash(token);
+        let Some(t): Option<TokenRef> = self.get(Kind::Tokens, &key, "token").await? else {
+            return Ok(());
+        };
+        match t.kind {
+            TokenKind::Access => self.delete(Kind::Tokens, &key).await,
+            TokenKind::Refresh | TokenKind::Retired => self.revoke_grant(&t.grant).await.map(|_| ()),
+        }
+    }
+
+    /// Ends a grant and every token of it, at once on every node. `false` if there was none.
+    pub async fn revoke_grant(&self, id: &str) -> Result<bool, OAuthError> {
+        let Some(grant): Option<Grant> = self.take(Kind::Grants, id, "grant").await? else {
+            return Ok(false);
+        };
+        self.delete(Kind::Tokens, &grant.access).await?;
+        self.delete(Kind::Tokens, &grant.refresh).await?;
+        for old in &grant.retired {
+            self.delete(Kind::Tokens, old).await?;
+        }
+        Ok(true)
+    }
+
+    /// Every grant, oldest first.
+    pub async fn grants(&self) -> Result<Vec<GrantView>, OAuthError> {
+        let mut out = Vec::new();
+        for (_, bytes) in self.store.list(Kind::Grants).await.map_err(OAuthError::server)? {
+            let g: Grant = decode("grant", &bytes)?;
+            out.push(g);
+        }
+        out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        Ok(out.iter().map(GrantView::from).collect())
+    }
+
+    /// Ends every grant of `client_id`.
+    pub async fn revoke_client(&self, client_id: &str) -> Result<usize, OAuthError> {
+        let mut n = 0;
+        for g in self.grants().await? {
+            if g.client_id == client_id && self.revoke_grant(&g.grant).await? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pkce_s256_matches_rfc_7636_appendix_b() {
+        assert_eq!(
+            s256("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+        );
+    }
+
+    #[test]
+    fn redirect_uris() {
+        assert!(redirect_uri_ok("https://claude.ai/api/mcp/auth_callback"));
+        assert!(redirect_uri_ok("http://127.0.0.1:5000/callback"));
+        assert!(redirect_uri_ok("http://localhost/callback"));
+        assert!(!redirect_uri_ok("http://evil.example/callback"));
+        assert!(!redirect_uri_ok("https://a.example/cb#frag"));
+        assert!(!redirect_uri_ok("javascript:alert(1)"));
+        assert!(redirect_matches(
+            "http://localhost/callback",
+            "http://localhost:4567/callback"
+        ));
+        assert!(!redirect_matches(
+            "http://localhost/callback",
+            "http://127.0.0.1:4567/callback"
+        ));
+        assert!(!redirect_matches("https://a.example/cb", "https://a.example/cb2"));
+        assert!(!redirect_matches("https://a.example/cb", "https://a.example:8443/cb"));
+    }
+
+    #[test]
+    fn invite_codes_read_back_however_typed() {
+        let code = invite_code();
+        assert_eq!(code.len(), 11);
+        assert_eq!(invite_key(&code), invite_key(&code.to_lowercase().replace('-', " ")));
+        assert_ne!(invite_key(&code), invite_key("00000-00000"));
+    }
+}
