@@ -173,10 +173,10 @@ fn from_another_site(req: &ServiceRequest) -> bool {
     match fetch("sec-fetch-site") {
         Some("cross-site" | "same-site") => {
             let navigation = fetch("sec-fetch-mode") == Some("navigate") && req.method() == Method::GET;
-            // A hosted client opens the OAuth consent page from its own site.
-            let page = crate::http::console::PATHS.contains(&req.path())
-                || matches!(req.path(), "/oauth/authorize" | "/authorize");
-            !(navigation && page)
+            // A hosted client opens the OAuth consent page from its own site; showing it
+            // changes nothing (its form posts back from the relay's own origin).
+            let consent = req.method() == Method::GET && matches!(req.path(), "/oauth/authorize" | "/authorize");
+            !(navigation && crate::http::console::PATHS.contains(&req.path())) && !consent
         }
         _ => false,
     }
