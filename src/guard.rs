@@ -176,7 +176,8 @@ fn from_another_site(req: &ServiceRequest) -> bool {
             // A hosted client opens the OAuth consent page from its own site; showing it
             // changes nothing (its form posts back from the relay's own origin).
             let consent = req.method() == Method::GET && matches!(req.path(), "/oauth/authorize" | "/authorize");
-            !(navigation && crate::http::console::PATHS.contains(&req.path())) && !consent
+            let console = navigation && crate::http::console::PATHS.contains(&req.path());
+            !(consent || console)
         }
         _ => false,
     }

@@ -1372,3 +1372,156 @@ async fn a_node_holds_every_channel_of_the_log_whatever_its_channel_limit() {
     .await;
     assert_eq!(status, 429, "{err}");
 }
+
+/// A form body.
+fn form(pairs: &[(&str, &str)]) -> String {
+    let mut e = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        e.append_pair(k, v);
+    }
+    e.finish()
+}
+
+/// POSTs a form; the status, the redirect's query (if any) and the JSON answer (if any).
+async fn post_form(
+    c: &reqwest::Client,
+    url: &str,
+    origin: Option<&str>,
+    pairs: &[(&str, &str)],
+) -> (u16, std::collections::HashMap<String, String>, Value) {
+    let mut r = c.post(url);
+    if let Some(o) = origin {
+        r = r.header("origin", o);
+    }
+    let r = r
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(pairs))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let query = r
+        .headers()
+        .get("location")
+        .and_then(|l| l.to_str().ok())
+        .and_then(|l| l.split_once('?'))
+        .map(|(_, q)| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    (status, query, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth_is_one_authorization_server_across_nodes() {
+    const ADMIN: &str = "admin-token";
+    const REDIRECT: &str = "http://127.0.0.1:9/cb";
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Nats::start();
+    let args = [
+        "--store",
+        &nats.urls(),
+        "--nats-replicas",
+        "3",
+        "--oauth",
+        "--token",
+        ADMIN,
+    ];
+    let (a, b) = (Server::process(&args), Server::process(&args));
+    let plain = builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(T)
+        .build()
+        .unwrap();
+    let admin = client_with_token(ADMIN);
+    // An invite minted on A, a client registered on B.
+    let (status, invite) = request(
+        &admin,
+        "POST",
+        &a.url("/api/oauth/invites"),
+        Some(json!({"as": "w1"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{invite}");
+    let code = invite["code"].as_str().unwrap().to_owned();
+    let (status, reg) = request(
+        &plain,
+        "POST",
+        &b.url("/oauth/register"),
+        Some(json!({"redirect_uris": [REDIRECT]})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{reg}");
+    let client_id = reg["client_id"].as_str().unwrap().to_owned();
+    let verifier = "n".repeat(43);
+    let challenge = crosstalk::ops::oauth::s256(&verifier);
+    let consent = |node: &Server| {
+        let (c, url, origin) = (plain.clone(), node.url("/oauth/authorize"), node.url(""));
+        let (client_id, challenge, code) = (client_id.clone(), challenge.clone(), code.clone());
+        async move {
+            let pairs = [
+                ("response_type", "code"),
+                ("client_id", client_id.as_str()),
+                ("redirect_uri", REDIRECT),
+                ("code_challenge", challenge.as_str()),
+                ("code_challenge_method", "S256"),
+                ("invite_code", code.as_str()),
+            ];
+            post_form(&c, &url, Some(origin.trim_end_matches('/')), &pairs).await
+        }
+    };
+    // The same invite typed on both nodes at once: one consent, not two.
+    let (on_a, on_b) = tokio::join!(consent(&a), consent(&b));
+    let mut statuses = [on_a.0, on_b.0];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [303, 400], "{on_a:?} {on_b:?}");
+    let won = if on_a.0 == 303 { on_a.1 } else { on_b.1 };
+    // The code is exchanged on the other node than the one that may have issued it: both.
+    let exchange = [
+        ("grant_type", "authorization_code"),
+        ("code", won["code"].as_str()),
+        ("redirect_uri", REDIRECT),
+        ("code_verifier", verifier.as_str()),
+        ("client_id", client_id.as_str()),
+    ];
+    let (status, _, tokens) = post_form(&plain, &b.url("/oauth/token"), None, &exchange).await;
+    assert_eq!(status, 200, "{tokens}");
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+    let as_token = client_with_token(&access);
+    for node in [&a, &b] {
+        let (status, e) = request(
+            &as_token,
+            "POST",
+            &node.url("/api/channels/ops/messages"),
+            Some(msg("w1", "hi")),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{e}");
+    }
+    // Refresh on A: the token B saw is refused on B at once.
+    let refresh = [
+        ("grant_type", "refresh_token"),
+        ("refresh_token", tokens["refresh_token"].as_str().unwrap()),
+        ("client_id", client_id.as_str()),
+    ];
+    let (status, _, next) = post_form(&plain, &a.url("/oauth/token"), None, &refresh).await;
+    assert_eq!(status, 200, "{next}");
+    let (status, _) = request(&as_token, "GET", &b.url("/api/channels"), None, None).await;
+    assert_eq!(status, 401);
+    // Revoked on B: the new token is refused on A.
+    let (_, list) = request(&admin, "GET", &b.url("/api/oauth/clients"), None, None).await;
+    let grant = list["clients"][0]["grant"].as_str().unwrap().to_owned();
+    let (status, _) = request(
+        &admin,
+        "DELETE",
+        &b.url(&format!("/api/oauth/clients/{grant}")),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
+    let next_token = client_with_token(next["access_token"].as_str().unwrap());
+    let (status, _) = request(&next_token, "GET", &a.url("/api/channels"), None, None).await;
+    assert_eq!(status, 401);
+}
