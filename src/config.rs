@@ -554,6 +554,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn public_url_is_one_canonical_origin() {
+        assert_eq!(
+            public_url("HTTPS://Relay.Example.com:443/").unwrap(),
+            "https://relay.example.com"
+        );
+        assert_eq!(
+            public_url("https://relay.example.com:8443").unwrap(),
+            "https://relay.example.com:8443"
+        );
+        assert_eq!(public_url("http://127.0.0.1:8765").unwrap(), "http://127.0.0.1:8765");
+        for bad in [
+            "http://relay.example.com",
+            "https://relay.example.com/relay",
+            "relay.example.com",
+            "ftp://x.example",
+        ] {
+            assert!(public_url(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
     fn allowed_hosts_are_never_silently_empty() {
         assert_eq!(
             parse_allowed_hosts(" Relay.example.com, relay.example.com:8765 ").unwrap(),

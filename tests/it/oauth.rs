@@ -471,3 +471,39 @@ async fn invite_guessing_is_limited() {
     let code = invite(&s, &[]);
     assert_eq!(consent(&s, &params, &code).await.0, 429);
 }
+
+#[tokio::test]
+async fn the_public_url_is_the_issuer_and_an_allowed_host() {
+    let s = Server::start_with(&[
+        "--oauth",
+        "--token",
+        ADMIN,
+        "--public-url",
+        "https://Relay.Example.com:443",
+    ]);
+    let r = client()
+        .get(s.url("/.well-known/oauth-authorization-server"))
+        .header("host", "relay.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let asm: Value = r.json().await.unwrap();
+    assert_eq!(asm["issuer"], "https://relay.example.com");
+    assert_eq!(
+        asm["authorization_endpoint"],
+        "https://relay.example.com/oauth/authorize"
+    );
+    let r = client()
+        .post(s.url("/cc/mcp"))
+        .header("host", "relay.example.com")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.headers()["www-authenticate"],
+        "Bearer resource_metadata=\"https://relay.example.com/.well-known/oauth-protected-resource/cc/mcp\", scope=\"crosstalk\""
+    );
+}
