@@ -82,6 +82,12 @@ pub struct ServeArgs {
     /// path): OAuth's issuer and resource [env: CROSSTALK_PUBLIC_URL] [default: the address it serves]
     #[arg(long, help_heading = "Access")]
     pub public_url: Option<String>,
+    /// Tests: a CA certificate (PEM) to trust when fetching a client's metadata document.
+    #[arg(long, hide = true)]
+    pub oauth_cimd_ca: Option<PathBuf>,
+    /// Tests: fetch metadata documents from loopback and private addresses too.
+    #[arg(long, hide = true)]
+    pub oauth_cimd_allow_private: bool,
     /// Largest message body accepted, in bytes [env: CROSSTALK_MAX_BODY_BYTES] [default: 262144]
     #[arg(long, help_heading = "Limits")]
     pub max_body_bytes: Option<usize>,
@@ -222,6 +228,10 @@ pub struct Config {
     pub oauth: bool,
     /// The origin clients reach the relay at (`--public-url`), if given.
     pub public_url: Option<String>,
+    /// An extra CA (PEM) for metadata-document fetches (tests).
+    pub oauth_cimd_ca: Option<Vec<u8>>,
+    /// Metadata documents may be fetched from private addresses (tests).
+    pub oauth_cimd_allow_private: bool,
     /// Most waits and streams one principal may hold open.
     pub max_waits_per_principal: usize,
     /// Most MCP sessions one principal may hold open.
@@ -508,6 +518,11 @@ impl Config {
             public_url: pick::<String>(args.public_url, &["CROSSTALK_PUBLIC_URL"])?
                 .map(|u| public_url(&u))
                 .transpose()?,
+            oauth_cimd_ca: args
+                .oauth_cimd_ca
+                .map(|p| std::fs::read(&p).map_err(|e| format!("--oauth-cimd-ca {}: {e}", p.display())))
+                .transpose()?,
+            oauth_cimd_allow_private: args.oauth_cimd_allow_private,
             rate_limit: pick(args.rate_limit, &["CROSSTALK_RATE_LIMIT"])?.unwrap_or(crate::guard::DEFAULT_RATE),
             auth_failure_rate: pick(args.auth_failure_rate, &["CROSSTALK_AUTH_FAILURE_RATE"])?
                 .unwrap_or(crate::guard::DEFAULT_AUTH_FAILURE_RATE),

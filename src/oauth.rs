@@ -14,7 +14,7 @@ use crate::ops::Principal;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, ResponseError};
-use crosstalk_schema::oauth::AuthCode;
+use crosstalk_schema::oauth::{AuthCode, OAuthClient};
 use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -26,6 +26,222 @@ use std::time::{Duration, Instant};
 pub const GUESSES_PER_ADDRESS: usize = 5;
 pub const GUESSES_PER_RELAY: usize = 30;
 pub const GUESS_WINDOW: Duration = Duration::from_secs(60);
+
+/// A Client ID Metadata Document's size limit (CIMD draft §6.6: about 5 KB).
+pub const CIMD_MAX_BYTES: usize = 5120;
+/// How long fetching one may take, and how long a fetched one is trusted.
+pub const CIMD_TIMEOUT: Duration = Duration::from_secs(5);
+pub const CIMD_CACHE_MIN: Duration = Duration::from_secs(60);
+pub const CIMD_CACHE_MAX: Duration = Duration::from_secs(24 * 3600);
+pub const CIMD_CACHE_DEFAULT: Duration = Duration::from_secs(3600);
+
+/// Fetches and checks Client ID Metadata Documents: a client whose `client_id` is an HTTPS
+/// URL publishes its metadata there, instead of registering. The fetch is bounded in time
+/// and size, follows no redirect, and goes only to public addresses (a relay must not be
+/// made to fetch from its own network), unless `allow_private` (tests).
+pub struct Cimd {
+    /// An extra trust root (tests: `--oauth-cimd-ca`).
+    pub extra_root: Option<reqwest::Certificate>,
+    pub allow_private: bool,
+    cache: Mutex<HashMap<String, (OAuthClient, Instant)>>,
+}
+
+impl Cimd {
+    pub fn new(extra_root: Option<reqwest::Certificate>, allow_private: bool) -> Self {
+        Cimd {
+            extra_root,
+            allow_private,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The client `url` describes, fetched (or from the cache) and checked.
+    pub async fn client(&self, url: &str) -> Result<OAuthClient, String> {
+        if let Some((c, until)) = self.cache.lock().get(url) {
+            if Instant::now() < *until {
+                return Ok(c.clone());
+            }
+        }
+        let (client, ttl) = self.fetch(url).await?;
+        let mut cache = self.cache.lock();
+        if cache.len() > 1000 {
+            cache.retain(|_, (_, until)| Instant::now() < *until);
+        }
+        cache.insert(url.to_owned(), (client.clone(), Instant::now() + ttl));
+        Ok(client)
+    }
+
+    async fn fetch(&self, url: &str) -> Result<(OAuthClient, Duration), String> {
+        let u = cimd_url(url)?;
+        let host = u.host_str().ok_or("the client_id has no host")?.to_owned();
+        let port = u.port_or_known_default().unwrap_or(443);
+        let bare = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+        let addrs: Vec<std::net::SocketAddr> =
+            tokio::time::timeout(CIMD_TIMEOUT, tokio::net::lookup_host((bare.as_str(), port)))
+                .await
+                .map_err(|_| format!("looking up {host} took too long"))?
+                .map_err(|e| format!("cannot look up {host}: {e}"))?
+                .collect();
+        let Some(addr) = addrs.first().copied() else {
+            return Err(format!("{host} has no address"));
+        };
+        if !self.allow_private {
+            if let Some(bad) = addrs.iter().find(|a| !public(a.ip())) {
+                return Err(format!(
+                    "{host} resolves to {}, which is not a public address",
+                    bad.ip()
+                ));
+            }
+        }
+        crate::client::tls();
+        let mut b = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(CIMD_TIMEOUT)
+            .connect_timeout(Duration::from_secs(3))
+            .user_agent(concat!("crosstalk/", env!("CARGO_PKG_VERSION")))
+            // Connect to the address checked above, whatever a second lookup would say.
+            .resolve(&bare, addr);
+        if let Some(root) = &self.extra_root {
+            b = b.add_root_certificate(root.clone());
+        }
+        let http = b.build().map_err(|e| e.to_string())?;
+        let mut r = http
+            .get(url)
+            .header("accept", "application/json")
+            .send()
+            .await
+            .map_err(|e| format!("cannot fetch it: {}", crate::client::root(&e)))?;
+        if r.status() != reqwest::StatusCode::OK {
+            return Err(format!("it answered {} (a redirect is not followed)", r.status()));
+        }
+        let json_type = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+            .is_some_and(|t| t == "application/json" || (t.starts_with("application/") && t.ends_with("+json")));
+        if !json_type {
+            return Err("it is not served as application/json".into());
+        }
+        let max_age = r
+            .headers()
+            .get("cache-control")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.split(',')
+                    .find_map(|d| d.trim().strip_prefix("max-age=")?.parse::<u64>().ok())
+            })
+            .map_or(CIMD_CACHE_DEFAULT, Duration::from_secs)
+            .clamp(CIMD_CACHE_MIN, CIMD_CACHE_MAX);
+        let mut body = Vec::new();
+        while let Some(chunk) = r.chunk().await.map_err(|e| format!("reading it failed: {e}"))? {
+            body.extend_from_slice(&chunk);
+            if body.len() > CIMD_MAX_BYTES {
+                return Err(format!("it is larger than {CIMD_MAX_BYTES} bytes"));
+            }
+        }
+        let doc: Value = serde_json::from_slice(&body).map_err(|e| format!("it is not JSON: {e}"))?;
+        Ok((cimd_client(url, &host, &doc)?, max_age))
+    }
+}
+
+/// A `client_id` that names a metadata document: HTTPS, a path, no fragment, user or dot
+/// segments, at most 2,000 bytes (CIMD draft §3).
+fn cimd_url(url: &str) -> Result<reqwest::Url, String> {
+    if url.len() > 2000 {
+        return Err("the client_id URL is longer than 2,000 bytes".into());
+    }
+    let u = reqwest::Url::parse(url).map_err(|e| format!("the client_id is not a URL: {e}"))?;
+    let dots = url
+        .split(['?', '#'])
+        .next()
+        .unwrap_or("")
+        .split('/')
+        .skip(3)
+        .any(|seg| seg == "." || seg == "..");
+    if u.scheme() != "https"
+        || u.path() == "/"
+        || u.fragment().is_some()
+        || !u.username().is_empty()
+        || u.password().is_some()
+        || dots
+    {
+        return Err("a client_id URL is https://, with a path, without a fragment, user or dot segments".into());
+    }
+    Ok(u)
+}
+
+/// The client a fetched document describes, checked as the authorization spec says.
+fn cimd_client(url: &str, host: &str, doc: &Value) -> Result<OAuthClient, String> {
+    if doc.get("client_id").and_then(Value::as_str) != Some(url) {
+        return Err("its client_id is not the URL it was fetched from".into());
+    }
+    if doc.get("client_secret").is_some() || doc.get("client_secret_expires_at").is_some() {
+        return Err("it has a client_secret (a metadata document describes a public client)".into());
+    }
+    if let Some(m) = doc.get("token_endpoint_auth_method").and_then(Value::as_str) {
+        if m != "none" {
+            return Err(format!(
+                "token_endpoint_auth_method {m:?}: this relay takes public clients (none)"
+            ));
+        }
+    }
+    let redirect_uris: Vec<String> = doc
+        .get("redirect_uris")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default();
+    if redirect_uris.is_empty()
+        || redirect_uris.len() > oauth::MAX_REDIRECT_URIS
+        || !redirect_uris.iter().all(|r| oauth::redirect_uri_ok(r))
+    {
+        return Err("its redirect_uris must be 1 to 10 https:// (or loopback http://) URIs".into());
+    }
+    let client_name = doc
+        .get("client_name")
+        .and_then(Value::as_str)
+        .map(|n| n.trim().chars().take(200).collect::<String>())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| host.to_owned());
+    Ok(OAuthClient {
+        client_id: url.to_owned(),
+        client_name,
+        redirect_uris,
+        created_at: 0,
+    })
+}
+
+/// Whether the relay may fetch from `ip`: not loopback, private, link-local, unique-local,
+/// shared (CGNAT), multicast, unspecified or documentation space.
+fn public(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_multicast()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_documentation()
+                || (o[0] == 100 && (64..128).contains(&o[1]))
+                || o[0] == 0)
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return public(IpAddr::V4(v4));
+            }
+            let s = v6.segments();
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || s[0] == 0x2001 && s[1] == 0x0db8)
+        }
+    }
+}
 
 /// Recent failed invite codes, by client address (`""`: all of them).
 #[derive(Default)]
@@ -146,6 +362,7 @@ async fn server_metadata(req: HttpRequest) -> HttpResponse {
         "token_endpoint_auth_methods_supported": ["none"],
         "revocation_endpoint_auth_methods_supported": ["none"],
         "code_challenge_methods_supported": ["S256"],
+        "client_id_metadata_document_supported": true,
         "authorization_response_iss_parameter_supported": true,
     }))
 }
@@ -289,10 +506,24 @@ fn with_query(uri: &str, pairs: &[(&str, &str)]) -> String {
     out
 }
 
-async fn check(o: &OAuth, p: &AuthorizeParams) -> Result<Checked, Refusal> {
+async fn check(o: &OAuth, cimd: &Cimd, p: &AuthorizeParams) -> Result<Checked, Refusal> {
     let page = |why: String| Refusal::Page(StatusCode::BAD_REQUEST, why);
     let client_id = p.client_id.clone().unwrap_or_default();
-    let client = match o.client(&client_id).await {
+    let client = if client_id.starts_with("https://") {
+        match cimd.client(&client_id).await {
+            Ok(c) => Ok(Some(c)),
+            Err(why) => {
+                return Err(page(format!(
+                    "The client's metadata document {} cannot be used: {}",
+                    escape(&client_id.chars().take(200).collect::<String>()),
+                    escape(&why)
+                )))
+            }
+        }
+    } else {
+        o.client(&client_id).await
+    };
+    let client = match client {
         Ok(Some(c)) => c,
         Ok(None) => {
             return Err(page(format!(
@@ -425,12 +656,12 @@ fn form(p: &AuthorizeParams, c: &Checked, error: Option<&str>) -> String {
     )
 }
 
-async fn authorize_page(req: HttpRequest) -> HttpResponse {
+async fn authorize_page(req: HttpRequest, cimd: web::Data<Cimd>) -> HttpResponse {
     let o = oauth_of(&req);
     let p: AuthorizeParams = web::Query::<AuthorizeParams>::from_query(req.query_string())
         .map(web::Query::into_inner)
         .unwrap_or_default();
-    match check(o, &p).await {
+    match check(o, &cimd, &p).await {
         Ok(c) => html(StatusCode::OK, form(&p, &c, None)),
         Err(r) => refusal(r),
     }
@@ -440,11 +671,11 @@ fn address(req: &HttpRequest) -> String {
     req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default()
 }
 
-async fn authorize_submit(req: HttpRequest, guesses: web::Data<Guesses>) -> HttpResponse {
+async fn authorize_submit(req: HttpRequest, guesses: web::Data<Guesses>, cimd: web::Data<Cimd>) -> HttpResponse {
     let o = oauth_of(&req);
     let body = Body::take(&req).unwrap_or_default();
     let p: AuthorizeParams = serde_urlencoded::from_bytes(&body).unwrap_or_default();
-    let c = match check(o, &p).await {
+    let c = match check(o, &cimd, &p).await {
         Ok(c) => c,
         Err(r) => return refusal(r),
     };
@@ -746,6 +977,42 @@ async fn revoke_client(req: HttpRequest) -> HttpResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metadata_document_urls_and_addresses() {
+        assert!(cimd_url("https://claude.ai/oauth/mcp-oauth-client-metadata").is_ok());
+        for bad in [
+            "http://claude.ai/x",
+            "https://claude.ai/",
+            "https://claude.ai/a#f",
+            "https://u:p@claude.ai/x",
+            "https://claude.ai/a/../b",
+        ] {
+            assert!(cimd_url(bad).is_err(), "{bad}");
+        }
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "192.168.0.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "::1",
+            "fd00::1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(!public(ip.parse().unwrap()), "{ip}");
+        }
+        assert!(public("93.184.216.34".parse().unwrap()));
+        let doc = serde_json::json!({"client_id": "https://a.example/c", "redirect_uris": ["https://a.example/cb"]});
+        assert_eq!(
+            cimd_client("https://a.example/c", "a.example", &doc)
+                .unwrap()
+                .client_name,
+            "a.example"
+        );
+        let wrong = serde_json::json!({"client_id": "https://b.example/c", "redirect_uris": ["https://a.example/cb"]});
+        assert!(cimd_client("https://a.example/c", "a.example", &wrong).is_err());
+    }
 
     #[test]
     fn basic_header_user() {

@@ -298,6 +298,14 @@ pub async fn serve(
         web::Data::new(crate::ops::oauth::OAuth::new(issuer, relay.oauth()))
     });
     let guesses = web::Data::new(crate::oauth::Guesses::default());
+    let cimd_ca = match &config.oauth_cimd_ca {
+        Some(pem) => Some(
+            reqwest::Certificate::from_pem(pem)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("--oauth-cimd-ca: {e}")))?,
+        ),
+        None => None,
+    };
+    let cimd = web::Data::new(crate::oauth::Cimd::new(cimd_ca, config.oauth_cimd_allow_private));
     let mut allowed_hosts = config.allowed_hosts.clone();
     if let Some(host) = config
         .public_url
@@ -331,7 +339,7 @@ pub async fn serve(
     let server = HttpServer::new(move || {
         let oauth_routes = |cfg: &mut web::ServiceConfig| {
             if let Some(o) = &oauth {
-                cfg.app_data(o.clone()).app_data(guesses.clone());
+                cfg.app_data(o.clone()).app_data(guesses.clone()).app_data(cimd.clone());
                 crate::oauth::routes(cfg);
             }
         };

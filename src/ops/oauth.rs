@@ -418,6 +418,19 @@ impl OAuth {
         self.get(Kind::Clients, client_id, "client").await
     }
 
+    /// `invalid_client` unless `client_id` is registered here, or is a metadata document's
+    /// URL (checked when it consented; its codes and grants name it, which is the check).
+    async fn known(&self, client_id: &str) -> Result<(), OAuthError> {
+        if client_id.starts_with("https://") || self.client(client_id).await?.is_some() {
+            return Ok(());
+        }
+        Err(OAuthError::new(
+            401,
+            "invalid_client",
+            format!("no client {client_id:?}: register again"),
+        ))
+    }
+
     // ---- codes and tokens
 
     /// Mints the authorization code a consent sends back to the client.
@@ -443,13 +456,7 @@ impl OAuth {
                 "code_verifier must be 43 to 128 unreserved characters",
             ));
         }
-        if self.client(client_id).await?.is_none() {
-            return Err(OAuthError::new(
-                401,
-                "invalid_client",
-                format!("no client {client_id:?}: register again"),
-            ));
-        }
+        self.known(client_id).await?;
         let invalid = |why: &str| OAuthError::bad("invalid_grant", why.to_owned());
         let Some(c): Option<AuthCode> = self.take(Kind::Codes, &hash(code), "code").await? else {
             return Err(invalid("the code is unknown, expired or already used"));
@@ -536,13 +543,7 @@ impl OAuth {
     /// the grant.
     pub async fn refresh(&self, token: &str, client_id: &str, resource: Option<&str>) -> Result<Tokens, OAuthError> {
         let invalid = |why: &str| OAuthError::bad("invalid_grant", why.to_owned());
-        if self.client(client_id).await?.is_none() {
-            return Err(OAuthError::new(
-                401,
-                "invalid_client",
-                format!("no client {client_id:?}: register again"),
-            ));
-        }
+        self.known(client_id).await?;
         let key = hash(token);
         // Taken, so two refreshes with one token cannot both rotate it.
         let Some(t): Option<TokenRef> = self.take(Kind::Tokens, &key, "token").await? else {

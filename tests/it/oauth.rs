@@ -507,3 +507,41 @@ async fn the_public_url_is_the_issuer_and_an_allowed_host() {
         "Bearer resource_metadata=\"https://relay.example.com/.well-known/oauth-protected-resource/cc/mcp\", scope=\"crosstalk\""
     );
 }
+
+#[tokio::test]
+async fn a_metadata_document_on_a_private_address_is_not_fetched() {
+    let s = Server::start_with(&["--oauth", "--token", ADMIN]);
+    let asm: Value = client()
+        .get(s.url("/.well-known/oauth-authorization-server"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(asm["client_id_metadata_document_supported"], true);
+    // A listener that would answer, on loopback: the relay must not even connect.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let client_id = format!("https://127.0.0.1:{port}/client.json");
+    let mut params = authorize_params(&client_id, &"p".repeat(43), "s");
+    params[2].1 = "https://app.example/cb".into();
+    let r = client()
+        .get(with_query(&s, "/oauth/authorize", &params))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let page = r.text().await.unwrap();
+    assert!(page.contains("not a public address"), "{page}");
+    assert!(listener.accept().is_err(), "the relay connected to a private address");
+    // Not https, or no path: not a metadata document, not a registered client either.
+    params[1].1 = "https://app.example/".into();
+    let r = client()
+        .get(with_query(&s, "/oauth/authorize", &params))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+}
