@@ -597,7 +597,9 @@ fn html(status: StatusCode, body: String) -> HttpResponse {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // Not no-referrer: with it Chromium sends `Origin: null` on the form's POST, which the
+    // guard (rightly) refuses. same-origin sends nothing to other sites.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     no_store(resp)
 }
 

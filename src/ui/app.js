@@ -88,6 +88,7 @@ async function start() {
   $("login").hidden = true;
   $("app").hidden = false;
   $("logout").hidden = !state.token;
+  refreshOAuth().catch(report);
   $("me").value = state.me;
   const wanted = decodeURIComponent(location.hash.slice(1));
   if (wanted) openChannel(wanted);
@@ -572,6 +573,50 @@ async function showReaders(m) {
     report(e);
   }
 }
+
+// ---- OAuth connections (a relay with --oauth, seen with its own token)
+
+// Shown only where the relay has OAuth and this token is its admin's (404 or 403 otherwise).
+async function refreshOAuth() {
+  const headers = state.token ? { Authorization: `Bearer ${state.token}` } : {};
+  const r = await fetch("/api/oauth/clients", { headers });
+  $("oauth").hidden = !r.ok;
+  if (!r.ok) return;
+  const { clients } = await r.json();
+  const list = $("grants");
+  list.replaceChildren();
+  for (const g of clients) {
+    const li = el("li", "", `${g.client_name} `);
+    li.append(el("span", "meta", `as ${g.as || "anyone"} · via ${g.redirect_host} · ${new Date(g.created_at).toLocaleString()} `));
+    const b = el("button", "link", "revoke");
+    b.type = "button";
+    b.addEventListener("click", async () => {
+      try {
+        await api(`/api/oauth/clients/${enc(g.grant)}`, { method: "DELETE" });
+        await refreshOAuth();
+      } catch (e) {
+        report(e);
+      }
+    });
+    li.append(b);
+    list.append(li);
+  }
+}
+
+$("invite-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const as = $("invite-as").value.trim();
+  try {
+    const inv = await api("/api/oauth/invites", { method: "POST", json: as ? { as } : {} });
+    $("invite-code").replaceChildren(
+      el("code", "", inv.code),
+      el("span", "meta", ` for ${inv.as || "anyone"}, once, until ${new Date(inv.expires_at).toLocaleString()}`),
+    );
+    refreshOAuth().catch(report);
+  } catch (e) {
+    report(e);
+  }
+});
 
 async function refreshData() {
   const entries = await api("/api/data");
