@@ -93,6 +93,11 @@ fn token_of(req: &ServiceRequest) -> Option<String> {
     None
 }
 
+/// Whether the request carries a token at all (one that fails is a guess; none is not).
+pub fn presented(req: &ServiceRequest) -> bool {
+    token_of(req).is_some()
+}
+
 /// Who the request is (from its token), or the 401 to answer. Called by the one middleware
 /// in front of every route ([`crate::guard::guard`]). With `--oauth`, an access token the
 /// relay issued ([`crate::ops::oauth`]) is looked up in the store, so a revocation is felt at

@@ -304,8 +304,13 @@ pub async fn guard(
         Err(unauthorized) => {
             // Failures are limited per client address, so tokens cannot be guessed at speed;
             // a client with the right token is never held up by this.
+            // A request with no token guesses nothing (every OAuth client's first request
+            // is one): only wrong tokens count.
             let address = req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default();
-            let limiter = req.app_data::<web::Data<RateLimiter>>().cloned();
+            let limiter = req
+                .app_data::<web::Data<RateLimiter>>()
+                .cloned()
+                .filter(|_| crate::auth::presented(&req));
             if let Some(Err(wait)) =
                 limiter.map(|l| l.check(&format!("\0auth-failures {address}"), policy.auth_failure_rate))
             {

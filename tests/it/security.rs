@@ -519,6 +519,13 @@ async fn guessing_tokens_is_slowed_to_the_failure_rate() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "the right token is not held up");
+    // A request with no token at all guesses nothing: it is answered 401, never 429 (every
+    // OAuth client's first request has none).
+    let s = Server::start_with(&["--token", "right-token", "--auth-failure-rate", "3"]);
+    for _ in 0..10 {
+        let r = client().get(s.url("/api/channels")).send().await.unwrap();
+        assert_eq!(r.status(), 401);
+    }
 }
 
 /// Whatever log level a user is likely to set, no MCP session id, token or message text reaches
