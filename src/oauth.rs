@@ -613,13 +613,8 @@ fn refusal(r: Refusal) -> HttpResponse {
 /// The form: every parameter of the request as a hidden field, and one text field for the
 /// invite code.
 fn form(p: &AuthorizeParams, c: &Checked, error: Option<&str>) -> String {
-    let redirect_host = c
-        .redirect_uri
-        .parse::<http::Uri>()
-        .ok()
-        .and_then(|u| u.host().map(str::to_owned))
-        .unwrap_or_default();
-    let local = matches!(redirect_host.as_str(), "localhost" | "127.0.0.1" | "[::1]");
+    let redirect_host = oauth::host_of(&c.redirect_uri);
+    let local = oauth::is_loopback(&redirect_host);
     let mut hidden = String::new();
     for (name, value) in [
         ("response_type", &p.response_type),

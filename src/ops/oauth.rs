@@ -221,7 +221,15 @@ pub fn redirect_uri_ok(uri: &str) -> bool {
     }
 }
 
-fn is_loopback(host: &str) -> bool {
+/// The host a URI names ("" if none): what a consent page and a grant show of a redirect.
+pub fn host_of(uri: &str) -> String {
+    uri.parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+pub fn is_loopback(host: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "[::1]" | "::1")
 }
 
@@ -479,12 +487,7 @@ impl OAuth {
                 "resource differs from the authorization request's",
             ));
         }
-        let redirect_host = c
-            .redirect_uri
-            .parse::<http::Uri>()
-            .ok()
-            .and_then(|u| u.host().map(str::to_owned))
-            .unwrap_or_default();
+        let redirect_host = host_of(&c.redirect_uri);
         let grant = Grant {
             id: random_hex(6),
             client_id: c.client_id,

@@ -140,6 +140,11 @@ pub async fn connect(s: &Server, invite_code: &str) -> (String, Value) {
     (client_id, tokens)
 }
 
+/// A GET's JSON answer.
+async fn json_at(s: &Server, path: &str) -> Value {
+    client().get(s.url(path)).send().await.unwrap().json().await.unwrap()
+}
+
 async fn post_as(token: &str, s: &Server, sender: &str) -> u16 {
     client_with_token(token)
         .post(s.url("/api/channels/ops/messages"))
@@ -179,33 +184,12 @@ async fn a_hosted_client_connects_with_an_invite() {
         .contains("/.well-known/oauth-protected-resource\""));
 
     // The metadata.
-    let prm: Value = http
-        .get(s.url("/.well-known/oauth-protected-resource/mcp"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let prm: Value = json_at(&s, "/.well-known/oauth-protected-resource/mcp").await;
     assert_eq!(prm["resource"], format!("{issuer}/mcp"));
     assert_eq!(prm["authorization_servers"], json!([issuer]));
-    let cc: Value = http
-        .get(s.url("/.well-known/oauth-protected-resource/cc/mcp"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let cc: Value = json_at(&s, "/.well-known/oauth-protected-resource/cc/mcp").await;
     assert_eq!(cc["resource"], format!("{issuer}/cc/mcp"));
-    let asm: Value = http
-        .get(s.url("/.well-known/oauth-authorization-server"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let asm: Value = json_at(&s, "/.well-known/oauth-authorization-server").await;
     assert_eq!(asm["issuer"], issuer);
     assert_eq!(asm["code_challenge_methods_supported"], json!(["S256"]));
     assert_eq!(asm["token_endpoint"], format!("{issuer}/oauth/token"));
@@ -511,14 +495,7 @@ async fn the_public_url_is_the_issuer_and_an_allowed_host() {
 #[tokio::test]
 async fn a_metadata_document_on_a_private_address_is_not_fetched() {
     let s = Server::start_with(&["--oauth", "--token", ADMIN]);
-    let asm: Value = client()
-        .get(s.url("/.well-known/oauth-authorization-server"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let asm: Value = json_at(&s, "/.well-known/oauth-authorization-server").await;
     assert_eq!(asm["client_id_metadata_document_supported"], true);
     // A listener that would answer, on loopback: the relay must not even connect.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
