@@ -297,14 +297,21 @@ pub async fn existing(cx: &Ctx, channel: &ChannelName, id: u64) -> Result<Arc<Po
         .ok_or_else(|| OpError::not_found(format!("no message {id} in channel {channel}")))
 }
 
-/// Who has read a message, from the inbox cursors of the identities on its channel.
+/// Who has read a message: everyone on its channel, each under `read_by` or `not_yet`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Readers {
     pub channel: ChannelName,
     pub message_id: u64,
+    /// Its sender, and those whose read position is at or past it.
     pub read_by: Vec<String>,
+    /// Everyone else on the channel: its recipient until it reads it, whoever posted there
+    /// or is present without having read this far.
     pub not_yet: Vec<String>,
 }
+
+/// Messages whose senders count as on the channel for [`GetReaders`] (the newest ones):
+/// enough for a working channel, bounded for a long one.
+pub const READERS_SCAN: usize = 1000;
 
 pub struct GetReaders;
 
@@ -317,18 +324,25 @@ impl Operation for GetReaders {
 
     async fn run(cx: &Ctx, _: Caller, r: MessageId) -> Result<Readers, OpError> {
         let name = r.channel;
-        existing(cx, &name, r.message_id).await?;
-        let (read_by, not_yet): (Vec<_>, Vec<_>) = cx
-            .relay
-            .readers(&name)
-            .await?
+        let m = existing(cx, &name, r.message_id).await?;
+        // Everyone on the channel: a read position there (read as themselves, joined), posted
+        // among its newest messages, present, or the one it is for.
+        let cursors: std::collections::HashMap<String, u64> = cx.relay.readers(&name).await?.into_iter().collect();
+        let mut on: std::collections::BTreeSet<String> = cursors.keys().cloned().collect();
+        let (recent, _) = cx.relay.older(&name, u64::MAX, READERS_SCAN).await?;
+        on.extend(recent.iter().map(|p| p.message.sender.clone()));
+        on.extend(cx.relay.presence(&name).await?.into_iter().map(|p| p.id));
+        on.extend(m.message.recipient.iter().cloned());
+        on.insert(m.message.sender.clone());
+        on.retain(|who| !who.is_empty());
+        let (read_by, not_yet) = on
             .into_iter()
-            .partition(|(_, upto)| *upto >= r.message_id);
+            .partition(|who| *who == m.message.sender || cursors.get(who).is_some_and(|upto| *upto >= r.message_id));
         Ok(Readers {
             channel: name,
             message_id: r.message_id,
-            read_by: read_by.into_iter().map(|(who, _)| who).collect(),
-            not_yet: not_yet.into_iter().map(|(who, _)| who).collect(),
+            read_by,
+            not_yet,
         })
     }
 }

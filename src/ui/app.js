@@ -374,8 +374,42 @@ function render(m) {
   actions.append(reply, thread, readers);
   head.append(actions);
   li.append(head, el("div", "body", m.body));
+  // A directive for one participant says whether it has been read: "not yet" in amber.
+  if (m.recipient && kindClass(m.type) === "directive") {
+    const badge = el("span", "delivery");
+    head.insertBefore(badge, actions);
+    pendingDeliveries.set(m.id, { m, badge });
+    deliveryBadge(m, badge);
+  }
   return li;
 }
+
+// Directives shown whose recipient has not read them yet: looked at again every few seconds.
+const pendingDeliveries = new Map();
+
+async function deliveryBadge(m, badge) {
+  if (!badge.isConnected && badge.textContent) {
+    pendingDeliveries.delete(m.id);
+    return;
+  }
+  try {
+    const r = await api(`/api/channels/${enc(m.channel)}/messages/${m.id}/readers`);
+    if (r.not_yet.includes(m.recipient)) {
+      badge.textContent = `not yet: ${m.recipient}`;
+      badge.className = "delivery pending";
+    } else {
+      badge.textContent = `read by ${m.recipient}`;
+      badge.className = "delivery delivered";
+      pendingDeliveries.delete(m.id);
+    }
+  } catch {
+    // Shown at the next look.
+  }
+}
+
+setInterval(() => {
+  for (const { m, badge } of pendingDeliveries.values()) deliveryBadge(m, badge);
+}, 5000);
 
 function bumpReplies(parent) {
   const li = document.querySelector(`#message-list li[data-id="${parent}"] .replies`);
@@ -567,7 +601,7 @@ async function showReaders(m) {
   try {
     const r = await api(`/api/channels/${enc(state.channel)}/messages/${m.id}/readers`);
     const read = el("p", "", `Read by: ${r.read_by.length ? r.read_by.join(", ") : "nobody yet"}`);
-    const not = el("p", "", `Not yet: ${r.not_yet.length ? r.not_yet.join(", ") : "nobody"}`);
+    const not = el("p", r.not_yet.length ? "pending" : "", `Not yet: ${r.not_yet.length ? r.not_yet.join(", ") : "nobody"}`);
     detail(`Delivery of #${m.id}`, [read, not]);
   } catch (e) {
     report(e);

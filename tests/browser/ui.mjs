@@ -103,6 +103,12 @@ const reg = await (
   await fetch(`${base}/api/register`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ instance_id: "worker-1" }) })
 ).json();
 const instr = await post("team", "dana", "worker-1: run the migration", { recipient: "worker-1" });
+// An unread DIRECTIVE says so on the message, in amber, until its recipient reads it.
+const directive = await post("team", "dana", "worker-1: stop the migration", { recipient: "worker-1", type: "DIRECTIVE" });
+const badge = list.locator(`li[data-id="${directive.id}"] .delivery`);
+await badge.getByText("not yet: worker-1").waitFor({ timeout: 5_000 });
+const amber = await badge.evaluate((e) => getComputedStyle(e).color);
+check(amber === "rgb(179, 92, 0)", "an unread directive shows not yet: worker-1 in amber", amber);
 const read = await fetch(`${base}/api/channels/team/messages?since_id=0&instance_id=worker-1`, {
   headers: { "x-crosstalk-session": reg.session },
 });
@@ -112,6 +118,8 @@ await list.locator(`li[data-id="${instr.id}"]`).getByRole("button", { name: "rea
 await page.locator("#detail-body").getByText("worker-1").first().waitFor({ timeout: 5_000 });
 const readBy = await page.locator("#detail-body p").first().textContent();
 check(/^Read by: .*\bworker-1\b/.test(readBy), "the page shows who read a message", readBy);
+await badge.getByText("read by worker-1").waitFor({ timeout: 10_000 });
+ok("the directive shows read by worker-1 once it is read");
 
 // Reload mid-stream: nothing missed, nothing doubled.
 const posted = [];

@@ -828,3 +828,65 @@ async fn shared_data_keys_with_slashes_and_escapes_round_trip_over_rest() {
         assert_eq!(status, 404, "{key}");
     }
 }
+
+/// The delivery state of a message names everyone on its channel: the case it exists for is a
+/// DIRECTIVE whose recipient posted there but has not read since — it must say "not yet", not
+/// give an all-clear. The sender is never "not yet" for its own message.
+#[tokio::test]
+async fn delivery_state_names_the_unread_recipient_and_never_the_sender() {
+    let s = Server::start();
+    let c = client();
+    let readers = |id: u64| {
+        let (c, url) = (c.clone(), s.url(&format!("/api/channels/ops/messages/{id}/readers")));
+        async move {
+            let (status, v) = get_json(&c, &url).await;
+            assert_eq!(status, 200, "{v}");
+            let names = |k: &str| -> Vec<String> {
+                v[k].as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| n.as_str().unwrap().to_owned())
+                    .collect()
+            };
+            (names("read_by"), names("not_yet"))
+        }
+    };
+    post(&c, &s, "ops", msg("worker-1", "starting the migration")).await;
+    let d = post(
+        &c,
+        &s,
+        "ops",
+        json!({"sender": "boss", "type": "DIRECTIVE", "body": "stop the migration", "recipient": "worker-1"}),
+    )
+    .await;
+    let id = d["id"].as_u64().unwrap();
+    assert_eq!(
+        readers(id).await,
+        (vec!["boss".to_owned()], vec!["worker-1".to_owned()])
+    );
+
+    // Someone watching the channel from after it (present through its stream) has not read
+    // it either; a stream that delivers it counts as reading it.
+    let _watching = SseReader::open(
+        &c,
+        &s.url(&format!(
+            "/api/channels/ops/stream?since_id={id}&participant_id=auditor"
+        )),
+        None,
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let (mut read_by, mut not_yet) = readers(id).await;
+    while !not_yet.contains(&"auditor".to_owned()) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        (read_by, not_yet) = readers(id).await;
+    }
+    assert_eq!(not_yet, ["auditor", "worker-1"], "{read_by:?}");
+
+    // The recipient reads as itself: now it has.
+    let (status, _) = get_json(&c, &s.url("/api/channels/ops/messages?since_id=0&instance_id=worker-1")).await;
+    assert_eq!(status, 200);
+    let (read_by, not_yet) = readers(id).await;
+    assert_eq!(read_by, ["boss", "worker-1"]);
+    assert_eq!(not_yet, ["auditor"]);
+}
