@@ -110,8 +110,8 @@ pub enum ClientCommand {
         #[arg(long)]
         data_dir: Option<std::path::PathBuf>,
     },
-    /// Answer an open question by its id; refuses a plain message or a question already
-    /// answered.  Example: crosstalk answer dev 42 "yes, ship it"
+    /// Answer an open question by its id, or decide a permission prompt (allow or deny);
+    /// refuses a plain message or one already answered.  Example: crosstalk answer dev 42 allow
     Answer {
         #[command(flatten)]
         relay: Relay,
@@ -119,7 +119,7 @@ pub enum ClientCommand {
         channel: String,
         /// The question's id (`crosstalk questions CHANNEL` lists the open ones).
         id: u64,
-        /// The answer.
+        /// The answer; to a PERMISSION (an agent host's tool prompt), allow or deny.
         text: String,
         /// Who answers [default: $USER]
         #[arg(long = "as")]
@@ -576,7 +576,14 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
             }
             let question: Value = r.json().await.unwrap_or(Value::Null);
             let kind = question["type"].as_str().unwrap_or("message");
-            if !kind.eq_ignore_ascii_case("question") {
+            let permission = kind.eq_ignore_ascii_case("permission");
+            if permission && !["allow", "deny"].contains(&text.trim().to_ascii_lowercase().as_str()) {
+                return Err(Failure(
+                    format!("#{id} in {channel} asks for a permission: answer allow or deny"),
+                    2,
+                ));
+            }
+            if !kind.eq_ignore_ascii_case("question") && !permission {
                 return Err(Failure(
                     format!(
                         "#{id} in {channel} is a {kind}, not a question: reply to it with \
@@ -586,7 +593,8 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                 ));
             }
             if question["status"] == "answered" {
-                return Err(Failure(format!("question #{id} in {channel} is already answered"), 2));
+                let what = if permission { "permission" } else { "question" };
+                return Err(Failure(format!("{what} #{id} in {channel} is already answered"), 2));
             }
             let posted = c
                 .post(
@@ -612,7 +620,11 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .filter(|m| m["type"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("question")))
+                .filter(|m| {
+                    m["type"]
+                        .as_str()
+                        .is_some_and(|t| t.eq_ignore_ascii_case("question") || t.eq_ignore_ascii_case("permission"))
+                })
                 .collect();
             if open.is_empty() && !json {
                 eprintln!("no open questions on {channel}");

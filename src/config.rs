@@ -73,6 +73,10 @@ pub struct ServeArgs {
     /// post and act as anyone: only for a network you fully trust.
     #[arg(long, help_heading = "Access")]
     pub insecure_open: bool,
+    /// Participants that are people, comma-separated: they (and the --token holder) decide an
+    /// agent host's permission prompts [env: CROSSTALK_HUMANS]
+    #[arg(long, help_heading = "Access")]
+    pub humans: Option<String>,
     /// Be an OAuth 2.1 authorization server, so hosted clients (Claude.ai, ChatGPT, Claude
     /// Desktop connectors) connect with single-use invites (`crosstalk invite`); needs --token,
     /// the admin's [env: CROSSTALK_OAUTH]
@@ -224,6 +228,8 @@ pub struct Config {
     pub cors_origins: Vec<String>,
     /// Serving beyond loopback without a token was asked for explicitly.
     pub insecure_open: bool,
+    /// Participant identities that are people (`--humans`).
+    pub humans: Vec<String>,
     /// Be an OAuth authorization server (`--oauth`).
     pub oauth: bool,
     /// The origin clients reach the relay at (`--public-url`), if given.
@@ -514,6 +520,15 @@ impl Config {
                 .transpose()?
                 .unwrap_or_default(),
             insecure_open: args.insecure_open,
+            humans: pick::<String>(args.humans, &["CROSSTALK_HUMANS"])?
+                .map(|raw| {
+                    raw.split(',')
+                        .map(str::trim)
+                        .filter(|h| !h.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
             oauth: args.oauth || pick::<String>(None, &["CROSSTALK_OAUTH"])?.is_some_and(|v| truthy(&v)),
             public_url: pick::<String>(args.public_url, &["CROSSTALK_PUBLIC_URL"])?
                 .map(|u| public_url(&u))

@@ -23,6 +23,7 @@ pub struct RestPolicy(pub FacePolicy);
 impl RestPolicy {
     pub fn new(wait_cap: Duration) -> Self {
         RestPolicy(FacePolicy {
+            agents: false,
             default_limit: DEFAULT_LIMIT,
             wait_cap,
         })

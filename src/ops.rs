@@ -152,6 +152,8 @@ pub struct Ctx {
     held: Arc<parking_lot::Mutex<std::collections::HashMap<String, usize>>>,
     /// Most waits and streams one principal may hold open at once.
     pub max_held: usize,
+    /// Participant identities that are people (`--humans`): they may decide a PERMISSION.
+    pub humans: Arc<std::collections::HashSet<String>>,
     /// cross-claude's `general` channel is known to exist (`cross_claude::ensure_general`).
     pub cc_general: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -169,6 +171,7 @@ impl Ctx {
             mcp_initializing: Default::default(),
             held: Default::default(),
             max_held: DEFAULT_MAX_HELD,
+            humans: Default::default(),
             cc_general: Default::default(),
         }
     }
@@ -286,6 +289,8 @@ pub struct FacePolicy {
     pub default_limit: usize,
     /// Longest a blocking call (wait, ask) may block.
     pub wait_cap: Duration,
+    /// Its callers are agents (MCP): they may not decide a PERMISSION.
+    pub agents: bool,
 }
 
 /// Who is calling, as the face established it. Every operation authorises from this.
@@ -536,6 +541,7 @@ mod tests {
             bound: None,
             bound_only: true,
             policy: FacePolicy {
+                agents: false,
                 default_limit: 100,
                 wait_cap: Duration::from_secs(60),
             },

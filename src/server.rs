@@ -266,6 +266,7 @@ pub async fn serve(
     telemetry::start_upkeep();
     let mut cx = Ctx::new(relay.clone());
     cx.max_held = config.max_waits_per_principal;
+    cx.humans = Arc::new(config.humans.iter().cloned().collect());
     if !is_loopback(&config.host) && !config.auth.enabled() {
         tracing::warn!(host = %config.host, "--insecure-open: listening beyond loopback WITHOUT A TOKEN; anyone who \
             can reach this port can read, post and act as anyone");

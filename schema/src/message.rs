@@ -32,7 +32,7 @@ pub struct NewMessage {
     /// Who posts (default: you, if registered).
     #[serde(default)]
     pub sender: String,
-    /// message (default), request, response, status, handoff, done, QUESTION, ANSWER (set reply_to).
+    /// message (default), request, response, status, handoff, done, QUESTION, PERMISSION, ANSWER (set reply_to).
     #[serde(rename = "type", default)]
     pub kind: Option<String>,
     pub body: String,
@@ -92,7 +92,7 @@ impl NewMessage {
         }
         let kind = optional("type", self.kind)?.unwrap_or_else(|| DEFAULT_TYPE.to_owned());
         let mut status = optional("status", self.status)?;
-        if kind_is(&kind, QUESTION) && status.is_none() {
+        if asks(&kind) && status.is_none() {
             status = Some(STATUS_OPEN.to_owned());
         }
         Ok(MessageRecord {
@@ -124,6 +124,9 @@ impl NewMessage {
 
 /// Message types that carry meaning (compared case-insensitively; any other type is free text).
 pub const QUESTION: &str = "question";
+/// A host asking a human whether its agent may use a tool (Claude Code's relayed permission
+/// prompt): a QUESTION whose ANSWER is `allow` or `deny`, decided by a human only.
+pub const PERMISSION: &str = "permission";
 pub const ANSWER: &str = "answer";
 pub const INTERRUPT: &str = "interrupt";
 pub const DIRECTIVE: &str = "directive";
@@ -133,6 +136,14 @@ pub const STATUS_OPEN: &str = "open";
 pub const STATUS_ANSWERED: &str = "answered";
 /// A recipient that means "every human".
 pub const ANY_HUMAN: &str = "any-human";
+
+/// Whether a message of this type waits for an ANSWER (a QUESTION or a PERMISSION).
+pub fn asks(kind: &str) -> bool {
+    kind_is(kind, QUESTION) || kind_is(kind, PERMISSION)
+}
+
+/// A PERMISSION's verdicts.
+pub const VERDICTS: [&str; 2] = ["allow", "deny"];
 
 /// Whether a message's `type` is `kind`, ignoring case.
 pub fn kind_is(kind: &str, wanted: &str) -> bool {

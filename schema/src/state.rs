@@ -3,7 +3,7 @@
 //! written in the same batch as the events it folds, so start-up needs no replay and a replay
 //! gives exactly the snapshot.
 
-use crate::message::{kind_is, MessageRecord, Record, ANSWER, DONE, QUESTION};
+use crate::message::{asks, kind_is, MessageRecord, Record, ANSWER, DONE};
 use crate::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -96,7 +96,7 @@ impl ChannelState {
 
     fn apply_message(&mut self, id: u64, m: &MessageRecord) -> Effects {
         let mut effects = Effects::default();
-        if kind_is(&m.kind, QUESTION) {
+        if asks(&m.kind) {
             self.open_questions.insert(id, m.recipient.clone());
         }
         if kind_is(&m.kind, ANSWER) {
@@ -160,6 +160,15 @@ mod tests {
         assert_eq!(st.apply(2, &m("human", "answer", Some(1))).answered, Some(1));
         assert!(st.open_questions.is_empty());
         assert_eq!(st.apply(3, &m("human", "ANSWER", Some(1))).answered, None);
+    }
+
+    #[test]
+    fn a_permission_is_open_until_its_first_answer() {
+        let mut st = ChannelState::default();
+        st.apply(1, &m("claude-code", "PERMISSION", None));
+        assert!(st.open_questions.contains_key(&1));
+        assert_eq!(st.apply(2, &m("dana", "ANSWER", Some(1))).answered, Some(1));
+        assert_eq!(st.apply(3, &m("lee", "ANSWER", Some(1))).answered, None);
     }
 
     #[test]

@@ -17,6 +17,11 @@ use tokio::sync::{mpsc, watch};
 
 /// The notification method Claude Code reads channel events from.
 pub const CHANNEL_NOTIFICATION: &str = "notifications/claude/channel";
+/// Permission relay (Claude Code's channels reference): the capability a server declares,
+/// the host's prompt, and the verdict sent back.
+pub const PERMISSION_CAPABILITY: &str = "claude/channel/permission";
+pub const PERMISSION_REQUEST: &str = "notifications/claude/channel/permission_request";
+pub const PERMISSION_VERDICT: &str = "notifications/claude/channel/permission";
 
 #[derive(Debug, Default, Clone, Serialize)]
 struct Stream {
@@ -47,7 +52,13 @@ pub struct Live {
     /// Channels the session used through tools: poll-only unless listened.
     used: Mutex<BTreeSet<String>>,
     outbox: mpsc::UnboundedSender<CustomNotification>,
+    /// Permission prompts posted and not yet decided: the PERMISSION message's id → the host's
+    /// request id.
+    permissions: Mutex<BTreeMap<u64, String>>,
 }
+
+/// The longest a prompt's fields are copied into the PERMISSION message.
+const PREVIEW_CHARS: usize = 2000;
 
 impl Live {
     pub fn new(rest: Arc<RelayClient>) -> Arc<Live> {
@@ -72,6 +83,7 @@ impl Live {
             listeners: Mutex::new(BTreeMap::new()),
             used: Mutex::new(BTreeSet::new()),
             outbox,
+            permissions: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -144,8 +156,67 @@ impl Live {
         json!({"channel": channel, "listening": false, "was_listening": was.is_some()})
     }
 
+    /// The host asks whether its agent may use a tool: a PERMISSION message on the listened
+    /// channel (the first, if several), for a human to decide. Without a listened channel the
+    /// host's own prompt is the only one.
+    pub async fn permission_request(&self, params: Option<Value>) {
+        let p = params.unwrap_or(Value::Null);
+        let field = |k: &str| {
+            p[k].as_str()
+                .map(|v| v.chars().take(PREVIEW_CHARS).collect::<String>())
+                .unwrap_or_default()
+        };
+        let request_id = field("request_id");
+        if request_id.is_empty() {
+            tracing::warn!("a permission request without request_id was ignored");
+            return;
+        }
+        let Some(channel) = self.listeners.lock().keys().next().cloned() else {
+            tracing::warn!(request = %request_id, "a permission prompt arrived, but no channel is listened: only the host decides it");
+            return;
+        };
+        let (tool, description, preview) = (field("tool_name"), field("description"), field("input_preview"));
+        let mut body = format!("Allow {tool}? {description}");
+        if !preview.is_empty() {
+            body.push_str(&format!("\n{preview}"));
+        }
+        body.push_str(&format!("\n(request {request_id})"));
+        // As the identity this session registered; else as its participant token's (the relay
+        // fills the sender in), else as claude-code.
+        let me = self.me.lock().clone();
+        let mut message =
+            json!({"type": "PERMISSION", "body": body, "recipient": crosstalk_schema::message::ANY_HUMAN});
+        if let Some(me) = &me {
+            message["sender"] = me.clone().into();
+        }
+        let mut posted = self.rest.post(&channel, message.clone()).await;
+        if posted.is_err() && me.is_none() {
+            message["sender"] = "claude-code".into();
+            posted = self.rest.post(&channel, message).await;
+        }
+        if let Err(e) = &posted {
+            tracing::warn!(request = %request_id, error = %e.0, "the permission prompt could not be posted");
+        }
+        if let Some(id) = posted.ok().and_then(|m| m["id"].as_u64()) {
+            tracing::info!(request = %request_id, channel = %channel, message = id, "permission prompt relayed");
+            self.permissions.lock().insert(id, request_id);
+        }
+    }
+
     fn arrived(&self, channel: &str, stream: &Mutex<Stream>, m: Value) {
         let id = m["id"].as_u64().unwrap_or(0);
+        // A human's verdict on a prompt this session relayed goes back to the host, once.
+        if m["type"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("answer")) {
+            if let Some(request_id) = m["reply_to"].as_u64().and_then(|q| self.permissions.lock().remove(&q)) {
+                let behavior = m["body"].as_str().unwrap_or("").trim().to_ascii_lowercase();
+                if crosstalk_schema::message::VERDICTS.contains(&behavior.as_str()) {
+                    let params = json!({"request_id": request_id, "behavior": behavior});
+                    let _ = self
+                        .outbox
+                        .send(CustomNotification::new(PERMISSION_VERDICT, Some(params)));
+                }
+            }
+        }
         let mut st = stream.lock();
         st.last_id = st.last_id.max(id);
         let sender = m["sender"].as_str().unwrap_or("").to_owned();

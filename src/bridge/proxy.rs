@@ -9,7 +9,7 @@ use crate::client::{tls, Failure, RelayClient};
 use parking_lot::Mutex;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
-    GetPromptRequestParams, GetPromptResponse, Implementation, InitializeResult, ListPromptsResult,
+    CustomNotification, GetPromptRequestParams, GetPromptResponse, Implementation, InitializeResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
     ReadResourceRequestParams, ReadResourceResponse, ResourceUpdatedNotificationParam, ServerCapabilities,
     SubscribeRequestParams, Tool, UnsubscribeRequestParams,
@@ -499,7 +499,16 @@ impl ServerHandler for Bridge {
         caps.resources.get_or_insert_with(Default::default).list_changed = Some(true);
         let experimental = caps.experimental.get_or_insert_with(Default::default);
         experimental.insert("claude/channel".into(), Default::default());
+        // The host may relay its permission prompts here: a human decides them on the relay.
+        experimental.insert(super::live::PERMISSION_CAPABILITY.into(), Default::default());
         info
+    }
+
+    async fn on_custom_notification(&self, notification: CustomNotification, _: NotificationContext<RoleServer>) {
+        if notification.method == super::live::PERMISSION_REQUEST {
+            let live = self.live.clone();
+            tokio::spawn(async move { live.permission_request(notification.params).await });
+        }
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -64,6 +64,7 @@ pub struct Cx {
 /// The MCP faces' policy: small pages, and blocking calls capped at `wait_cap`.
 pub fn policy(wait_cap: Duration) -> FacePolicy {
     FacePolicy {
+        agents: true,
         default_limit: MCP_DEFAULT_LIMIT,
         wait_cap,
     }

@@ -1,8 +1,8 @@
 //! Messages: post, read, wait, one message, its replies, and asking a human.
 
-use super::{Caller, Ctx, Gauge, Limit, OpError, Operation};
+use super::{Caller, Ctx, Gauge, Limit, OpError, Operation, Principal};
 use crosstalk_actors::{Posted, Role, WaitOptions, WaitOutcome};
-use crosstalk_schema::message::{ANY_HUMAN, QUESTION};
+use crosstalk_schema::message::{kind_is, ANSWER, ANY_HUMAN, PERMISSION, QUESTION, VERDICTS};
 use crosstalk_schema::{ChannelName, NewMessage};
 use futures_util::future::Either;
 use futures_util::FutureExt;
@@ -65,8 +65,77 @@ impl Operation for Post {
     async fn run(cx: &Ctx, caller: Caller, r: PostRequest) -> Result<Arc<Posted>, OpError> {
         let mut message = r.message;
         message.sender = caller.identity(cx, Some(message.sender.as_str()).filter(|s| !s.trim().is_empty()))?;
+        if let (true, Some(parent)) = (
+            message.kind.as_deref().is_some_and(|k| kind_is(k, ANSWER)),
+            message.reply_to,
+        ) {
+            if let Some(asked) = cx.relay.message(&r.channel, parent).await? {
+                if kind_is(&asked.message.kind, PERMISSION) {
+                    message.body = decide(cx, &caller, &r.channel, &asked, &message)?;
+                }
+            }
+        }
         Ok(cx.relay.post(&r.channel, message).await?)
     }
+}
+
+/// The verdict an ANSWER to a PERMISSION gives (`allow` or `deny`), once it is checked that a
+/// human gives it and that the request is still open. Never through MCP (an agent's face);
+/// otherwise a human is the relay's own token, a participant named in `--humans`, or — on a
+/// relay without tokens — whoever answers (the console, `crosstalk answer`, REST) as an
+/// identity not registered as an agent. The first verdict wins; a later one is refused.
+fn decide(
+    cx: &Ctx,
+    caller: &Caller,
+    channel: &ChannelName,
+    asked: &Posted,
+    answer: &NewMessage,
+) -> Result<String, OpError> {
+    let verdict = answer.body.trim().to_ascii_lowercase();
+    if !VERDICTS.contains(&verdict.as_str()) {
+        return Err(OpError::invalid(format!(
+            "a PERMISSION is answered allow or deny, not {:?}",
+            answer.body.chars().take(40).collect::<String>()
+        )));
+    }
+    let agent = |why: &str| {
+        OpError::forbidden(format!(
+            "only a human decides a PERMISSION ({why}); answer it in the console or with `crosstalk answer {channel} {} allow|deny`",
+            asked.id()
+        ))
+    };
+    // An MCP tool call is an agent's, whatever token its host holds.
+    if caller.policy.agents {
+        return Err(agent("an MCP tool call is an agent's"));
+    }
+    match &caller.principal {
+        Principal::Shared => {}
+        Principal::Participant(id) if cx.humans.contains(id) => {}
+        Principal::Participant(id) => return Err(agent(&format!("{id} is not one of --humans"))),
+        Principal::Connector(_) => return Err(agent("an OAuth connection is an agent's host")),
+        Principal::Anyone => {
+            let registered_agent = cx
+                .relay
+                .list_instances()
+                .iter()
+                .any(|i| i.instance_id == answer.sender && i.kind == crosstalk_schema::InstanceKind::Agent);
+            if registered_agent {
+                return Err(agent(&format!("{} is registered as an agent", answer.sender)));
+            }
+        }
+    }
+    if !cx
+        .relay
+        .channel_state(channel)?
+        .open_questions
+        .contains_key(&asked.id())
+    {
+        return Err(OpError::new(
+            super::ErrorKind::Conflict,
+            format!("PERMISSION #{} is already decided; the first answer stands", asked.id()),
+        ));
+    }
+    Ok(verdict)
 }
 
 // ---- get_messages

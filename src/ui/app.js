@@ -293,7 +293,7 @@ function arrived(m) {
     $("jump").hidden = false;
     track(m);
   }
-  if (m.type === "QUESTION" && m.sender !== state.me) alertQuestion(m);
+  if (asks(m.type) && m.sender !== state.me) alertQuestion(m);
   if (m.reply_to) bumpReplies(m.reply_to);
   if (m.sender !== state.me) soon(refreshChannels);
   if (m.session_id) soon(refreshSession);
@@ -325,18 +325,25 @@ function append(m) {
   track(m);
 }
 
-// Open questions, from what this page has seen.
+// A QUESTION, or a PERMISSION (an agent host asking whether its agent may use a tool).
+function asks(type) {
+  return type === "QUESTION" || type === "PERMISSION";
+}
+
+// Open questions and permission prompts, from what this page has seen.
 function track(m) {
-  if (m.type === "QUESTION" && m.status !== "answered") state.questions.set(m.id, m);
+  if (asks(m.type) && m.status !== "answered") state.questions.set(m.id, m);
   if (m.type === "ANSWER" && m.reply_to && state.questions.has(m.reply_to)) {
+    const q = state.questions.get(m.reply_to);
     state.questions.delete(m.reply_to);
-    markAnswered(m.reply_to);
+    const verdict = m.body.trim().toLowerCase();
+    markAnswered(m.reply_to, q.type === "PERMISSION" ? `${verdict === "allow" ? "allowed" : "denied"} by ${m.sender}` : "answered");
   }
   renderQuestions();
 }
 
 function kindClass(t) {
-  if (t === "QUESTION") return "question";
+  if (t === "QUESTION" || t === "PERMISSION") return "question";
   if (t === "DIRECTIVE" || t === "INTERRUPT") return "directive";
   return "";
 }
@@ -418,10 +425,10 @@ function bumpReplies(parent) {
   li.textContent = `${n} repl${n === 1 ? "y" : "ies"}`;
 }
 
-function markAnswered(q) {
+function markAnswered(q, text = "answered") {
   const s = document.querySelector(`#message-list li[data-id="${q}"] .status`);
   if (s) {
-    s.textContent = "answered";
+    s.textContent = text;
     s.className = "answered status";
   }
 }
@@ -434,6 +441,27 @@ function renderQuestions() {
   for (const q of state.questions.values()) {
     const li = el("li");
     li.dataset.id = q.id;
+    if (q.type === "PERMISSION") {
+      // A tool prompt: a human allows or denies it; the first verdict stands.
+      li.className = "permission";
+      li.append(el("div", "", `${q.sender} asks to use a tool (#${q.id}):`), el("div", "body", q.body));
+      const buttons = el("div", "verdicts");
+      for (const verdict of ["allow", "deny"]) {
+        const b = el("button", verdict, verdict === "allow" ? "Allow" : "Deny");
+        b.type = "button";
+        b.addEventListener("click", async () => {
+          try {
+            await post({ type: "ANSWER", body: verdict, reply_to: q.id });
+          } catch (e) {
+            report(e);
+          }
+        });
+        buttons.append(b);
+      }
+      li.append(buttons);
+      list.append(li);
+      continue;
+    }
     li.append(el("div", "", `${q.sender} asks (#${q.id}):`), el("div", "body", q.body));
     const form = el("form");
     const input = el("input");

@@ -121,6 +121,21 @@ check(/^Read by: .*\bworker-1\b/.test(readBy), "the page shows who read a messag
 await badge.getByText("read by worker-1").waitFor({ timeout: 10_000 });
 ok("the directive shows read by worker-1 once it is read");
 
+// A permission prompt relayed by an agent's host: Allow and Deny on the page; the person's
+// verdict closes it, and an agent could not have given it.
+const prompt = await post("team", "claude-code", "Allow Bash? run the tests\ncargo test\n(request abcde)", { type: "PERMISSION", recipient: "any-human" });
+const refusedVerdict = await fetch(`${base}/api/channels/team/messages`, {
+  method: "POST",
+  headers: { "content-type": "application/json", "x-crosstalk-session": reg.session },
+  body: JSON.stringify({ sender: "worker-1", type: "ANSWER", body: "allow", reply_to: prompt.id }),
+});
+check(refusedVerdict.status === 403, "an agent cannot allow its own tool use", refusedVerdict.status);
+const promptItem = page.locator(`#question-list li[data-id="${prompt.id}"]`);
+await promptItem.getByRole("button", { name: "Allow" }).waitFor({ timeout: 5_000 });
+await promptItem.getByRole("button", { name: "Allow" }).click();
+await list.locator(`li[data-id="${prompt.id}"] .status`).getByText("allowed by dana").waitFor({ timeout: 5_000 });
+ok("a person allows a permission prompt from the page");
+
 // Reload mid-stream: nothing missed, nothing doubled.
 const posted = [];
 const writer = (async () => {

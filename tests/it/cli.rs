@@ -4,8 +4,8 @@
 
 use crate::common;
 
-use common::{client, get_json, Server};
-use serde_json::Value;
+use common::{client, get_json, post, Server};
+use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -483,4 +483,39 @@ async fn inbox_reads_a_registered_identity_once() {
     );
     let without = run(crosstalk(&s, &["inbox", "--as", "rev"]));
     assert_eq!(without.status.code(), Some(2), "another's inbox needs its session");
+}
+
+/// `crosstalk answer` decides a permission prompt on a relay without tokens (it speaks for a
+/// person): allow or deny only, once; an MCP tool call, an agent's, cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_decides_a_permission_prompt() {
+    let s = Server::start();
+    let c = client();
+    let p = post(
+        &c,
+        &s,
+        "ops",
+        json!({"sender": "claude-code", "type": "PERMISSION", "body": "Allow Bash? cargo test\n(request qwert)", "recipient": "any-human"}),
+    )
+    .await;
+    assert_eq!(p["status"], "open", "{p}");
+    let id = p["id"].to_string();
+    let m = common::mcp::Mcp::connect(&s).await;
+    let err = m
+        .call_err(
+            "post_message",
+            json!({"channel": "ops", "sender": "dana", "type": "ANSWER", "body": "allow", "reply_to": p["id"]}),
+        )
+        .await;
+    assert!(err.contains("only a human"), "{err}");
+    let out = tokio::task::block_in_place(|| run(crosstalk(&s, &["answer", "ops", &id, "maybe", "--as", "dana"])));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("allow or deny"), "{}", text(&out.stderr));
+    let out = tokio::task::block_in_place(|| run(crosstalk(&s, &["answer", "ops", &id, "deny", "--as", "dana"])));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = tokio::task::block_in_place(|| run(crosstalk(&s, &["answer", "ops", &id, "allow", "--as", "lee"])));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("already answered"), "{}", text(&out.stderr));
+    let (_, got) = get_json(&c, &s.url(&format!("/api/channels/ops/messages/{id}"))).await;
+    assert_eq!(got["status"], "answered", "{got}");
 }

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{client, free_port, get_json, msg, post, Server};
+use common::{client, client_with_token, free_port, get_json, msg, post, request, Server};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -63,6 +63,10 @@ impl Bridge {
         );
         assert!(
             init["result"]["capabilities"]["experimental"]["claude/channel"].is_object(),
+            "{init}"
+        );
+        assert!(
+            init["result"]["capabilities"]["experimental"]["claude/channel/permission"].is_object(),
             "{init}"
         );
         assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
@@ -542,4 +546,94 @@ async fn the_bridge_says_when_the_relay_refuses_its_token() {
     assert!(text.contains("refused the token"), "{text}");
     assert!(text.contains("CROSSTALK_TOKEN"), "no remedy in: {text}");
     tokio::task::block_in_place(|| b.close());
+}
+
+/// Claude Code's permission relay, end to end over stdio: the bridge declares
+/// `claude/channel/permission`; a host's `permission_request` becomes a PERMISSION message on
+/// the listened channel; an agent's "allow" is refused (a participant not in --humans, an MCP
+/// tool call); a human's verdict comes back to the host as `notifications/claude/channel/permission`
+/// within a second; the first verdict stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_prompt_is_decided_by_a_human_on_the_relay() {
+    let s = Server::start_with(&[
+        "--token",
+        "admin-tok",
+        "--participants",
+        "coder:coder-tok,dana:dana-tok",
+        "--humans",
+        "dana",
+    ]);
+    let url = s.url("");
+    let mut b = tokio::task::block_in_place(|| {
+        Bridge::spawn(&["--relay", &url, "--token", "coder-tok", "--listen", "ops"], &[])
+    });
+    // (Bridge::spawn checked that it declares claude/channel/permission.) Let the listener
+    // open its stream.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::task::block_in_place(|| {
+        b.send(json!({"jsonrpc": "2.0", "method": "notifications/claude/channel/permission_request", "params": {
+            "request_id": "tbxkq", "tool_name": "Bash", "description": "run the tests", "input_preview": "cargo test --all"
+        }}))
+    });
+    // The prompt, on the channel, for any human.
+    let admin = client_with_token("admin-tok");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let prompt = loop {
+        let (_, got) = get_json(&admin, &s.url("/api/channels/ops/messages?since_id=0")).await;
+        if let Some(p) = got
+            .as_array()
+            .and_then(|a| a.iter().find(|m| m["type"] == "PERMISSION"))
+            .cloned()
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no PERMISSION message: {got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let body = prompt["body"].as_str().unwrap();
+    assert!(
+        body.contains("Bash") && body.contains("cargo test --all") && body.contains("tbxkq"),
+        "{body}"
+    );
+    assert_eq!(prompt["sender"], "coder");
+    assert_eq!(prompt["status"], "open");
+    let pid = prompt["id"].as_u64().unwrap();
+    let answer = |token: &str, sender: &str, verdict: &str| {
+        let (c, url) = (client_with_token(token), s.url("/api/channels/ops/messages"));
+        let body = json!({"sender": sender, "type": "ANSWER", "body": verdict, "reply_to": pid});
+        async move { request(&c, "POST", &url, Some(body), None).await }
+    };
+    // The agent cannot allow its own tool use: not by REST, not by an MCP tool call.
+    let (st, e) = answer("coder-tok", "coder", "allow").await;
+    assert_eq!(st, 403, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("only a human"), "{e}");
+    let m = common::mcp::Mcp::connect_with(&s, client_with_token("admin-tok")).await;
+    let err = m
+        .call_err(
+            "post_message",
+            json!({"channel": "ops", "sender": "dana", "type": "ANSWER", "body": "allow", "reply_to": pid}),
+        )
+        .await;
+    assert!(err.contains("only a human") || err.contains("MCP"), "{err}");
+    // Nor say anything but allow or deny.
+    let (st, e) = answer("dana-tok", "dana", "sure").await;
+    assert_eq!(st, 400, "{e}");
+    // A human allows it: the verdict reaches the host within a second.
+    let started = Instant::now();
+    let (st, e) = answer("dana-tok", "dana", "Allow").await;
+    assert_eq!(st, 200, "{e}");
+    let verdict = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/claude/channel/permission",
+            Duration::from_secs(5),
+        )
+    })
+    .expect("no verdict reached the host");
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert_eq!(verdict["params"], json!({"request_id": "tbxkq", "behavior": "allow"}));
+    // The first verdict stands.
+    let (st, e) = answer("admin-tok", "admin", "deny").await;
+    assert_eq!(st, 409, "{e}");
+    let (_, after) = get_json(&admin, &s.url(&format!("/api/channels/ops/messages/{pid}"))).await;
+    assert_eq!(after["status"], "answered", "{after}");
 }
