@@ -48,6 +48,55 @@ impl Operation for Register {
     }
 }
 
+/// Who the caller's token makes it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct WhoAmI {
+    /// `admin` (the relay's own token), `participant`, `connector` (an OAuth connection that
+    /// acts as anyone) or `anyone` (a relay without tokens).
+    pub principal: &'static str,
+    /// The identity a participant token (or an OAuth connection bound with `--as`) acts as.
+    pub identity: Option<String>,
+    /// The token is a person's: the admin's, or a participant named in `--humans` (on a relay
+    /// without tokens, whoever answers other than through MCP).
+    pub human: bool,
+}
+
+pub struct Whoami;
+
+impl Operation for Whoami {
+    const NAME: &'static str = "whoami";
+    const DESCRIPTION: &'static str =
+        "Who your token makes you: admin, a participant (and whether a person), or anyone.";
+    const READ_ONLY: bool = true;
+    type Request = NoArgs;
+    type Response = WhoAmI;
+
+    async fn run(cx: &Ctx, caller: Caller, _: NoArgs) -> Result<WhoAmI, OpError> {
+        Ok(match caller.principal {
+            Principal::Shared => WhoAmI {
+                principal: "admin",
+                identity: None,
+                human: true,
+            },
+            Principal::Participant(id) => WhoAmI {
+                principal: "participant",
+                human: cx.humans.contains(&id),
+                identity: Some(id),
+            },
+            Principal::Connector(_) => WhoAmI {
+                principal: "connector",
+                identity: None,
+                human: false,
+            },
+            Principal::Anyone => WhoAmI {
+                principal: "anyone",
+                identity: None,
+                human: !caller.policy.agents,
+            },
+        })
+    }
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Instances {
     pub instances: Vec<InstanceView>,

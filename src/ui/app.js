@@ -89,6 +89,20 @@ async function start() {
   $("app").hidden = false;
   $("logout").hidden = !state.token;
   refreshOAuth().catch(report);
+  // A participant's token says who this is: the page posts as that identity, not as a name
+  // typed in.
+  try {
+    const me = await api("/api/whoami");
+    state.human = me.human;
+    if (me.identity) {
+      state.me = me.identity;
+      $("me").value = me.identity;
+      $("me").readOnly = true;
+      $("me").title = "the identity of your token";
+    }
+  } catch (e) {
+    report(e);
+  }
   $("me").value = state.me;
   const wanted = decodeURIComponent(location.hash.slice(1));
   if (wanted) openChannel(wanted);
@@ -340,12 +354,96 @@ function track(m) {
     markAnswered(m.reply_to, q.type === "PERMISSION" ? `${verdict === "allow" ? "allowed" : "denied"} by ${m.sender}` : "answered");
   }
   renderQuestions();
+  if (asks(m.type) || m.type === "ANSWER") soon(refreshPresence);
 }
 
 function kindClass(t) {
   if (t === "QUESTION" || t === "PERMISSION") return "question";
   if (t === "DIRECTIVE" || t === "INTERRUPT") return "directive";
   return "";
+}
+
+// ---- message bodies: a small Markdown, built as DOM nodes (no HTML is ever parsed, so a body
+// can make no element but these: paragraphs, line breaks, lists, code, strong, em, links)
+
+const SAFE_LINK = /^(https?:\/\/|mailto:)/i;
+const INLINE = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\*[^*\n]+\*)|(\[[^\]\n]+\]\([^)\s]+\))|(https?:\/\/[^\s<>()]+)/g;
+const BULLET = /^\s*[-*+]\s+(.*)$/;
+const NUMBERED = /^\s*\d+[.)]\s+(.*)$/;
+const FENCE = /^\s*```/;
+
+function link(label, href) {
+  if (!SAFE_LINK.test(href)) return document.createTextNode(label);
+  const a = el("a", "", label);
+  a.href = href;
+  a.rel = "noopener noreferrer nofollow";
+  a.target = "_blank";
+  return a;
+}
+
+function inline(text, parent) {
+  let last = 0;
+  for (const m of text.matchAll(INLINE)) {
+    if (m.index > last) parent.append(text.slice(last, m.index));
+    const t = m[0];
+    if (m[1]) parent.append(el("code", "", t.slice(1, -1)));
+    else if (m[2]) parent.append(el("strong", "", t.slice(2, -2)));
+    else if (m[3]) parent.append(el("em", "", t.slice(1, -1)));
+    else if (m[4]) {
+      const [, label, href] = t.match(/^\[([^\]]+)\]\(([^)]+)\)$/);
+      parent.append(link(label, href));
+    } else parent.append(link(t, t));
+    last = m.index + t.length;
+  }
+  if (last < text.length) parent.append(text.slice(last));
+}
+
+function markdown(body) {
+  const root = el("div", "body md");
+  const lines = body.split("\n");
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    if (FENCE.test(line)) {
+      const code = [];
+      i++;
+      while (i < lines.length && !FENCE.test(lines[i])) code.push(lines[i++]);
+      i++;
+      const pre = el("pre");
+      pre.append(el("code", "", code.join("\n")));
+      root.append(pre);
+    } else if (BULLET.test(line) || NUMBERED.test(line)) {
+      const pattern = BULLET.test(line) ? BULLET : NUMBERED;
+      const list = el(pattern === BULLET ? "ul" : "ol", "md-list");
+      while (i < lines.length && pattern.test(lines[i])) {
+        const item = el("li");
+        inline(lines[i].match(pattern)[1], item);
+        list.append(item);
+        i++;
+      }
+      root.append(list);
+    } else if (line.trim() === "") {
+      i++;
+    } else {
+      const p = el("p");
+      let first = true;
+      while (i < lines.length && lines[i].trim() !== "" && !FENCE.test(lines[i]) && !BULLET.test(lines[i]) && !NUMBERED.test(lines[i])) {
+        if (!first) p.append(el("br"));
+        inline(lines[i++], p);
+        first = false;
+      }
+      root.append(p);
+    }
+  }
+  return root;
+}
+
+// One colour per sender, the same on every page: a hue from the name.
+function senderColour(name) {
+  let h = 0;
+  for (const ch of name) h = (h * 31 + ch.codePointAt(0)) % 360;
+  const dark = matchMedia("(prefers-color-scheme: dark)").matches;
+  return `hsl(${h}, 60%, ${dark ? 70 : 36}%)`;
 }
 
 function el(tag, cls, text) {
@@ -359,7 +457,9 @@ function render(m) {
   const li = el("li", `msg ${kindClass(m.type)} ${m.sender === state.me ? "mine" : ""}`);
   li.dataset.id = m.id;
   const head = el("div", "head");
-  head.append(el("span", "sender", m.sender));
+  const who = el("span", "sender", m.sender);
+  who.style.color = senderColour(m.sender);
+  head.append(who);
   if (m.type && m.type !== "message") head.append(el("span", "kind", m.type));
   if (m.recipient) head.append(el("span", "to", `→ ${m.recipient}`));
   const t = el("time", "", new Date(m.created_at).toLocaleTimeString());
@@ -380,7 +480,7 @@ function render(m) {
   readers.addEventListener("click", () => showReaders(m));
   actions.append(reply, thread, readers);
   head.append(actions);
-  li.append(head, el("div", "body", m.body));
+  li.append(head, markdown(m.body));
   // A directive for one participant says whether it has been read: "not yet" in amber.
   if (m.recipient && kindClass(m.type) === "directive") {
     const badge = el("span", "delivery");
@@ -581,7 +681,14 @@ async function refreshPresence() {
   for (const p of present) {
     const li = el("li");
     li.append(el("span", "dot online"), el("span", "", p.display_name || p.id));
-    li.append(el("span", "activity", [p.kind, p.activity].filter(Boolean).join(", ")));
+    // An agent blocked on a person: what it asked, in amber.
+    const asked = [...state.questions.values()].filter((q) => q.sender === p.id).pop();
+    if (asked) {
+      li.className = "waiting-on-you";
+      li.append(el("span", "activity", `waiting on you: ${asked.body.split("\n")[0].slice(0, 120)}`));
+    } else {
+      li.append(el("span", "activity", [p.kind, p.activity].filter(Boolean).join(", ")));
+    }
     list.append(li);
   }
   for (const i of instances) {
@@ -612,6 +719,8 @@ function detail(title, nodes) {
   $("detail-title").textContent = title;
   $("detail-body").replaceChildren(...nodes);
   $("detail").hidden = false;
+  // On a phone the side panel is an overlay: open it to show what was asked for.
+  if (matchMedia("(max-width: 800px)").matches) $("app").classList.add("show-side");
 }
 
 async function showThread(m) {
@@ -755,6 +864,8 @@ document.addEventListener("keydown", (ev) => {
 });
 
 $("menu").addEventListener("click", () => $("app").classList.toggle("show-nav"));
+$("panel").addEventListener("click", () => $("app").classList.toggle("show-side"));
+$("side-close").addEventListener("click", () => $("app").classList.remove("show-side"));
 window.addEventListener("hashchange", () => {
   const wanted = decodeURIComponent(location.hash.slice(1));
   if (wanted && wanted !== state.channel) openChannel(wanted);

@@ -246,9 +246,57 @@ await sleep(300);
 check((await page.evaluate(() => window.__xss)) === undefined, "no script in a message body runs", await page.evaluate(() => window.__xss));
 check((await list.locator("img, script").count()) === 0, "no element is made from a message body", await list.locator("img, script").count());
 
-// Phone width and dark.
+// Bodies in Markdown, built safely: lists, code, emphasis, links (http only).
+const md = await post(
+  "team",
+  "alice",
+  "**plan** with `cargo test`:\n- one\n- two\n```\nfn main() {}\n```\nsee [the docs](https://example.com/docs) or [this](javascript:alert(1))",
+);
+const mdItem = list.locator(`li[data-id="${md.id}"]`);
+await mdItem.locator("pre code").waitFor({ timeout: 5_000 });
+check(
+  (await mdItem.locator(".md strong").textContent()) === "plan" &&
+    (await mdItem.locator(".md li").count()) === 2 &&
+    (await mdItem.locator("pre code").textContent()) === "fn main() {}" &&
+    (await mdItem.locator('a[href="https://example.com/docs"]').count()) === 1 &&
+    (await mdItem.locator('a[href^="javascript"]').count()) === 0,
+  "a body renders as Markdown: strong, a list, a code block, only http links",
+  await mdItem.innerHTML(),
+);
+const colours = await list.locator(".sender").evaluateAll((els) => {
+  const by = {};
+  for (const e of els) by[e.textContent] = getComputedStyle(e).color;
+  return by;
+});
+check(colours.alice && colours.dana && colours.alice !== colours.dana, "each sender has a colour of its own", colours);
+
+// An agent blocked on a person shows as waiting on you, with its question.
+const agentStream = new AbortController();
+fetch(`${base}/api/channels/team/stream?participant_id=builder-2`, { signal: agentStream.signal }).catch(() => {});
+await sleep(300);
+await post("team", "builder-2", "Which database should I migrate first?", { type: "QUESTION", recipient: "any-human" });
+await page.locator("#presence .waiting-on-you").getByText("waiting on you: Which database").waitFor({ timeout: 10_000 });
+ok("an agent blocked on a question shows as waiting on you");
+agentStream.abort();
+
+// Phone width and dark: every panel is reachable from the top bar.
 await page.setViewportSize({ width: 390, height: 844 });
 await page.screenshot({ path: join(shots, "phone.png") });
+check(!(await page.locator(".side").isVisible()), "on a phone the side panel starts closed", "");
+await page.click("#panel");
+await page.locator("#presence").waitFor({ state: "visible", timeout: 5_000 });
+ok("on a phone the side panel opens from the top bar");
+await page.screenshot({ path: join(shots, "phone-panel.png") });
+await page.click("#side-close");
+await list.locator(`li[data-id="${instr.id}"]`).getByRole("button", { name: "read by…" }).click();
+await page.locator("#detail-body").getByText("Read by").waitFor({ state: "visible", timeout: 5_000 });
+ok("on a phone read-by opens the panel");
+await page.click("#side-close");
+await page.fill("#search", "migration");
+await page.press("#search", "Enter");
+await page.locator("#detail").waitFor({ state: "visible", timeout: 5_000 });
+ok("on a phone search results open the panel");
+await page.click("#side-close");
 await page.setViewportSize({ width: 1280, height: 800 });
 await page.emulateMedia({ colorScheme: "dark" });
 await page.screenshot({ path: join(shots, "dark.png") });
@@ -258,7 +306,7 @@ await page.emulateMedia({ colorScheme: "light" });
 
 // With a token: the page asks for it, says so when it is wrong, and works with the right one.
 await relay.stop("SIGTERM");
-await relay.start(["--token", "s3cret"]);
+await relay.start(["--token", "s3cret", "--participants", "dana:dana-tok", "--humans", "dana"]);
 const locked = await context.newPage();
 locked.on("pageerror", (e) => pageErrors.push(String(e)));
 await locked.goto(`${base}/ui#team`);
@@ -275,6 +323,21 @@ await locked.locator("#conn.live").waitFor({ timeout: 10_000 });
 await post("team", "alice", "authenticated live", {}, "s3cret");
 await locked.locator("#message-list").getByText("authenticated live").waitFor({ timeout: 5_000 });
 ok("with the right token the page and its stream work");
+
+// A person's participant token names them: the page posts as dana, not as a typed name.
+const danaPage = await context.newPage();
+danaPage.on("pageerror", (e) => pageErrors.push(String(e)));
+await danaPage.goto(`${base}/ui#team`);
+await danaPage.locator("#login").waitFor({ timeout: 10_000 });
+await danaPage.fill("#token", "dana-tok");
+await danaPage.press("#token", "Enter");
+await danaPage.locator("#message-list").getByText("authenticated live").waitFor({ timeout: 10_000 });
+await danaPage.waitForFunction(() => document.querySelector("#me").value === "dana", null, { timeout: 5_000 });
+check(await danaPage.locator("#me").evaluate((e) => e.readOnly), "a participant's token fixes who the page posts as", "");
+await danaPage.fill("#body", "posted as my token's identity");
+await danaPage.press("#body", "Enter");
+await danaPage.locator("#message-list li", { hasText: "posted as my token's identity" }).locator(".sender").getByText("dana").waitFor({ timeout: 5_000 });
+ok("the page posts as dana");
 
 check(pageErrors.length === 0, "no script errors on the page", pageErrors);
 check(foreign.length === 0, "nothing was fetched from another origin", foreign);

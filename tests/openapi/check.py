@@ -267,6 +267,7 @@ def scenario(c):
         post(REG, bad, **BAD)
     post(REG, raw="{not json", expect=400)
     get("/api/instances")
+    get("/api/whoami")
 
     # channels
     post(CHANS, {"name": CH, "description": "openapi check"}, expect=201)
