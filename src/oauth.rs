@@ -26,6 +26,12 @@ use std::time::{Duration, Instant};
 pub const GUESSES_PER_ADDRESS: usize = 5;
 pub const GUESSES_PER_RELAY: usize = 30;
 pub const GUESS_WINDOW: Duration = Duration::from_secs(60);
+/// Client registrations per address and relay-wide, per [`GUESS_WINDOW`].
+pub const REGISTRATIONS_PER_ADDRESS: usize = 10;
+pub const REGISTRATIONS_PER_RELAY: usize = 100;
+/// Metadata-document fetches a consent page may cause, per address and relay-wide.
+pub const FETCHES_PER_ADDRESS: usize = 10;
+pub const FETCHES_PER_RELAY: usize = 100;
 
 /// A Client ID Metadata Document's size limit (CIMD draft §6.6: about 5 KB).
 pub const CIMD_MAX_BYTES: usize = 5120;
@@ -53,6 +59,14 @@ impl Cimd {
             allow_private,
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether `url`'s document is in the cache (no fetch needed).
+    pub fn cached(&self, url: &str) -> bool {
+        self.cache
+            .lock()
+            .get(url)
+            .is_some_and(|(_, until)| Instant::now() < *until)
     }
 
     /// The client `url` describes, fetched (or from the cache) and checked.
@@ -243,17 +257,31 @@ fn public(ip: std::net::IpAddr) -> bool {
     }
 }
 
-/// Recent failed invite codes, by client address (`""`: all of them).
-#[derive(Default)]
-pub struct Guesses(Mutex<HashMap<String, VecDeque<Instant>>>);
+/// Recent events of one kind (failed invite codes, registrations, metadata fetches) by client
+/// address, counted per address and relay-wide (behind a proxy every client is one address)
+/// over [`GUESS_WINDOW`].
+pub struct Window {
+    per_address: usize,
+    relay_wide: usize,
+    seen: Mutex<HashMap<String, VecDeque<Instant>>>,
+}
 
-impl Guesses {
+impl Window {
+    pub fn new(per_address: usize, relay_wide: usize) -> Self {
+        Window {
+            per_address,
+            relay_wide,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Seconds until `address` may try again, if it is over its limit.
     fn blocked(&self, address: &str) -> Option<u64> {
-        let mut map = self.0.lock();
+        let mut map = self.seen.lock();
         let now = Instant::now();
         let mut wait = None;
-        for (key, limit) in [(address, GUESSES_PER_ADDRESS), ("", GUESSES_PER_RELAY)] {
+        // The relay-wide count is kept under a key no address has.
+        for (key, limit) in [(address, self.per_address), ("\0all", self.relay_wide)] {
             if let Some(q) = map.get_mut(key) {
                 while q.front().is_some_and(|t| now.duration_since(*t) > GUESS_WINDOW) {
                     q.pop_front();
@@ -267,16 +295,48 @@ impl Guesses {
         wait
     }
 
-    fn failed(&self, address: &str) {
-        let mut map = self.0.lock();
+    fn hit(&self, address: &str) {
+        let mut map = self.seen.lock();
         if map.len() > 10_000 {
             map.retain(|_, q| q.back().is_some_and(|t| t.elapsed() < GUESS_WINDOW));
         }
         let now = Instant::now();
-        for key in [address, ""] {
+        for key in [address, "\0all"] {
             map.entry(key.to_owned()).or_default().push_back(now);
         }
     }
+}
+
+/// What the OAuth face limits per client address: wrong invite codes, registrations, and
+/// the metadata documents a consent page makes the relay fetch.
+pub struct Limits {
+    pub guesses: Window,
+    pub registrations: Window,
+    pub fetches: Window,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            guesses: Window::new(GUESSES_PER_ADDRESS, GUESSES_PER_RELAY),
+            registrations: Window::new(REGISTRATIONS_PER_ADDRESS, REGISTRATIONS_PER_RELAY),
+            fetches: Window::new(FETCHES_PER_ADDRESS, FETCHES_PER_RELAY),
+        }
+    }
+}
+
+/// A 429 for the OAuth endpoints, RFC 6749's shape.
+fn slow_down(wait: u64, what: &str) -> HttpResponse {
+    let mut resp = oauth_error(OAuthError::new(
+        429,
+        "temporarily_unavailable",
+        format!("too many {what} from this address; try again in {wait} s"),
+    ));
+    resp.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from_str(&wait.to_string()).expect("digits"),
+    );
+    resp
 }
 
 /// Mounts the flow and the admin routes.
@@ -369,8 +429,14 @@ async fn server_metadata(req: HttpRequest) -> HttpResponse {
 
 // ---- registration
 
-async fn register(req: HttpRequest) -> HttpResponse {
+async fn register(req: HttpRequest, limits: web::Data<Limits>) -> HttpResponse {
     let o = oauth_of(&req);
+    let who = address(&req);
+    if let Some(wait) = limits.registrations.blocked(&who) {
+        crate::guard::rejected("oauth_register");
+        return slow_down(wait, "client registrations");
+    }
+    limits.registrations.hit(&who);
     let body = match Body::take(&req) {
         Ok(b) => b,
         Err(_) => return oauth_error(OAuthError::new(400, "invalid_client_metadata", "no body")),
@@ -506,10 +572,26 @@ fn with_query(uri: &str, pairs: &[(&str, &str)]) -> String {
     out
 }
 
-async fn check(o: &OAuth, cimd: &Cimd, p: &AuthorizeParams) -> Result<Checked, Refusal> {
+async fn check(
+    o: &OAuth,
+    cimd: &Cimd,
+    fetches: Option<(&Window, &str)>,
+    p: &AuthorizeParams,
+) -> Result<Checked, Refusal> {
     let page = |why: String| Refusal::Page(StatusCode::BAD_REQUEST, why);
     let client_id = p.client_id.clone().unwrap_or_default();
     let client = if client_id.starts_with("https://") {
+        if let Some((window, who)) = fetches {
+            if !cimd.cached(&client_id) {
+                if let Some(wait) = window.blocked(who) {
+                    return Err(Refusal::Page(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        format!("Too many clients to look up from this address; try again in {wait} s."),
+                    ));
+                }
+                window.hit(who);
+            }
+        }
         match cimd.client(&client_id).await {
             Ok(c) => Ok(Some(c)),
             Err(why) => {
@@ -653,12 +735,13 @@ fn form(p: &AuthorizeParams, c: &Checked, error: Option<&str>) -> String {
     )
 }
 
-async fn authorize_page(req: HttpRequest, cimd: web::Data<Cimd>) -> HttpResponse {
+async fn authorize_page(req: HttpRequest, cimd: web::Data<Cimd>, limits: web::Data<Limits>) -> HttpResponse {
     let o = oauth_of(&req);
     let p: AuthorizeParams = web::Query::<AuthorizeParams>::from_query(req.query_string())
         .map(web::Query::into_inner)
         .unwrap_or_default();
-    match check(o, &cimd, &p).await {
+    let who = address(&req);
+    match check(o, &cimd, Some((&limits.fetches, &who)), &p).await {
         Ok(c) => html(StatusCode::OK, form(&p, &c, None)),
         Err(r) => refusal(r),
     }
@@ -668,16 +751,16 @@ fn address(req: &HttpRequest) -> String {
     req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default()
 }
 
-async fn authorize_submit(req: HttpRequest, guesses: web::Data<Guesses>, cimd: web::Data<Cimd>) -> HttpResponse {
+async fn authorize_submit(req: HttpRequest, limits: web::Data<Limits>, cimd: web::Data<Cimd>) -> HttpResponse {
     let o = oauth_of(&req);
     let body = Body::take(&req).unwrap_or_default();
     let p: AuthorizeParams = serde_urlencoded::from_bytes(&body).unwrap_or_default();
-    let c = match check(o, &cimd, &p).await {
+    let who = address(&req);
+    let c = match check(o, &cimd, Some((&limits.fetches, &who)), &p).await {
         Ok(c) => c,
         Err(r) => return refusal(r),
     };
-    let who = address(&req);
-    if let Some(wait) = guesses.blocked(&who) {
+    if let Some(wait) = limits.guesses.blocked(&who) {
         crate::guard::rejected("invite");
         let mut resp = html(
             StatusCode::TOO_MANY_REQUESTS,
@@ -693,7 +776,7 @@ async fn authorize_submit(req: HttpRequest, guesses: web::Data<Guesses>, cimd: w
     let invite = match o.redeem(&typed).await {
         Ok(Some(i)) => i,
         Ok(None) => {
-            guesses.failed(&who);
+            limits.guesses.hit(&who);
             return html(
                 StatusCode::BAD_REQUEST,
                 form(&p, &c, Some("That code is not valid, or was already used.")),

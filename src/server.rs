@@ -298,7 +298,7 @@ pub async fn serve(
         tracing::info!(issuer = %issuer, "OAuth: hosted clients connect with invites (crosstalk invite)");
         web::Data::new(crate::ops::oauth::OAuth::new(issuer, relay.oauth()))
     });
-    let guesses = web::Data::new(crate::oauth::Guesses::default());
+    let limits = web::Data::new(crate::oauth::Limits::default());
     let cimd_ca = match &config.oauth_cimd_ca {
         Some(pem) => Some(
             reqwest::Certificate::from_pem(pem)
@@ -340,7 +340,7 @@ pub async fn serve(
     let server = HttpServer::new(move || {
         let oauth_routes = |cfg: &mut web::ServiceConfig| {
             if let Some(o) = &oauth {
-                cfg.app_data(o.clone()).app_data(guesses.clone()).app_data(cimd.clone());
+                cfg.app_data(o.clone()).app_data(limits.clone()).app_data(cimd.clone());
                 crate::oauth::routes(cfg);
             }
         };

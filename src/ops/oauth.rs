@@ -41,6 +41,10 @@ const CODE_PREFIX: &str = "ct_ac_";
 const CLIENT_PREFIX: &str = "ct_c_";
 /// Redirect URIs one client may register.
 pub const MAX_REDIRECT_URIS: usize = 10;
+/// Registered clients the relay keeps; past it, those a day old that never got a grant are
+/// dropped to make room (registration needs no token, so it must not grow the store forever).
+pub const MAX_CLIENTS: usize = 10_000;
+pub const UNUSED_CLIENT_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// An OAuth error as RFC 6749 §5.2 names it, with the status to answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +131,8 @@ pub struct OAuth {
     /// and the base of every endpoint and resource.
     pub issuer: String,
     store: Arc<dyn OAuthStore>,
+    /// [`MAX_CLIENTS`] (smaller in tests).
+    max_clients: usize,
 }
 
 fn now() -> i64 {
@@ -262,6 +268,7 @@ impl OAuth {
         OAuth {
             issuer: issuer.trim_end_matches('/').to_owned(),
             store,
+            max_clients: MAX_CLIENTS,
         }
     }
 
@@ -409,6 +416,7 @@ impl OAuth {
             .map(|n| n.trim().chars().take(200).collect::<String>())
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| "unnamed client".to_owned());
+        self.make_room().await?;
         let client = OAuthClient {
             client_id: format!("{CLIENT_PREFIX}{}", random_hex(16)),
             client_name,
@@ -417,6 +425,38 @@ impl OAuth {
         };
         self.put(Kind::Clients, &client.client_id, &client).await?;
         Ok(client)
+    }
+
+    /// At [`MAX_CLIENTS`], drops the registrations a day old that never got a grant; refuses
+    /// if that frees nothing.
+    async fn make_room(&self) -> Result<(), OAuthError> {
+        let clients = self.store.list(Kind::Clients).await.map_err(OAuthError::server)?;
+        if clients.len() < self.max_clients {
+            return Ok(());
+        }
+        let granted: std::collections::HashSet<String> =
+            self.grants().await?.into_iter().map(|g| g.client_id).collect();
+        let old = now() - UNUSED_CLIENT_TTL.as_secs() as i64;
+        let mut freed = 0;
+        for (id, bytes) in clients {
+            let c: OAuthClient = decode("client", &bytes)?;
+            if c.created_at < old && !granted.contains(&id) {
+                self.delete(Kind::Clients, &id).await?;
+                freed += 1;
+            }
+        }
+        tracing::info!(freed, "dropped client registrations a day old that never connected");
+        if freed == 0 {
+            return Err(OAuthError::new(
+                503,
+                "temporarily_unavailable",
+                format!(
+                    "the relay holds its maximum of {} client registrations; try again later",
+                    self.max_clients
+                ),
+            ));
+        }
+        Ok(())
     }
 
     pub async fn client(&self, client_id: &str) -> Result<Option<OAuthClient>, OAuthError> {
@@ -672,6 +712,84 @@ impl OAuth {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records in memory, for the rules' own tests.
+    #[derive(Default)]
+    struct Memory(parking_lot::Mutex<std::collections::BTreeMap<(u8, String), Vec<u8>>>);
+
+    impl OAuthStore for Memory {
+        fn get(&self, kind: Kind, key: String) -> crosstalk_actors::oauth::Answer<Option<Vec<u8>>> {
+            let v = self.0.lock().get(&(kind.tag().0, key)).cloned();
+            Box::pin(async move { Ok(v) })
+        }
+        fn put(&self, kind: Kind, key: String, value: Vec<u8>) -> crosstalk_actors::oauth::Answer<()> {
+            self.0.lock().insert((kind.tag().0, key), value);
+            Box::pin(async { Ok(()) })
+        }
+        fn delete(&self, kind: Kind, key: String) -> crosstalk_actors::oauth::Answer<()> {
+            self.0.lock().remove(&(kind.tag().0, key));
+            Box::pin(async { Ok(()) })
+        }
+        fn take(&self, kind: Kind, key: String) -> crosstalk_actors::oauth::Answer<Option<Vec<u8>>> {
+            let v = self.0.lock().remove(&(kind.tag().0, key));
+            Box::pin(async move { Ok(v) })
+        }
+        fn list(&self, kind: Kind) -> crosstalk_actors::oauth::Answer<Vec<(String, Vec<u8>)>> {
+            let v = self
+                .0
+                .lock()
+                .iter()
+                .filter(|((k, _), _)| *k == kind.tag().0)
+                .map(|((_, key), v)| (key.clone(), v.clone()))
+                .collect();
+            Box::pin(async move { Ok(v) })
+        }
+    }
+
+    #[tokio::test]
+    async fn registrations_are_bounded_and_old_unused_ones_make_room() {
+        let store = Arc::new(Memory::default());
+        let mut o = OAuth::new("http://127.0.0.1:1".into(), store.clone());
+        o.max_clients = 3;
+        let uris = || vec!["http://127.0.0.1:9/cb".to_owned()];
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            ids.push(o.register(None, uris()).await.unwrap().client_id);
+        }
+        // Full, and none is old enough to drop.
+        let e = o.register(None, uris()).await.unwrap_err();
+        assert_eq!((e.status, e.error), (503, "temporarily_unavailable"));
+        // Two of them a day old: one got a grant (kept), one never did (dropped).
+        for id in &ids[..2] {
+            let mut c: OAuthClient = decode("client", &store.0.lock()[&(Kind::Clients.tag().0, id.clone())]).unwrap();
+            c.created_at -= UNUSED_CLIENT_TTL.as_secs() as i64 + 1;
+            store.put(Kind::Clients, id.clone(), encode(&c)).await.unwrap();
+        }
+        let grant = Grant {
+            id: "g1".into(),
+            client_id: ids[0].clone(),
+            client_name: "x".into(),
+            redirect_host: "127.0.0.1".into(),
+            identity: None,
+            invite_id: "i".into(),
+            scope: SCOPE.into(),
+            resource: o.issuer.clone(),
+            created_at: now(),
+            access: String::new(),
+            refresh: String::new(),
+            retired: Vec::new(),
+        };
+        store.put(Kind::Grants, "g1".into(), encode(&grant)).await.unwrap();
+        o.register(None, uris()).await.unwrap();
+        assert!(
+            o.client(&ids[0]).await.unwrap().is_some(),
+            "a client with a grant stays"
+        );
+        assert!(
+            o.client(&ids[1]).await.unwrap().is_none(),
+            "an old unused one made room"
+        );
+    }
 
     #[test]
     fn pkce_s256_matches_rfc_7636_appendix_b() {

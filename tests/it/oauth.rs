@@ -522,3 +522,25 @@ async fn a_metadata_document_on_a_private_address_is_not_fetched() {
         .unwrap();
     assert_eq!(r.status(), 400);
 }
+
+#[tokio::test]
+async fn registration_is_limited_per_address() {
+    let s = Server::start_with(&["--oauth", "--token", ADMIN]);
+    let mut statuses = Vec::new();
+    for _ in 0..12 {
+        let r = client()
+            .post(s.url("/oauth/register"))
+            .json(&json!({"redirect_uris": [REDIRECT]}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        if status == 429 {
+            assert!(r.headers().get("retry-after").is_some());
+            assert_eq!(r.json::<Value>().await.unwrap()["error"], "temporarily_unavailable");
+        }
+        statuses.push(status);
+    }
+    assert_eq!(statuses[..10], [201; 10], "{statuses:?}");
+    assert_eq!(statuses[10..], [429; 2], "{statuses:?}");
+}
