@@ -97,6 +97,7 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
         op::<messages::Ask>(Method::POST, "/api/channels/{channel}/ask", S::OK),
         op::<identity::Register>(Method::POST, "/api/register", S::CREATED),
         op::<identity::Whoami>(Method::GET, "/api/whoami", S::OK),
+        op::<identity::Unread>(Method::GET, "/api/unread", S::OK),
         shaped::<identity::ListInstances, _>(Method::GET, "/api/instances", S::OK, |r: Instances| r.instances),
         shaped::<identity::Inbox, _>(Method::GET, "/api/inbox", S::OK, |r: MessageList| r.messages),
         shaped::<channels::Search, _>(Method::GET, "/api/search", S::OK, |r: MessageList| r.messages),

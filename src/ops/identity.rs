@@ -48,6 +48,48 @@ impl Operation for Register {
     }
 }
 
+/// Messages counted per channel for [`Unread`]: past it, the count reads as this many.
+pub const UNREAD_CAP: usize = 1000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct UnreadRequest {
+    /// The identity (default: your own).
+    pub instance_id: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct UnreadCounts {
+    pub instance_id: String,
+    /// Channel → messages from others after the identity's read position (at most 1,000),
+    /// for every channel it has read or joined.
+    pub unread: std::collections::BTreeMap<String, usize>,
+}
+
+pub struct Unread;
+
+impl Operation for Unread {
+    const NAME: &'static str = "unread";
+    const DESCRIPTION: &'static str = "How many messages from others each channel holds after your read position.";
+    const READ_ONLY: bool = true;
+    type Request = UnreadRequest;
+    type Response = UnreadCounts;
+
+    async fn run(cx: &Ctx, caller: Caller, r: UnreadRequest) -> Result<UnreadCounts, OpError> {
+        let who = caller.identity(cx, r.instance_id.as_deref())?;
+        let unread = cx
+            .relay
+            .unread(&who, UNREAD_CAP)
+            .await?
+            .into_iter()
+            .map(|(c, n)| (c.to_string(), n))
+            .collect();
+        Ok(UnreadCounts {
+            instance_id: who,
+            unread,
+        })
+    }
+}
+
 /// Who the caller's token makes it.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct WhoAmI {

@@ -123,6 +123,12 @@ function ago(iso) {
 
 async function refreshChannels() {
   state.channels = await api("/api/channels");
+  // Unread for the identity the page posts as, from its read positions on the relay (they
+  // move as the page streams a channel as that participant); the browser's own count for
+  // channels it has never read. An identity that is another session's gets only the latter.
+  const relayUnread = state.me
+    ? await api(`/api/unread?instance_id=${enc(state.me)}`).then((r) => r.unread).catch(() => ({}))
+    : {};
   const list = $("channel-list");
   list.replaceChildren();
   if (!state.channels.length) {
@@ -141,7 +147,8 @@ async function refreshChannels() {
     name.className = "name";
     name.textContent = `# ${c.channel}`;
     b.append(name);
-    const unread = (c.count || 0) - (state.seen[c.channel] ?? 0);
+    const unread =
+      c.channel === state.channel ? 0 : relayUnread[c.channel] ?? (c.count || 0) - (state.seen[c.channel] ?? 0);
     if (unread > 0) {
       const badge = document.createElement("span");
       badge.className = "badge";

@@ -339,6 +339,21 @@ await danaPage.press("#body", "Enter");
 await danaPage.locator("#message-list li", { hasText: "posted as my token's identity" }).locator(".sender").getByText("dana").waitFor({ timeout: 5_000 });
 ok("the page posts as dana");
 
+// Unread counts are dana's own, from her read positions on the relay: read elsewhere (another
+// client reading as dana), a channel's count goes away on this page too.
+await post("team", "alice", "for the side channel first", {}, "s3cret");
+await post("side-ch", "alice", "side 1", {}, "s3cret");
+await fetch(`${base}/api/channels/side-ch/messages?since_id=0&instance_id=dana`, { headers: { authorization: "Bearer dana-tok" } });
+for (const n of [2, 3, 4]) await post("side-ch", "alice", `side ${n}`, {}, "s3cret");
+await post("team", "alice", "nudge the list", {}, "s3cret");
+const sideBadge = danaPage.locator('#channel-list button[data-channel="side-ch"] .badge');
+await sideBadge.getByText("3", { exact: true }).waitFor({ timeout: 10_000 });
+ok("a channel shows dana's unread count from the relay");
+await fetch(`${base}/api/channels/side-ch/messages?since_id=0&instance_id=dana`, { headers: { authorization: "Bearer dana-tok" } });
+await post("team", "alice", "nudge again", {}, "s3cret");
+await sideBadge.waitFor({ state: "detached", timeout: 10_000 });
+ok("read as dana elsewhere, the count goes away here too");
+
 check(pageErrors.length === 0, "no script errors on the page", pageErrors);
 check(foreign.length === 0, "nothing was fetched from another origin", foreign);
 

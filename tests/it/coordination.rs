@@ -890,3 +890,38 @@ async fn delivery_state_names_the_unread_recipient_and_never_the_sender() {
     assert_eq!(read_by, ["boss", "worker-1"]);
     assert_eq!(not_yet, ["auditor"]);
 }
+
+/// Unread per identity: messages from others after its read position, per channel it has
+/// read; reading moves it; its own messages never count.
+#[tokio::test]
+async fn unread_counts_follow_an_identitys_read_position() {
+    let s = Server::start();
+    let c = client();
+    let unread = |who: &str| {
+        let (c, url) = (c.clone(), s.url(&format!("/api/unread?instance_id={who}")));
+        async move {
+            let (status, v) = get_json(&c, &url).await;
+            assert_eq!(status, 200, "{v}");
+            v["unread"].clone()
+        }
+    };
+    post(&c, &s, "ops", msg("alice", "one")).await;
+    assert_eq!(
+        unread("dana").await,
+        json!({}),
+        "no read position yet: nothing to count from"
+    );
+    let (status, _) = get_json(&c, &s.url("/api/channels/ops/messages?since_id=0&instance_id=dana")).await;
+    assert_eq!(status, 200);
+    assert_eq!(unread("dana").await, json!({"ops": 0}));
+    post(&c, &s, "ops", msg("alice", "two")).await;
+    post(&c, &s, "ops", msg("dana", "mine")).await;
+    post(&c, &s, "ops", msg("bob", "three")).await;
+    assert_eq!(
+        unread("dana").await,
+        json!({"ops": 2}),
+        "dana's own message does not count"
+    );
+    get_json(&c, &s.url("/api/channels/ops/messages?since_id=0&instance_id=dana")).await;
+    assert_eq!(unread("dana").await, json!({"ops": 0}));
+}

@@ -268,6 +268,7 @@ def scenario(c):
     post(REG, raw="{not json", expect=400)
     get("/api/instances")
     get("/api/whoami")
+    get("/api/unread", query={"instance_id": "bob"}, session=sb)
 
     # channels
     post(CHANS, {"name": CH, "description": "openapi check"}, expect=201)

@@ -169,6 +169,17 @@ impl Relay {
             .await?)
     }
 
+    /// For each channel `who` has a read position on: how many messages from others follow it,
+    /// counting at most `cap` messages a channel (more reads as `cap`). Moves nothing.
+    pub async fn unread(&self, who: &str, cap: usize) -> Result<Vec<(ChannelName, usize)>, RelayError> {
+        let mut out = Vec::new();
+        for (channel, upto) in self.cursors(who).await? {
+            let after = self.read(&channel, upto, cap, None).await?;
+            out.push((channel, after.iter().filter(|p| p.message.sender != who).count()));
+        }
+        Ok(out)
+    }
+
     /// Every identity that joined `channel` (has a read cursor there), with the id it has
     /// read up to, by id.
     pub async fn readers(&self, channel: &ChannelName) -> Result<Vec<(String, u64)>, RelayError> {
