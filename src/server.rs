@@ -296,7 +296,7 @@ pub async fn serve(
             format!("http://{host}:{port}")
         });
         tracing::info!(issuer = %issuer, "OAuth: hosted clients connect with invites (crosstalk invite)");
-        web::Data::new(crate::ops::oauth::OAuth::new(issuer, relay.oauth()))
+        web::Data::new(crate::ops::oauth::OAuth::new(issuer, relay.records()))
     });
     let limits = web::Data::new(crate::oauth::Limits::default());
     let cimd_ca = match &config.oauth_cimd_ca {

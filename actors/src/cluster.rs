@@ -17,8 +17,8 @@
 //!   store, or a majority of JetStream's replicas).
 
 use crate::error::RelayError;
-use crate::oauth::OAuthStore;
 use crate::presence::{Outgoing, PresenceChange};
+use crate::records::RecordStore;
 use crate::shared::SharedDataStore;
 use crate::store::{EventStore, Space, StoreError};
 use crosstalk_schema::{ChannelName, Instance, Record};
@@ -128,7 +128,7 @@ pub trait Cluster: Send + Sync + 'static {
 
     /// Where OAuth records are kept: this node's own (`local` starts it), or the nodes'
     /// common buckets.
-    fn oauth(&self, local: &dyn Fn() -> Arc<dyn OAuthStore>) -> Arc<dyn OAuthStore>;
+    fn records(&self, local: &dyn Fn() -> Arc<dyn RecordStore>) -> Arc<dyn RecordStore>;
 
     /// The identities waiting actively on `channel` on other nodes (for the mutual-wait
     /// release).
@@ -241,7 +241,7 @@ impl Cluster for Embedded {
         local()
     }
 
-    fn oauth(&self, local: &dyn Fn() -> Arc<dyn OAuthStore>) -> Arc<dyn OAuthStore> {
+    fn records(&self, local: &dyn Fn() -> Arc<dyn RecordStore>) -> Arc<dyn RecordStore> {
         local()
     }
 

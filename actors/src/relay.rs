@@ -22,8 +22,8 @@ use crate::commit::{Committer, Durability};
 use crate::error::RelayError;
 use crate::identities::Identities;
 use crate::ids::IdAllocator;
-use crate::oauth::OAuthStore;
 use crate::presence::{Heartbeat, Leave, ListPresence, Participant, PresenceEvent, PresenceSupervisor, WatchPresence};
+use crate::records::RecordStore;
 use crate::registry::{ChannelsConfig, OpenChannel, Registry};
 use crate::search::{Backlog, CaughtUp, Indexer};
 use crate::shared::{self, SharedDataStore, SharedStore};
@@ -117,8 +117,8 @@ struct Inner {
     indexer: Addr<Indexer>,
     /// Where shared data is kept (this relay's store, or the cluster's).
     shared: Arc<dyn SharedDataStore>,
-    /// Where OAuth records are kept (this relay's store, or the cluster's).
-    oauth: Arc<dyn OAuthStore>,
+    /// Where small records (OAuth, webhooks) are kept (this relay's store, or the cluster's).
+    records: Arc<dyn RecordStore>,
     directory: Directory,
     identities: Arc<Identities>,
     store: Arc<dyn EventStore>,
@@ -193,9 +193,9 @@ impl Relay {
             })
         };
         let shared = config.cluster.shared_data(&local, config.max_shared_bytes);
-        let oauth = config
-            .cluster
-            .oauth(&|| -> Arc<dyn OAuthStore> { Arc::new(crate::oauth::Local::new(store.clone(), committer.clone())) });
+        let records = config.cluster.records(&|| -> Arc<dyn RecordStore> {
+            Arc::new(crate::records::Local::new(store.clone(), committer.clone()))
+        });
         // The indexer gets a thread of its own: its store writes must never stall the
         // channel actors (which share the system arbiter).
         let views_dir = directory.clone();
@@ -215,7 +215,7 @@ impl Relay {
                 presence,
                 indexer,
                 shared,
-                oauth,
+                records,
                 directory,
                 identities,
                 store,
@@ -391,9 +391,9 @@ impl Relay {
             .await?)
     }
 
-    /// Where OAuth records are kept (`crate::oauth`).
-    pub fn oauth(&self) -> Arc<dyn OAuthStore> {
-        self.inner.oauth.clone()
+    /// Where small records (OAuth, webhooks) are kept (`crate::records`).
+    pub fn records(&self) -> Arc<dyn RecordStore> {
+        self.inner.records.clone()
     }
 
     /// Cancelled when the relay begins to shut down: streams and waits end on it.

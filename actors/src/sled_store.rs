@@ -128,7 +128,7 @@ fn aux_key(space: Space, key: &[u8]) -> Vec<u8> {
         Space::Search => b'w',
         Space::Postings => b'p',
         Space::Jobs => b'j',
-        Space::OAuth => b'o',
+        Space::Records => b'o',
     };
     let mut k = Vec::with_capacity(key.len() + 2);
     k.push(b'a');

@@ -55,9 +55,9 @@ pub enum Space {
     Postings,
     /// Bookkeeping of background jobs (search indexer progress, …).
     Jobs,
-    /// OAuth invites, clients, codes, grants and tokens (`crate::oauth`), each kind under a
-    /// one-byte prefix.
-    OAuth,
+    /// Small records (`crate::records`): OAuth's invites, clients, codes, grants and tokens,
+    /// webhooks and their delivery state, each kind under a one-byte prefix.
+    Records,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

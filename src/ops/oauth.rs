@@ -6,7 +6,7 @@
 //! alike. Every secret is random (256 bits from the system RNG) and stored only as its
 //! SHA-256; a lookup goes by that hash.
 //!
-//! - An invite is single use ([`OAuthStore::take`]), expires, and may bind an identity: the
+//! - An invite is single use ([`RecordStore::take`]), expires, and may bind an identity: the
 //!   tokens of a grant made with `--as worker-7` act only as `worker-7`.
 //! - An authorization code is single use, lives two minutes, and is bound to its client,
 //!   redirect URI, PKCE challenge (S256 only) and resource.
@@ -14,7 +14,7 @@
 //!   token coming back ends the grant (it was stolen, or replayed).
 
 use super::Principal;
-use crosstalk_actors::oauth::{Kind, OAuthStore};
+use crosstalk_actors::records::{Kind, RecordStore};
 use crosstalk_actors::RelayError;
 use crosstalk_schema::oauth::{AuthCode, Grant, Invite, OAuthClient, TokenKind, TokenRef};
 use crosstalk_schema::{codec, Timestamp};
@@ -130,7 +130,7 @@ pub struct OAuth {
     /// The relay's public origin, `scheme://host[:port]` without a trailing slash: the issuer,
     /// and the base of every endpoint and resource.
     pub issuer: String,
-    store: Arc<dyn OAuthStore>,
+    store: Arc<dyn RecordStore>,
     /// [`MAX_CLIENTS`] (smaller in tests).
     max_clients: usize,
 }
@@ -264,7 +264,7 @@ fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, OAuthError
 }
 
 impl OAuth {
-    pub fn new(issuer: String, store: Arc<dyn OAuthStore>) -> Self {
+    pub fn new(issuer: String, store: Arc<dyn RecordStore>) -> Self {
         OAuth {
             issuer: issuer.trim_end_matches('/').to_owned(),
             store,
@@ -717,24 +717,42 @@ mod tests {
     #[derive(Default)]
     struct Memory(parking_lot::Mutex<std::collections::BTreeMap<(u8, String), Vec<u8>>>);
 
-    impl OAuthStore for Memory {
-        fn get(&self, kind: Kind, key: String) -> crosstalk_actors::oauth::Answer<Option<Vec<u8>>> {
+    impl RecordStore for Memory {
+        fn get(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<Option<Vec<u8>>> {
             let v = self.0.lock().get(&(kind.tag().0, key)).cloned();
             Box::pin(async move { Ok(v) })
         }
-        fn put(&self, kind: Kind, key: String, value: Vec<u8>) -> crosstalk_actors::oauth::Answer<()> {
+        fn put(&self, kind: Kind, key: String, value: Vec<u8>) -> crosstalk_actors::records::Answer<()> {
             self.0.lock().insert((kind.tag().0, key), value);
             Box::pin(async { Ok(()) })
         }
-        fn delete(&self, kind: Kind, key: String) -> crosstalk_actors::oauth::Answer<()> {
+        fn delete(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<()> {
             self.0.lock().remove(&(kind.tag().0, key));
             Box::pin(async { Ok(()) })
         }
-        fn take(&self, kind: Kind, key: String) -> crosstalk_actors::oauth::Answer<Option<Vec<u8>>> {
+        fn take(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<Option<Vec<u8>>> {
             let v = self.0.lock().remove(&(kind.tag().0, key));
             Box::pin(async move { Ok(v) })
         }
-        fn list(&self, kind: Kind) -> crosstalk_actors::oauth::Answer<Vec<(String, Vec<u8>)>> {
+        fn swap(
+            &self,
+            kind: Kind,
+            key: String,
+            expected: Option<Vec<u8>>,
+            new: Option<Vec<u8>>,
+        ) -> crosstalk_actors::records::Answer<bool> {
+            let mut map = self.0.lock();
+            let k = (kind.tag().0, key);
+            let ok = map.get(&k) == expected.as_ref();
+            if ok {
+                match new {
+                    Some(v) => map.insert(k, v),
+                    None => map.remove(&k),
+                };
+            }
+            Box::pin(async move { Ok(ok) })
+        }
+        fn list(&self, kind: Kind) -> crosstalk_actors::records::Answer<Vec<(String, Vec<u8>)>> {
             let v = self
                 .0
                 .lock()

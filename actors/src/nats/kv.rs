@@ -271,6 +271,34 @@ impl<V: Value> Bucket<V> {
         Ok(None)
     }
 
+    /// Writes `new` (`None`: deletes) over the key if its value is still `expected` (`None`:
+    /// it has none); `false` if another writer came first.
+    pub async fn swap(&self, key: &str, expected: Option<V>, new: Option<V>) -> Result<bool, RelayError>
+    where
+        V: PartialEq,
+    {
+        let current = self.entry(key).await?;
+        let (value, revision) = match &current {
+            Some(s) => (s.value.as_ref(), Some(s.revision)),
+            None => (None, None),
+        };
+        if value != expected.as_ref() {
+            return Ok(false);
+        }
+        let revision = value.and(revision);
+        match new {
+            Some(v) => self.compare_and_set(key, revision, &v).await,
+            None => match revision {
+                None => Ok(true),
+                Some(rev) => match self.store.delete_expect_revision(key, Some(rev)).await {
+                    Ok(()) => Ok(true),
+                    Err(e) if lost_race(&e) => Ok(false),
+                    Err(e) => Err(unavailable(&format!("deleting from the {} bucket", self.what), e)),
+                },
+            },
+        }
+    }
+
     /// Every key with a current value.
     pub async fn keys(&self) -> Result<Vec<String>, RelayError> {
         let what = format!("listing the {} bucket", self.what);

@@ -20,14 +20,14 @@ mod data;
 mod follow;
 mod kv;
 mod log;
-mod oauth;
 mod presence;
+mod records;
 mod registrations;
 mod waits;
 
 use crate::cluster::{Claim, Cluster, Node, Registration, Sequenced};
 use crate::error::RelayError;
-use crate::oauth::OAuthStore;
+use crate::records::RecordStore;
 use crate::shared::SharedDataStore;
 use crate::store::{EventStore, StoreError};
 use async_nats::jetstream::{self, stream};
@@ -447,8 +447,8 @@ impl Cluster for NatsCluster {
         })
     }
 
-    fn oauth(&self, _local: &dyn Fn() -> Arc<dyn OAuthStore>) -> Arc<dyn OAuthStore> {
-        Arc::new(oauth::OAuthBuckets {
+    fn records(&self, _local: &dyn Fn() -> Arc<dyn RecordStore>) -> Arc<dyn RecordStore> {
+        Arc::new(records::RecordBuckets {
             js: self.js.clone(),
             stream: self.log.stream.clone(),
             replicas: self.replicas,

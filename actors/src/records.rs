@@ -1,14 +1,16 @@
-//! Where the relay's OAuth state is kept (`crosstalk serve --oauth`): invites, registered
-//! clients, authorization codes, grants and the token index, each a kind of record the caller
-//! encodes. One seam, two implementations chosen by the cluster ([`crate::Cluster::oauth`]):
-//! [`Local`], this relay's own store (sled, written through the committer, so a write is
-//! answered once it is durable), and on a NATS cluster one key-value bucket per kind
-//! (`crate::nats`), so a token minted on one node is honoured on every other.
+//! Where the relay's small records are kept: OAuth's (`crosstalk serve --oauth`: invites,
+//! registered clients, authorization codes, grants, the token index) and webhooks' (their
+//! settings, delivery cursors and state, and which node delivers each), each a kind of record
+//! the caller encodes. One seam, two implementations chosen by the cluster
+//! ([`crate::Cluster::records`]): [`Local`], this relay's own store (sled, written through the
+//! committer, so a write is answered once it is durable), and on a NATS cluster one key-value
+//! bucket per kind (`crate::nats`), so what one node writes every other reads.
 //!
-//! Keys are hex (hashes of secrets, or random ids), so they are valid on both stores. What
-//! the records mean — lifetimes, rotation, who may do what — is the caller's business (the
-//! relay's `ops::oauth`); the seam promises only durability and that [`OAuthStore::take`]
-//! hands a record to one caller, however many race for it, on one node or several.
+//! Keys are hex or plain ids, valid on both stores. What the records mean — lifetimes,
+//! rotation, leases, who may do what — is the caller's business (the relay's `ops::oauth`
+//! and `ops::webhooks`); the seam promises durability, that [`RecordStore::take`] hands a
+//! record to one caller however many race for it, and that [`RecordStore::swap`] changes a
+//! record only if it is as the caller last saw it — on one node or several.
 
 use crate::commit::Committer;
 use crate::error::RelayError;
@@ -29,10 +31,23 @@ pub enum Kind {
     Grants,
     /// Access and refresh tokens, by the hash of the token: which grant each belongs to.
     Tokens,
+    /// Webhooks' settings, by id.
+    Webhooks,
+    /// Webhooks' delivery: the last message delivered, the failure state, and the node
+    /// holding the delivery lease, by webhook id.
+    Deliveries,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [Kind::Invites, Kind::Clients, Kind::Codes, Kind::Grants, Kind::Tokens];
+    pub const ALL: [Kind; 7] = [
+        Kind::Invites,
+        Kind::Clients,
+        Kind::Codes,
+        Kind::Grants,
+        Kind::Tokens,
+        Kind::Webhooks,
+        Kind::Deliveries,
+    ];
 
     /// The one-byte prefix of its keys in a relay's own store, and its bucket's suffix on a
     /// cluster.
@@ -43,6 +58,8 @@ impl Kind {
             Kind::Codes => (b'a', "OAUTH_CODES"),
             Kind::Grants => (b'g', "OAUTH_GRANTS"),
             Kind::Tokens => (b't', "OAUTH_TOKENS"),
+            Kind::Webhooks => (b'w', "WEBHOOKS"),
+            Kind::Deliveries => (b'd', "WEBHOOK_DELIVERIES"),
         }
     }
 }
@@ -50,7 +67,7 @@ impl Kind {
 pub type Answer<T> = BoxFuture<'static, Result<T, RelayError>>;
 
 /// OAuth records, durable where the implementation keeps them.
-pub trait OAuthStore: Send + Sync + 'static {
+pub trait RecordStore: Send + Sync + 'static {
     fn get(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>>;
     /// Writes (or overwrites) a record; answers once it is durable.
     fn put(&self, kind: Kind, key: String, value: Vec<u8>) -> Answer<()>;
@@ -60,12 +77,15 @@ pub trait OAuthStore: Send + Sync + 'static {
     fn take(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>>;
     /// Every record of a kind.
     fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>>;
+    /// Writes `new` (`None`: deletes) if the record is still `expected` (`None`: absent);
+    /// `false` if it was not (another writer came first). A lease's compare-and-set.
+    fn swap(&self, kind: Kind, key: String, expected: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Answer<bool>;
 }
 
 /// Most records a listing reads: a bound on what `crosstalk clients` costs.
 pub const MAX_LISTED: usize = 100_000;
 
-/// A relay's own OAuth records, in [`Space::OAuth`] of its store. Changes are serialised on
+/// A relay's own OAuth records, in [`Space::Records`] of its store. Changes are serialised on
 /// one lock, so a `take` is atomic on this node (the only one).
 #[derive(Clone)]
 pub struct Local {
@@ -93,16 +113,16 @@ impl Local {
     async fn write(&self, k: Vec<u8>, value: Option<Vec<u8>>) -> Result<(), RelayError> {
         let writes = vec![(k, value)];
         let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {
-            store.write_aux(Space::OAuth, &writes)
+            store.write_aux(Space::Records, &writes)
         }));
         Ok(ticket.durable().await?)
     }
 }
 
-impl OAuthStore for Local {
+impl RecordStore for Local {
     fn get(&self, kind: Kind, k: String) -> Answer<Option<Vec<u8>>> {
         let store = self.store.clone();
-        Box::pin(async move { Ok(store.get_aux(Space::OAuth, &key(kind, &k))?) })
+        Box::pin(async move { Ok(store.get_aux(Space::Records, &key(kind, &k))?) })
     }
 
     fn put(&self, kind: Kind, k: String, value: Vec<u8>) -> Answer<()> {
@@ -126,11 +146,24 @@ impl OAuthStore for Local {
         Box::pin(async move {
             let _one = this.lock.lock().await;
             let k = key(kind, &k);
-            let Some(found) = this.store.get_aux(Space::OAuth, &k)? else {
+            let Some(found) = this.store.get_aux(Space::Records, &k)? else {
                 return Ok(None);
             };
             this.write(k, None).await?;
             Ok(Some(found))
+        })
+    }
+
+    fn swap(&self, kind: Kind, k: String, expected: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Answer<bool> {
+        let this = self.clone();
+        Box::pin(async move {
+            let _one = this.lock.lock().await;
+            let k = key(kind, &k);
+            if this.store.get_aux(Space::Records, &k)? != expected {
+                return Ok(false);
+            }
+            this.write(k, new).await?;
+            Ok(true)
         })
     }
 
@@ -139,7 +172,7 @@ impl OAuthStore for Local {
         Box::pin(async move {
             let prefix = [kind.tag().0];
             Ok(store
-                .scan_aux(Space::OAuth, &prefix, MAX_LISTED)?
+                .scan_aux(Space::Records, &prefix, MAX_LISTED)?
                 .into_iter()
                 .map(|(k, v)| (String::from_utf8_lossy(&k[1..]).into_owned(), v))
                 .collect())

@@ -1,13 +1,14 @@
-//! A cluster's OAuth records ([`crate::oauth`]): one key-value bucket per kind
-//! (`<STREAM>_OAUTH_INVITES`, `_CLIENTS`, `_CODES`, `_GRANTS`, `_TOKENS`), so a token minted
-//! on one node is honoured, and a revocation felt, on every node at its next request. A
-//! single-use record is taken with a delete that expects the revision read: of two nodes
-//! taking one invite or code at once, one gets it.
+//! A cluster's small records ([`crate::records`]): one key-value bucket per kind
+//! (`<STREAM>_OAUTH_INVITES`, `_OAUTH_CLIENTS`, `_OAUTH_CODES`, `_OAUTH_GRANTS`,
+//! `_OAUTH_TOKENS`, `_WEBHOOKS`, `_WEBHOOK_DELIVERIES`), so a token minted on one node is
+//! honoured, and a revocation felt, on every node at its next request. A single-use record is
+//! taken with a delete that expects the revision read (of two nodes taking one invite or code
+//! at once, one gets it); a swap writes only over the revision of the value expected.
 
 use super::kv::{self, Bucket};
 use super::STREAM_READY_TIMEOUT;
 use crate::error::RelayError;
-use crate::oauth::{Answer, Kind, OAuthStore};
+use crate::records::{Answer, Kind, RecordStore};
 use async_nats::jetstream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,14 +20,14 @@ type Buckets = Vec<(Kind, Bucket<Vec<u8>>)>;
 /// The buckets, opened the first time one is used: a cluster that never turns OAuth on never
 /// creates them.
 #[derive(Clone)]
-pub(super) struct OAuthBuckets {
+pub(super) struct RecordBuckets {
     pub js: jetstream::Context,
     pub stream: String,
     pub replicas: usize,
     pub buckets: Arc<OnceCell<Buckets>>,
 }
 
-impl OAuthBuckets {
+impl RecordBuckets {
     async fn bucket(&self, kind: Kind) -> Result<Bucket<Vec<u8>>, RelayError> {
         let all = self
             .buckets
@@ -40,7 +41,7 @@ impl OAuthBuckets {
                 };
                 let mut all = Vec::new();
                 for k in Kind::ALL {
-                    all.push((k, Bucket::open(&at, k.tag().1, Duration::ZERO, "OAuth").await?));
+                    all.push((k, Bucket::open(&at, k.tag().1, Duration::ZERO, "records").await?));
                 }
                 Ok::<_, RelayError>(all)
             })
@@ -53,7 +54,7 @@ impl OAuthBuckets {
     }
 }
 
-impl OAuthStore for OAuthBuckets {
+impl RecordStore for RecordBuckets {
     fn get(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>> {
         let this = self.clone();
         Box::pin(async move { this.bucket(kind).await?.get(&key).await })
@@ -74,12 +75,17 @@ impl OAuthStore for OAuthBuckets {
         Box::pin(async move { this.bucket(kind).await?.take(&key).await })
     }
 
+    fn swap(&self, kind: Kind, key: String, expected: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Answer<bool> {
+        let this = self.clone();
+        Box::pin(async move { this.bucket(kind).await?.swap(&key, expected, new).await })
+    }
+
     fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>> {
         let this = self.clone();
         Box::pin(async move {
             let b = this.bucket(kind).await?;
             let mut out = Vec::new();
-            for k in b.keys().await?.into_iter().take(crate::oauth::MAX_LISTED) {
+            for k in b.keys().await?.into_iter().take(crate::records::MAX_LISTED) {
                 if let Some(v) = b.get(&k).await? {
                     out.push((k, v));
                 }
