@@ -169,6 +169,30 @@ pub enum ClientCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Outbound webhooks (needs the relay's --token): list them with their delivery state,
+    /// add one, remove one.  Example: crosstalk webhooks --add https://hooks.slack.com/… --channel ops --types QUESTION,PERMISSION --format slack
+    Webhooks {
+        #[command(flatten)]
+        relay: Relay,
+        /// Add a webhook to this URL (prints its signing secret once).
+        #[arg(long, value_name = "URL", requires = "channel")]
+        add: Option<String>,
+        /// The channel the webhook follows.
+        #[arg(long)]
+        channel: Option<String>,
+        /// Message types to send, comma-separated (QUESTION, PERMISSION, DIRECTIVE, …) [default: all]
+        #[arg(long, value_delimiter = ',')]
+        types: Vec<String>,
+        /// json (signed, default) or slack (a Slack incoming webhook's text).
+        #[arg(long)]
+        format: Option<String>,
+        /// Remove this webhook.
+        #[arg(long, value_name = "ID", conflicts_with = "add")]
+        remove: Option<String>,
+        /// One JSON object per line, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// What is new for a registered identity on every channel it joined, from others; reading
     /// it moves that identity's read position.  Example: crosstalk inbox --as reviewer --session "$S"
     Inbox {
@@ -233,6 +257,22 @@ async fn wait_once(
     Ok(listed(&c.json(c.http.get(c.url(&path))).await?))
 }
 
+/// A DELETE that must find what it names (`missing` says so when it does not).
+async fn delete(c: &RelayClient, path: &str, missing: &str) -> Result<(), Failure> {
+    let r = c
+        .auth(c.http.delete(c.url(path)))
+        .send()
+        .await
+        .map_err(|e| c.unreachable(&e))?;
+    if r.status() == reqwest::StatusCode::NOT_FOUND {
+        return Err(Failure(missing.to_owned(), 2));
+    }
+    if !r.status().is_success() {
+        return Err(crate::client::refused(r).await);
+    }
+    Ok(())
+}
+
 /// One message as a line for a person: `#id time sender [type] body`.
 fn line(m: &Value) {
     let dim = Style::new().dimmed();
@@ -269,6 +309,7 @@ impl ClientCommand {
             | ClientCommand::Inbox { relay, .. }
             | ClientCommand::Invite { relay, .. }
             | ClientCommand::Clients { relay, .. }
+            | ClientCommand::Webhooks { relay, .. }
             | ClientCommand::Status { relay, .. } => relay,
             ClientCommand::Stop { .. } => &NO_RELAY,
         }
@@ -419,20 +460,12 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
         } => {
             match (revoke, revoke_client) {
                 (Some(g), _) => {
-                    let r = c
-                        .auth(c.http.delete(c.url(&format!("/api/oauth/clients/{}", enc(&g)))))
-                        .send()
-                        .await
-                        .map_err(|e| c.unreachable(&e))?;
-                    if r.status() == reqwest::StatusCode::NOT_FOUND {
-                        return Err(Failure(
-                            format!("there is no connection {g:?} (see crosstalk clients)"),
-                            2,
-                        ));
-                    }
-                    if !r.status().is_success() {
-                        return Err(crate::client::refused(r).await);
-                    }
+                    delete(
+                        &c,
+                        &format!("/api/oauth/clients/{}", enc(&g)),
+                        &format!("there is no connection {g:?} (see crosstalk clients)"),
+                    )
+                    .await?;
                     eprintln!("revoked {g}: its tokens are refused from now on");
                 }
                 (None, Some(id)) => {
@@ -465,6 +498,73 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                         }
                     }
                 }
+            }
+            Ok(Outcome::Done)
+        }
+        ClientCommand::Webhooks {
+            add,
+            channel,
+            types,
+            format,
+            remove,
+            json,
+            ..
+        } => {
+            if let Some(url) = add {
+                let body = json!({"url": url, "channel": channel, "types": types, "format": format});
+                let hook = c.json(c.http.post(c.url("/api/webhooks")).json(&body)).await?;
+                eprintln!(
+                    "webhook {} follows {}; it signs each delivery with this secret (shown once):",
+                    hook["id"].as_str().unwrap_or("?"),
+                    hook["channel"].as_str().unwrap_or("?")
+                );
+                println!("{}", hook["secret"].as_str().unwrap_or_default());
+                return Ok(Outcome::Done);
+            }
+            if let Some(id) = remove {
+                delete(
+                    &c,
+                    &format!("/api/webhooks/{}", enc(&id)),
+                    &format!("there is no webhook {id:?} (see crosstalk webhooks)"),
+                )
+                .await?;
+                eprintln!("removed webhook {id}");
+                return Ok(Outcome::Done);
+            }
+            let list = c.json(c.http.get(c.url("/api/webhooks"))).await?;
+            let all = list["webhooks"].as_array().cloned().unwrap_or_default();
+            if all.is_empty() && !json {
+                eprintln!("no webhooks (add one with crosstalk webhooks --add URL --channel CH)");
+            }
+            for h in all {
+                if json {
+                    println!("{h}");
+                    continue;
+                }
+                let d = &h["delivery"];
+                let state = match d["last_error"].as_str() {
+                    Some(e) => format!("FAILING ({} attempts): {e}", d["attempts"]),
+                    None => format!("ok, {} delivered", d["delivered"]),
+                };
+                let types: Vec<&str> = h["types"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                println!(
+                    "{:<14} #{:<16} {:<8} {:<28} {} — {}",
+                    h["id"].as_str().unwrap_or("?"),
+                    h["channel"].as_str().unwrap_or("?"),
+                    h["format"].as_str().unwrap_or("?"),
+                    if types.is_empty() {
+                        "all types".to_owned()
+                    } else {
+                        types.join(",")
+                    },
+                    h["url"].as_str().unwrap_or("?"),
+                    state
+                );
             }
             Ok(Outcome::Done)
         }

@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// path): OAuth's issuer and resource [env: CROSSTALK_PUBLIC_URL] [default: the address it serves]
     #[arg(long, help_heading = "Access")]
     pub public_url: Option<String>,
+    /// Let webhooks deliver to loopback and private addresses (a receiver on this machine or
+    /// network); refused by default [env: CROSSTALK_WEBHOOKS_ALLOW_PRIVATE]
+    #[arg(long, help_heading = "Access")]
+    pub webhooks_allow_private: bool,
     /// Tests: a CA certificate (PEM) to trust when fetching a client's metadata document.
     #[arg(long, hide = true)]
     pub oauth_cimd_ca: Option<PathBuf>,
@@ -234,6 +238,8 @@ pub struct Config {
     pub oauth: bool,
     /// The origin clients reach the relay at (`--public-url`), if given.
     pub public_url: Option<String>,
+    /// Webhooks may deliver to private addresses.
+    pub webhooks_allow_private: bool,
     /// An extra CA (PEM) for metadata-document fetches (tests).
     pub oauth_cimd_ca: Option<Vec<u8>>,
     /// Metadata documents may be fetched from private addresses (tests).
@@ -538,6 +544,8 @@ impl Config {
                 .map(|p| std::fs::read(&p).map_err(|e| format!("--oauth-cimd-ca {}: {e}", p.display())))
                 .transpose()?,
             oauth_cimd_allow_private: args.oauth_cimd_allow_private,
+            webhooks_allow_private: args.webhooks_allow_private
+                || pick::<String>(None, &["CROSSTALK_WEBHOOKS_ALLOW_PRIVATE"])?.is_some_and(|v| truthy(&v)),
             rate_limit: pick(args.rate_limit, &["CROSSTALK_RATE_LIMIT"])?.unwrap_or(crate::guard::DEFAULT_RATE),
             auth_failure_rate: pick(args.auth_failure_rate, &["CROSSTALK_AUTH_FAILURE_RATE"])?
                 .unwrap_or(crate::guard::DEFAULT_AUTH_FAILURE_RATE),

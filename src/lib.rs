@@ -19,6 +19,7 @@ pub mod server;
 pub mod sse;
 pub mod telemetry;
 pub mod ui;
+pub mod webhooks;
 
 pub use config::Config;
 pub use server::{run, serve};

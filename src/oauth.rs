@@ -100,7 +100,7 @@ impl Cimd {
             return Err(format!("{host} has no address"));
         };
         if !self.allow_private {
-            if let Some(bad) = addrs.iter().find(|a| !public(a.ip())) {
+            if let Some(bad) = addrs.iter().find(|a| !crate::client::public(a.ip())) {
                 return Err(format!(
                     "{host} resolves to {}, which is not a public address",
                     bad.ip()
@@ -223,38 +223,6 @@ fn cimd_client(url: &str, host: &str, doc: &Value) -> Result<OAuthClient, String
         redirect_uris,
         created_at: 0,
     })
-}
-
-/// Whether the relay may fetch from `ip`: not loopback, private, link-local, unique-local,
-/// shared (CGNAT), multicast, unspecified or documentation space.
-fn public(ip: std::net::IpAddr) -> bool {
-    use std::net::IpAddr;
-    match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_multicast()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_documentation()
-                || (o[0] == 100 && (64..128).contains(&o[1]))
-                || o[0] == 0)
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return public(IpAddr::V4(v4));
-            }
-            let s = v6.segments();
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00
-                || (s[0] & 0xffc0) == 0xfe80
-                || s[0] == 0x2001 && s[1] == 0x0db8)
-        }
-    }
 }
 
 /// Recent events of one kind (failed invite codes, registrations, metadata fetches) by client
@@ -1080,9 +1048,9 @@ mod tests {
             "fd00::1",
             "::ffff:10.0.0.1",
         ] {
-            assert!(!public(ip.parse().unwrap()), "{ip}");
+            assert!(!crate::client::public(ip.parse().unwrap()), "{ip}");
         }
-        assert!(public("93.184.216.34".parse().unwrap()));
+        assert!(crate::client::public("93.184.216.34".parse().unwrap()));
         let doc = serde_json::json!({"client_id": "https://a.example/c", "redirect_uris": ["https://a.example/cb"]});
         assert_eq!(
             cimd_client("https://a.example/c", "a.example", &doc)

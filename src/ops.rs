@@ -22,6 +22,7 @@ pub mod messages;
 pub mod oauth;
 pub mod sessions;
 pub mod shared;
+pub mod webhooks;
 
 use crosstalk_actors::{RelayError, StoreError};
 use crosstalk_schema::{ChannelName, InvalidInput};

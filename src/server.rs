@@ -321,6 +321,11 @@ pub async fn serve(
             }
         }
     }
+    let webhooks = web::Data::new(crate::webhooks::Settings {
+        hooks: crate::ops::webhooks::Webhooks::new(relay.records()),
+        allow_private: config.webhooks_allow_private,
+    });
+    crate::webhooks::start(cx.clone(), webhooks.clone(), crate::webhooks::node_id(&config.data_dir));
     let data = web::Data::new(cx);
     let auth = web::Data::new(config.auth.clone());
     let policy = web::Data::new(RestPolicy::new(config.wait_cap));
@@ -346,6 +351,8 @@ pub async fn serve(
         };
         App::new()
             .configure(oauth_routes)
+            .app_data(webhooks.clone())
+            .configure(crate::webhooks::routes)
             .app_data(data.clone())
             .app_data(auth.clone())
             .app_data(policy.clone())

@@ -1525,3 +1525,74 @@ async fn oauth_is_one_authorization_server_across_nodes() {
     let (status, _) = request(&next_token, "GET", &a.url("/api/channels"), None, None).await;
     assert_eq!(status, 401);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_is_delivered_by_one_node_of_the_cluster() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Nats::start();
+    let args = [
+        "--store",
+        &nats.urls(),
+        "--nats-replicas",
+        "3",
+        "--webhooks-allow-private",
+    ];
+    let (a, b) = (Server::process(&args), Server::process(&args));
+    // A receiver counting what it gets.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Read, Write};
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut len = 0usize;
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line.trim() != "" {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; len];
+            let _ = reader.read_exact(&mut body);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ = tx.send(String::from_utf8_lossy(&body).into_owned());
+        }
+    });
+    let c = client();
+    let (status, hook) = request(
+        &c,
+        "POST",
+        &a.url("/api/webhooks"),
+        Some(json!({"channel": "alerts", "url": format!("http://127.0.0.1:{port}/"), "types": ["QUESTION"]})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{hook}");
+    // Both nodes see it.
+    let (_, list) = request(&c, "GET", &b.url("/api/webhooks"), None, None).await;
+    assert_eq!(list["webhooks"][0]["id"], hook["id"], "{list}");
+    let mut posted = Vec::new();
+    for i in 0..6 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        let m = post(
+            &c,
+            node,
+            "alerts",
+            json!({"sender": "agent", "type": "QUESTION", "body": format!("q{i}")}),
+        )
+        .await;
+        posted.push(m["id"].as_u64().unwrap());
+    }
+    let mut got = Vec::new();
+    while got.len() < posted.len() {
+        let body = tokio::task::block_in_place(|| rx.recv_timeout(T)).unwrap_or_else(|_| panic!("got only {got:?}"));
+        let v: Value = serde_json::from_str(&body).unwrap();
+        got.push(v["message"]["id"].as_u64().unwrap());
+    }
+    assert_eq!(got, posted, "each once, in order, from one node");
+    // Nothing more comes: no second node delivered them too.
+    assert!(tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_secs(2))).is_err());
+}

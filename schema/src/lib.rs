@@ -8,6 +8,7 @@ pub mod message;
 pub mod oauth;
 pub mod state;
 pub mod time;
+pub mod webhook;
 
 pub use channel::{ChannelMeta, ChannelName, ChannelSummary};
 pub use codec::{decode, encode, CodecError, FORMAT_VERSION};

@@ -30,3 +30,4 @@ mod restart;
 mod security;
 mod sse;
 mod stdio;
+mod webhooks;

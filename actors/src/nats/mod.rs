@@ -452,7 +452,7 @@ impl Cluster for NatsCluster {
             js: self.js.clone(),
             stream: self.log.stream.clone(),
             replicas: self.replicas,
-            buckets: Default::default(),
+            buckets: Arc::new(Default::default()),
         })
     }
 

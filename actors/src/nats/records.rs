@@ -14,43 +14,32 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
-/// One bucket per kind of record.
-type Buckets = Vec<(Kind, Bucket<Vec<u8>>)>;
-
-/// The buckets, opened the first time one is used: a cluster that never turns OAuth on never
-/// creates them.
+/// The buckets, each opened the first time it is used: a cluster that never turns OAuth on
+/// never creates OAuth's, and one kind's first use waits for its bucket only.
 #[derive(Clone)]
 pub(super) struct RecordBuckets {
     pub js: jetstream::Context,
     pub stream: String,
     pub replicas: usize,
-    pub buckets: Arc<OnceCell<Buckets>>,
+    pub buckets: Arc<[OnceCell<Bucket<Vec<u8>>>; Kind::ALL.len()]>,
 }
 
 impl RecordBuckets {
     async fn bucket(&self, kind: Kind) -> Result<Bucket<Vec<u8>>, RelayError> {
-        let all = self
-            .buckets
+        let at = Kind::ALL.iter().position(|k| *k == kind).expect("every kind is in ALL");
+        let b = self.buckets[at]
             .get_or_try_init(|| async {
-                let at = kv::Open {
+                let open = kv::Open {
                     js: &self.js,
                     setup: &self.js,
                     stream: &self.stream,
                     replicas: self.replicas,
                     deadline: tokio::time::Instant::now() + STREAM_READY_TIMEOUT,
                 };
-                let mut all = Vec::new();
-                for k in Kind::ALL {
-                    all.push((k, Bucket::open(&at, k.tag().1, Duration::ZERO, "records").await?));
-                }
-                Ok::<_, RelayError>(all)
+                Bucket::open(&open, kind.tag().1, Duration::ZERO, "records").await
             })
             .await?;
-        Ok(all
-            .iter()
-            .find(|(k, _)| *k == kind)
-            .map(|(_, b)| b.clone())
-            .expect("every kind has its bucket"))
+        Ok(b.clone())
     }
 }
 

@@ -1,0 +1,324 @@
+//! The webhooks face: the admin's `/api/webhooks` routes, and the loop that delivers — each
+//! webhook's channel read from its durable cursor, each message of its types POSTed, signed,
+//! the cursor moved only once the receiver said 2xx, failures retried with a growing pause
+//! (1 s to 5 minutes) and shown in the webhook's state. A receiver that is down loses
+//! nothing; on a cluster one node at a time delivers each webhook (its lease). The rules and
+//! records are [`crate::ops::webhooks`]'s. See docs/webhooks.md.
+
+use crate::http::Body;
+use crate::ops::webhooks::{self, Webhooks};
+use crate::ops::{Ctx, Principal};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, ResponseError};
+use crosstalk_schema::webhook::{Webhook, WebhookFormat};
+use crosstalk_schema::ChannelName;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// How long one delivery may take.
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Messages read from a channel at a time.
+const BATCH: usize = 50;
+/// How often an idle webhook looks for new messages, and the set of webhooks is looked at.
+const IDLE: Duration = Duration::from_millis(300);
+
+/// What the routes and the loop share.
+pub struct Settings {
+    pub hooks: Webhooks,
+    /// Deliver to loopback and private addresses too (`--webhooks-allow-private`).
+    pub allow_private: bool,
+}
+
+fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> HttpResponse {
+    crate::error::ApiError::new(status, code, message).error_response()
+}
+
+fn admin(req: &HttpRequest) -> Result<(), Box<HttpResponse>> {
+    match req.extensions().get::<Principal>() {
+        Some(Principal::Shared) | Some(Principal::Anyone) => Ok(()),
+        _ => Err(Box::new(error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "only the relay's own token (--token) may manage webhooks",
+        ))),
+    }
+}
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/api/webhooks", web::post().to(create));
+    cfg.route("/api/webhooks", web::get().to(list));
+    cfg.route("/api/webhooks/{id}", web::delete().to(remove));
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateRequest {
+    channel: String,
+    url: String,
+    /// Message types to send (QUESTION, PERMISSION, DIRECTIVE, …; `*` or none: all).
+    #[serde(default)]
+    types: Vec<String>,
+    #[serde(default)]
+    format: Option<WebhookFormat>,
+}
+
+/// Checks that `url` is an http(s) URL whose host resolves only to public addresses (unless
+/// private ones are allowed); the addresses it resolved to.
+async fn target(url: &str, allow_private: bool) -> Result<(reqwest::Url, std::net::SocketAddr), String> {
+    let u = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if !matches!(u.scheme(), "http" | "https") || !u.username().is_empty() || u.password().is_some() {
+        return Err("a webhook URL is http:// or https://, without a user or password".into());
+    }
+    let host = u.host_str().ok_or("the URL has no host")?.to_owned();
+    let bare = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let port = u.port_or_known_default().unwrap_or(443);
+    let addrs: Vec<std::net::SocketAddr> =
+        tokio::time::timeout(DELIVERY_TIMEOUT, tokio::net::lookup_host((bare.as_str(), port)))
+            .await
+            .map_err(|_| format!("looking up {host} took too long"))?
+            .map_err(|e| format!("cannot look up {host}: {e}"))?
+            .collect();
+    let first = *addrs.first().ok_or_else(|| format!("{host} has no address"))?;
+    if !allow_private {
+        if let Some(bad) = addrs.iter().find(|a| !crate::client::public(a.ip())) {
+            return Err(format!(
+                "{host} resolves to {}, a loopback or private address: webhooks go to public addresses unless the relay runs with --webhooks-allow-private",
+                bad.ip()
+            ));
+        }
+    }
+    Ok((u, first))
+}
+
+async fn create(req: HttpRequest, s: web::Data<Settings>, cx: web::Data<Ctx>) -> HttpResponse {
+    if let Err(r) = admin(&req) {
+        return *r;
+    }
+    let body = Body::take(&req).unwrap_or_default();
+    let r: CreateRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_input",
+                format!("invalid webhook: {e}"),
+            )
+        }
+    };
+    let channel = match ChannelName::parse(&r.channel) {
+        Ok(c) => c,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_input", e.to_string()),
+    };
+    if let Err(why) = target(&r.url, s.allow_private).await {
+        return error(StatusCode::BAD_REQUEST, "invalid_input", why);
+    }
+    let from = match cx.relay.channel_last_id(&channel) {
+        Ok(id) => id,
+        Err(e) => return crate::error::ApiError::from(crate::ops::OpError::from(e)).error_response(),
+    };
+    match s
+        .hooks
+        .create(&channel, r.url, r.types, r.format.unwrap_or(WebhookFormat::Json), from)
+        .await
+    {
+        Ok(v) => HttpResponse::Created().json(v),
+        Err(why) => error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", why),
+    }
+}
+
+async fn list(req: HttpRequest, s: web::Data<Settings>) -> HttpResponse {
+    if let Err(r) = admin(&req) {
+        return *r;
+    }
+    match s.hooks.list().await {
+        Ok(v) => HttpResponse::Ok().json(json!({ "webhooks": v })),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string()),
+    }
+}
+
+async fn remove(req: HttpRequest, s: web::Data<Settings>, id: web::Path<String>) -> HttpResponse {
+    if let Err(r) = admin(&req) {
+        return *r;
+    }
+    match s.hooks.delete(&id).await {
+        Ok(true) => HttpResponse::NoContent().finish(),
+        Ok(false) => error(StatusCode::NOT_FOUND, "not_found", format!("no webhook {id:?}")),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string()),
+    }
+}
+
+// ---- delivery
+
+/// This node's name for delivery leases: random, kept in the data directory, so a restart
+/// takes its own lease back at once, and two nodes (each with its own directory) never share
+/// one.
+pub fn node_id(data_dir: &std::path::Path) -> String {
+    let path = data_dir.join("webhook-node-id");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        let id = id.trim();
+        if !id.is_empty() {
+            return id.to_owned();
+        }
+    }
+    let id = crate::ops::oauth::random_hex(8);
+    if let Err(e) = std::fs::write(&path, &id) {
+        tracing::warn!(error = %e, path = %path.display(), "cannot keep this node's webhook id; a restart waits for its old lease");
+    }
+    id
+}
+
+/// Starts delivering as `node`: one task watching the set of webhooks, one per webhook,
+/// until the relay shuts down.
+pub fn start(cx: Ctx, settings: web::Data<Settings>, node: String) {
+    let shutdown = cx.relay.shutdown_token();
+    tokio::spawn(async move {
+        let mut running: HashMap<String, tokio::task::AbortHandle> = HashMap::new();
+        loop {
+            if let Ok(all) = settings.hooks.all().await {
+                let ids: Vec<String> = all.iter().map(|h| h.id.clone()).collect();
+                running.retain(|id, task| {
+                    let keep = ids.contains(id) && !task.is_finished();
+                    if !keep {
+                        task.abort();
+                    }
+                    keep
+                });
+                for h in all {
+                    if let std::collections::hash_map::Entry::Vacant(slot) = running.entry(h.id.clone()) {
+                        let task = tokio::spawn(deliver(cx.clone(), settings.clone(), h.id, node.clone()));
+                        slot.insert(task.abort_handle());
+                    }
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+        for task in running.values() {
+            task.abort();
+        }
+    });
+}
+
+/// Delivers one webhook while this node holds its lease; returns when it is deleted.
+async fn deliver(cx: Ctx, s: web::Data<Settings>, id: String, node: String) {
+    let hooks = &s.hooks;
+    loop {
+        let Ok(Some(hook)) = hooks.get(&id).await else { return };
+        if !hooks.hold(&id, &node).await.unwrap_or(false) {
+            tokio::time::sleep(webhooks::LEASE / 3).await;
+            continue;
+        }
+        let Ok(mut state) = hooks.delivery(&id).await else {
+            tokio::time::sleep(IDLE).await;
+            continue;
+        };
+        let Ok(channel) = ChannelName::parse(&hook.channel) else {
+            return;
+        };
+        let batch = cx
+            .relay
+            .read(&channel, state.last_id, BATCH, None)
+            .await
+            .unwrap_or_default();
+        if batch.is_empty() {
+            tokio::time::sleep(IDLE).await;
+            continue;
+        }
+        for posted in batch {
+            let m = &posted.message;
+            if webhooks::wanted(&hook.types, &m.kind) {
+                match send(&hook, &posted, s.allow_private).await {
+                    Ok(()) => {
+                        state.delivered += 1;
+                        state.attempts = 0;
+                        state.failing_since = None;
+                        state.last_error = None;
+                        state.next_attempt_at = None;
+                    }
+                    Err(why) => {
+                        let wait = webhooks::backoff(state.attempts);
+                        state.attempts += 1;
+                        state.failing_since.get_or_insert(webhooks::now());
+                        state.last_error = Some(why.clone());
+                        state.next_attempt_at = Some(webhooks::now() + wait.as_secs() as i64);
+                        crosstalk_actors::throttled!(warn, webhook = %id, error = %why, "a webhook delivery failed; retrying");
+                        let _ = hooks.put_delivery(&id, &state).await;
+                        // Hold the lease while waiting, so no other node starts over meanwhile.
+                        let until = tokio::time::Instant::now() + wait;
+                        while tokio::time::Instant::now() < until {
+                            tokio::time::sleep((until - tokio::time::Instant::now()).min(webhooks::LEASE / 3)).await;
+                            let _ = hooks.hold(&id, &node).await;
+                        }
+                        break;
+                    }
+                }
+            }
+            state.last_id = posted.id();
+            // Durable before the next: a restart sends again at most the one in flight.
+            if hooks.put_delivery(&id, &state).await.is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// The body of a delivery in the webhook's format.
+fn body(hook: &Webhook, posted: &crosstalk_actors::Posted) -> Value {
+    let m = &posted.message;
+    match hook.format {
+        WebhookFormat::Json => json!({"webhook": hook.id, "channel": m.channel, "message": m}),
+        WebhookFormat::Slack => {
+            let mut text = format!("[#{}] {}", m.channel, m.sender);
+            if !m.kind.eq_ignore_ascii_case("message") {
+                text.push_str(&format!(" ({})", m.kind));
+            }
+            if let Some(to) = &m.recipient {
+                text.push_str(&format!(" → {to}"));
+            }
+            text.push_str(&format!(": {}", m.body));
+            json!({ "text": text })
+        }
+    }
+}
+
+/// One POST to the receiver, to the address checked just before; `Err` unless it says 2xx.
+async fn send(hook: &Webhook, posted: &crosstalk_actors::Posted, allow_private: bool) -> Result<(), String> {
+    let (url, addr) = target(&hook.url, allow_private).await?;
+    let host = url
+        .host_str()
+        .unwrap_or_default()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    crate::client::tls();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(DELIVERY_TIMEOUT)
+        .connect_timeout(Duration::from_secs(5))
+        .user_agent(concat!("crosstalk/", env!("CARGO_PKG_VERSION")))
+        .resolve(&host, addr)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let payload = serde_json::to_vec(&body(hook, posted)).map_err(|e| e.to_string())?;
+    let ts = webhooks::now();
+    let r = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("x-crosstalk-webhook", &hook.id)
+        .header("x-crosstalk-event-id", posted.id().to_string())
+        .header("x-crosstalk-timestamp", ts.to_string())
+        .header("x-crosstalk-signature", webhooks::sign(&hook.secret, ts, &payload))
+        .body(payload)
+        .send()
+        .await
+        .map_err(|e| format!("cannot reach it: {}", crate::client::root(&e)))?;
+    if r.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("it answered {}", r.status()))
+    }
+}
