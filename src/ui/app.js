@@ -89,6 +89,7 @@ async function start() {
   $("app").hidden = false;
   $("logout").hidden = !state.token;
   refreshOAuth().catch(report);
+  refreshWebhooks().catch(report);
   // A participant's token says who this is: the page posts as that identity, not as a name
   // typed in.
   try {
@@ -780,6 +781,57 @@ async function refreshOAuth() {
     list.append(li);
   }
 }
+
+// ---- webhooks (the relay's own token, or a relay without tokens)
+
+async function refreshWebhooks() {
+  const headers = state.token ? { Authorization: `Bearer ${state.token}` } : {};
+  const r = await fetch("/api/webhooks", { headers });
+  $("webhooks").hidden = !r.ok;
+  if (!r.ok) return;
+  const { webhooks } = await r.json();
+  const list = $("webhook-list");
+  list.replaceChildren();
+  for (const h of webhooks) {
+    const li = el("li", "", `#${h.channel} → ${h.url} `);
+    const d = h.delivery;
+    const types = h.types.length ? h.types.join(",") : "all types";
+    const state_ = d.last_error ? `failing (${d.attempts} attempts): ${d.last_error}` : `${d.delivered} delivered`;
+    li.append(el("span", d.last_error ? "meta failing" : "meta", `${types}, ${h.format} · ${state_} `));
+    const b = el("button", "link", "remove");
+    b.type = "button";
+    b.addEventListener("click", async () => {
+      try {
+        await api(`/api/webhooks/${enc(h.id)}`, { method: "DELETE" });
+        await refreshWebhooks();
+      } catch (e) {
+        report(e);
+      }
+    });
+    li.append(b);
+    list.append(li);
+  }
+}
+
+$("webhook-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  if (!state.channel) return report(new Error("open a channel first: a webhook follows one"));
+  const types = $("webhook-types").value.split(",").map((t) => t.trim()).filter(Boolean);
+  try {
+    const h = await api("/api/webhooks", {
+      method: "POST",
+      json: { channel: state.channel, url: $("webhook-url").value.trim(), types, format: $("webhook-format").value },
+    });
+    $("webhook-secret").replaceChildren(el("span", "meta", "signing secret, shown once: "), el("code", "", h.secret));
+    $("webhook-url").value = "";
+    await refreshWebhooks();
+  } catch (e) {
+    report(e);
+  }
+});
+setInterval(() => {
+  if (!$("webhooks").hidden) refreshWebhooks().catch(() => {});
+}, 5000);
 
 $("invite-form").addEventListener("submit", async (ev) => {
   ev.preventDefault();

@@ -28,7 +28,7 @@ async function post(channel, sender, body, extra = {}, token) {
   return r.json();
 }
 
-await relay.start();
+await relay.start(["--webhooks-allow-private"]);
 browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
   args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
@@ -232,7 +232,7 @@ await page.locator("#session-start").waitFor({ timeout: 5_000 });
 await relay.stop("SIGKILL");
 ok("relay SIGKILLed");
 await page.locator("#conn:not(.live)").waitFor({ timeout: 10_000 });
-await relay.start();
+await relay.start(["--webhooks-allow-private"]);
 ok("relay restarted on the same store");
 const after = await post("team", "alice", "after the restart");
 await list.getByText("after the restart").waitFor({ timeout: 20_000 });
@@ -278,6 +278,19 @@ await post("team", "builder-2", "Which database should I migrate first?", { type
 await page.locator("#presence .waiting-on-you").getByText("waiting on you: Which database").waitFor({ timeout: 10_000 });
 ok("an agent blocked on a question shows as waiting on you");
 agentStream.abort();
+
+// Webhooks from the console: added for this channel, its failure shown, removed.
+await page.fill("#webhook-url", "http://127.0.0.1:9/hook");
+await page.fill("#webhook-types", "QUESTION");
+await page.click("#webhook-form button");
+await page.locator("#webhook-secret code").waitFor({ timeout: 5_000 });
+check((await page.textContent("#webhook-secret code")).length === 48, "the console adds a webhook and shows its secret once", "");
+await post("team", "builder-3", "Ship it?", { type: "QUESTION", recipient: "any-human" });
+await page.locator("#webhook-list .failing").waitFor({ timeout: 15_000 });
+ok("the console shows a webhook's failing delivery");
+await page.locator("#webhook-list button").first().click();
+await page.waitForFunction(() => document.querySelectorAll("#webhook-list li").length === 0, null, { timeout: 5_000 });
+ok("the console removes a webhook");
 
 // Phone width and dark: every panel is reachable from the top bar.
 await page.setViewportSize({ width: 390, height: 844 });
