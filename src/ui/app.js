@@ -343,7 +343,20 @@ function scrollToEnd() {
 }
 
 function append(m) {
-  $("message-list").append(render(m));
+  // A reply to a message on the page folds under it: the parent's count says how many, and
+  // clicking it shows them there.
+  const parent = m.reply_to && document.querySelector(`#message-list > li[data-id="${m.reply_to}"]`);
+  if (parent) {
+    let folded = parent.querySelector(":scope > ol.folded");
+    if (!folded) {
+      folded = el("ol", "folded");
+      folded.hidden = true;
+      parent.append(folded);
+    }
+    folded.append(render(m));
+  } else {
+    $("message-list").append(render(m));
+  }
   track(m);
 }
 
@@ -482,7 +495,12 @@ function render(m) {
   reply.addEventListener("click", () => setReply(m));
   const thread = el("button", "link replies", m.reply_count ? `${m.reply_count} repl${m.reply_count === 1 ? "y" : "ies"}` : "thread");
   thread.type = "button";
-  thread.addEventListener("click", () => showThread(m));
+  thread.addEventListener("click", () => {
+    // Folded replies open in place; a thread whose replies are not on the page, in the panel.
+    const folded = document.querySelector(`#message-list li[data-id="${m.id}"] > ol.folded`);
+    if (folded) folded.hidden = !folded.hidden;
+    else showThread(m);
+  });
   const readers = el("button", "link", "read by…");
   readers.type = "button";
   readers.addEventListener("click", () => showReaders(m));

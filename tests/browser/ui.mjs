@@ -95,7 +95,7 @@ await q.getByRole("button", { name: "Answer" }).click();
 const answered = await asked;
 check(answered.answered === true && answered.answer?.body === "yes, ship it", "the blocked ask returns the page's answer", answered);
 await page.locator("#questions").waitFor({ state: "hidden", timeout: 5_000 });
-const qMsg = list.locator(`li[data-id="${answered.question.id}"] .status`);
+const qMsg = list.locator(`li[data-id="${answered.question.id}"] > .head > .status`);
 check((await qMsg.textContent()) === "answered", "the page shows the question answered", await qMsg.textContent());
 
 // Delivery state: who has read a message (an identity that joined reads it).
@@ -133,7 +133,7 @@ check(refusedVerdict.status === 403, "an agent cannot allow its own tool use", r
 const promptItem = page.locator(`#question-list li[data-id="${prompt.id}"]`);
 await promptItem.getByRole("button", { name: "Allow" }).waitFor({ timeout: 5_000 });
 await promptItem.getByRole("button", { name: "Allow" }).click();
-await list.locator(`li[data-id="${prompt.id}"] .status`).getByText("allowed by dana").waitFor({ timeout: 5_000 });
+await list.locator(`li[data-id="${prompt.id}"] > .head > .status`).getByText("allowed by dana").waitFor({ timeout: 5_000 });
 ok("a person allows a permission prompt from the page");
 
 // Reload mid-stream: nothing missed, nothing doubled.
@@ -278,6 +278,19 @@ await post("team", "builder-2", "Which database should I migrate first?", { type
 await page.locator("#presence .waiting-on-you").getByText("waiting on you: Which database").waitFor({ timeout: 10_000 });
 ok("an agent blocked on a question shows as waiting on you");
 agentStream.abort();
+
+// Replies fold under their parent: a count on it, shown in place with a click.
+const parentMsg = await post("team", "alice", "which port?");
+await list.locator(`li[data-id="${parentMsg.id}"]`).waitFor({ timeout: 5_000 });
+const r1 = await post("team", "bob", "8765", { reply_to: parentMsg.id });
+const r2 = await post("team", "carol", "8766 for the second", { reply_to: parentMsg.id });
+const parentItem = list.locator(`:scope > li[data-id="${parentMsg.id}"]`);
+await parentItem.locator(".replies").getByText("2 replies").waitFor({ timeout: 5_000 });
+check((await list.locator(`:scope > li[data-id="${r1.id}"]`).count()) === 0, "a reply is not in the stream but under its parent", "");
+check(!(await parentItem.locator(`li[data-id="${r2.id}"]`).isVisible()), "replies start folded", "");
+await parentItem.locator(".replies").first().click();
+await parentItem.locator(`li[data-id="${r2.id}"]`).waitFor({ state: "visible", timeout: 5_000 });
+ok("a click shows the folded replies in place");
 
 // Webhooks from the console: added for this channel, its failure shown, removed.
 await page.fill("#webhook-url", "http://127.0.0.1:9/hook");
