@@ -196,7 +196,6 @@ async fn slack_shape_admin_only_and_private_addresses_refused() {
     }
     let (status, _) = request(&admin, "DELETE", &s.url("/api/webhooks/nope"), None, None).await;
     assert_eq!(status, 404);
-    let _ = client();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
