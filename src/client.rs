@@ -106,6 +106,63 @@ pub fn public(ip: std::net::IpAddr) -> bool {
     }
 }
 
+/// Why an outbound request the relay makes on someone's say-so cannot be made.
+#[derive(Debug)]
+pub struct Unreachable {
+    pub message: String,
+    /// Its host resolves to a loopback or private address, which was not allowed.
+    pub private: bool,
+}
+
+/// An HTTP client for one request the relay makes on someone's say-so (a client's metadata
+/// document, a webhook's delivery): `url`'s host is looked up once and refused if any of its
+/// addresses is not [`public`] (unless `allow_private`), and the client connects to the
+/// address checked, whatever a second lookup would say; it follows no redirect and gives up
+/// after `timeout`.
+pub async fn pinned(
+    url: &reqwest::Url,
+    allow_private: bool,
+    timeout: Duration,
+    extra_root: Option<&reqwest::Certificate>,
+) -> Result<reqwest::Client, Unreachable> {
+    let fail = |message: String| Unreachable {
+        message,
+        private: false,
+    };
+    let host = url
+        .host_str()
+        .ok_or_else(|| fail("the URL has no host".into()))?
+        .to_owned();
+    let bare = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let port = url.port_or_known_default().unwrap_or(443);
+    let addrs: Vec<std::net::SocketAddr> =
+        tokio::time::timeout(timeout, tokio::net::lookup_host((bare.as_str(), port)))
+            .await
+            .map_err(|_| fail(format!("looking up {host} took too long")))?
+            .map_err(|e| fail(format!("cannot look up {host}: {e}")))?
+            .collect();
+    let addr = *addrs.first().ok_or_else(|| fail(format!("{host} has no address")))?;
+    if !allow_private {
+        if let Some(bad) = addrs.iter().find(|a| !public(a.ip())) {
+            return Err(Unreachable {
+                message: format!("{host} resolves to {}, which is not a public address", bad.ip()),
+                private: true,
+            });
+        }
+    }
+    tls();
+    let mut b = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(3)))
+        .user_agent(concat!("crosstalk/", env!("CARGO_PKG_VERSION")))
+        .resolve(&bare, addr);
+    if let Some(root) = extra_root {
+        b = b.add_root_certificate(root.clone());
+    }
+    b.build().map_err(|e| fail(e.to_string()))
+}
+
 /// What following a channel reports.
 pub enum Followed {
     /// The stream is open (again).

@@ -40,6 +40,8 @@ pub const CIMD_TIMEOUT: Duration = Duration::from_secs(5);
 pub const CIMD_CACHE_MIN: Duration = Duration::from_secs(60);
 pub const CIMD_CACHE_MAX: Duration = Duration::from_secs(24 * 3600);
 pub const CIMD_CACHE_DEFAULT: Duration = Duration::from_secs(3600);
+/// Metadata documents one node keeps.
+pub const CIMD_CACHE_ENTRIES: usize = 1000;
 
 /// Fetches and checks Client ID Metadata Documents: a client whose `client_id` is an HTTPS
 /// URL publishes its metadata there, instead of registering. The fetch is bounded in time
@@ -78,8 +80,12 @@ impl Cimd {
         }
         let (client, ttl) = self.fetch(url).await?;
         let mut cache = self.cache.lock();
-        if cache.len() > 1000 {
+        if cache.len() >= CIMD_CACHE_ENTRIES {
             cache.retain(|_, (_, until)| Instant::now() < *until);
+            // Still full of live entries: start over rather than grow (a fetch is cheap to redo).
+            if cache.len() >= CIMD_CACHE_ENTRIES {
+                cache.clear();
+            }
         }
         cache.insert(url.to_owned(), (client.clone(), Instant::now() + ttl));
         Ok(client)
@@ -87,38 +93,10 @@ impl Cimd {
 
     async fn fetch(&self, url: &str) -> Result<(OAuthClient, Duration), String> {
         let u = cimd_url(url)?;
-        let host = u.host_str().ok_or("the client_id has no host")?.to_owned();
-        let port = u.port_or_known_default().unwrap_or(443);
-        let bare = host.trim_start_matches('[').trim_end_matches(']').to_owned();
-        let addrs: Vec<std::net::SocketAddr> =
-            tokio::time::timeout(CIMD_TIMEOUT, tokio::net::lookup_host((bare.as_str(), port)))
-                .await
-                .map_err(|_| format!("looking up {host} took too long"))?
-                .map_err(|e| format!("cannot look up {host}: {e}"))?
-                .collect();
-        let Some(addr) = addrs.first().copied() else {
-            return Err(format!("{host} has no address"));
-        };
-        if !self.allow_private {
-            if let Some(bad) = addrs.iter().find(|a| !crate::client::public(a.ip())) {
-                return Err(format!(
-                    "{host} resolves to {}, which is not a public address",
-                    bad.ip()
-                ));
-            }
-        }
-        crate::client::tls();
-        let mut b = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(CIMD_TIMEOUT)
-            .connect_timeout(Duration::from_secs(3))
-            .user_agent(concat!("crosstalk/", env!("CARGO_PKG_VERSION")))
-            // Connect to the address checked above, whatever a second lookup would say.
-            .resolve(&bare, addr);
-        if let Some(root) = &self.extra_root {
-            b = b.add_root_certificate(root.clone());
-        }
-        let http = b.build().map_err(|e| e.to_string())?;
+        let host = u.host_str().unwrap_or_default().to_owned();
+        let http = crate::client::pinned(&u, self.allow_private, CIMD_TIMEOUT, self.extra_root.as_ref())
+            .await
+            .map_err(|e| e.message)?;
         let mut r = http
             .get(url)
             .header("accept", "application/json")

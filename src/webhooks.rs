@@ -64,32 +64,21 @@ struct CreateRequest {
     format: Option<WebhookFormat>,
 }
 
-/// Checks that `url` is an http(s) URL whose host resolves only to public addresses (unless
-/// private ones are allowed); the addresses it resolved to.
-async fn target(url: &str, allow_private: bool) -> Result<(reqwest::Url, std::net::SocketAddr), String> {
+/// A client for `url`: http(s), no user or password, and (by [`crate::client::pinned`]) to a
+/// public address unless private ones are allowed, connected to the address checked.
+async fn target(url: &str, allow_private: bool) -> Result<(reqwest::Url, reqwest::Client), String> {
     let u = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
     if !matches!(u.scheme(), "http" | "https") || !u.username().is_empty() || u.password().is_some() {
         return Err("a webhook URL is http:// or https://, without a user or password".into());
     }
-    let host = u.host_str().ok_or("the URL has no host")?.to_owned();
-    let bare = host.trim_start_matches('[').trim_end_matches(']').to_owned();
-    let port = u.port_or_known_default().unwrap_or(443);
-    let addrs: Vec<std::net::SocketAddr> =
-        tokio::time::timeout(DELIVERY_TIMEOUT, tokio::net::lookup_host((bare.as_str(), port)))
-            .await
-            .map_err(|_| format!("looking up {host} took too long"))?
-            .map_err(|e| format!("cannot look up {host}: {e}"))?
-            .collect();
-    let first = *addrs.first().ok_or_else(|| format!("{host} has no address"))?;
-    if !allow_private {
-        if let Some(bad) = addrs.iter().find(|a| !crate::client::public(a.ip())) {
-            return Err(format!(
-                "{host} resolves to {}, a loopback or private address: webhooks go to public addresses unless the relay runs with --webhooks-allow-private",
-                bad.ip()
-            ));
-        }
+    match crate::client::pinned(&u, allow_private, DELIVERY_TIMEOUT, None).await {
+        Ok(http) => Ok((u, http)),
+        Err(e) if e.private => Err(format!(
+            "{}: webhooks go to public addresses unless the relay runs with --webhooks-allow-private",
+            e.message
+        )),
+        Err(e) => Err(e.message),
     }
-    Ok((u, first))
 }
 
 async fn create(req: HttpRequest, s: web::Data<Settings>, cx: web::Data<Ctx>) -> HttpResponse {
@@ -203,64 +192,95 @@ pub fn start(cx: Ctx, settings: web::Data<Settings>, node: String) {
     });
 }
 
-/// Delivers one webhook while this node holds its lease; returns when it is deleted.
+/// Delivers one webhook while this node holds its lease (the supervisor ends the task when
+/// the webhook is deleted). The webhook and its cursor are read when the lease is taken —
+/// only the holder writes the cursor, so they stay right in memory while it holds it — and
+/// the lease is renewed when half of it has run, not on every look at the channel.
 async fn deliver(cx: Ctx, s: web::Data<Settings>, id: String, node: String) {
     let hooks = &s.hooks;
+    // The webhook, its channel and its delivery state, while this node holds the lease.
+    let mut held: Option<(Webhook, ChannelName, crosstalk_schema::webhook::Delivery)> = None;
+    let mut renew_at = tokio::time::Instant::now();
     loop {
-        let Ok(Some(hook)) = hooks.get(&id).await else { return };
-        if !hooks.hold(&id, &node).await.unwrap_or(false) {
-            tokio::time::sleep(webhooks::LEASE / 3).await;
-            continue;
+        if held.is_none() || tokio::time::Instant::now() >= renew_at {
+            if !hooks.hold(&id, &node).await.unwrap_or(false) {
+                held = None;
+                tokio::time::sleep(webhooks::LEASE / 3).await;
+                continue;
+            }
+            renew_at = tokio::time::Instant::now() + webhooks::LEASE / 2;
+            if held.is_none() {
+                let (Ok(Some(hook)), Ok(state)) = (hooks.get(&id).await, hooks.delivery(&id).await) else {
+                    tokio::time::sleep(IDLE).await;
+                    continue;
+                };
+                let Ok(channel) = ChannelName::parse(&hook.channel) else {
+                    return;
+                };
+                held = Some((hook, channel, state));
+            }
         }
-        let Ok(mut state) = hooks.delivery(&id).await else {
-            tokio::time::sleep(IDLE).await;
+        let Some((hook, channel, state)) = held.as_mut() else {
             continue;
-        };
-        let Ok(channel) = ChannelName::parse(&hook.channel) else {
-            return;
         };
         let batch = cx
             .relay
-            .read(&channel, state.last_id, BATCH, None)
+            .read(channel, state.last_id, BATCH, None)
             .await
             .unwrap_or_default();
         if batch.is_empty() {
             tokio::time::sleep(IDLE).await;
             continue;
         }
+        // Removed meanwhile: send nothing more (the supervisor would end this task within a
+        // second; a message posted in that second must not go out).
+        if batch.iter().any(|p| webhooks::wanted(&hook.types, &p.message.kind))
+            && !matches!(hooks.get(&id).await, Ok(Some(_)))
+        {
+            return;
+        }
+        let mut written = state.last_id;
         for posted in batch {
-            let m = &posted.message;
-            if webhooks::wanted(&hook.types, &m.kind) {
-                match send(&hook, &posted, s.allow_private).await {
-                    Ok(()) => {
-                        state.delivered += 1;
-                        state.attempts = 0;
-                        state.failing_since = None;
-                        state.last_error = None;
-                        state.next_attempt_at = None;
+            if webhooks::wanted(&hook.types, &posted.message.kind) {
+                if let Err(why) = send(hook, &posted, s.allow_private).await {
+                    let wait = webhooks::backoff(state.attempts);
+                    state.attempts += 1;
+                    state.failing_since.get_or_insert(webhooks::now());
+                    state.last_error = Some(why.clone());
+                    state.next_attempt_at = Some(webhooks::now() + wait.as_secs() as i64);
+                    crosstalk_actors::throttled!(warn, webhook = %id, error = %why, "a webhook delivery failed; retrying");
+                    let _ = hooks.put_delivery(&id, state).await;
+                    written = state.last_id;
+                    // Hold the lease while waiting, so no other node starts over meanwhile.
+                    let until = tokio::time::Instant::now() + wait;
+                    while tokio::time::Instant::now() < until {
+                        tokio::time::sleep((until - tokio::time::Instant::now()).min(webhooks::LEASE / 3)).await;
+                        let _ = hooks.hold(&id, &node).await;
                     }
-                    Err(why) => {
-                        let wait = webhooks::backoff(state.attempts);
-                        state.attempts += 1;
-                        state.failing_since.get_or_insert(webhooks::now());
-                        state.last_error = Some(why.clone());
-                        state.next_attempt_at = Some(webhooks::now() + wait.as_secs() as i64);
-                        crosstalk_actors::throttled!(warn, webhook = %id, error = %why, "a webhook delivery failed; retrying");
-                        let _ = hooks.put_delivery(&id, &state).await;
-                        // Hold the lease while waiting, so no other node starts over meanwhile.
-                        let until = tokio::time::Instant::now() + wait;
-                        while tokio::time::Instant::now() < until {
-                            tokio::time::sleep((until - tokio::time::Instant::now()).min(webhooks::LEASE / 3)).await;
-                            let _ = hooks.hold(&id, &node).await;
-                        }
-                        break;
-                    }
+                    renew_at = tokio::time::Instant::now() + webhooks::LEASE / 2;
+                    break;
                 }
+                state.delivered += 1;
+                state.attempts = 0;
+                state.failing_since = None;
+                state.last_error = None;
+                state.next_attempt_at = None;
+                state.last_id = posted.id();
+                // Durable before the next delivery: a restart sends again at most the one in
+                // flight.
+                if hooks.put_delivery(&id, state).await.is_err() {
+                    held = None;
+                    break;
+                }
+                written = state.last_id;
+            } else {
+                // Passed over: written with the next delivery, or at the batch's end.
+                state.last_id = posted.id();
             }
-            state.last_id = posted.id();
-            // Durable before the next: a restart sends again at most the one in flight.
-            if hooks.put_delivery(&id, &state).await.is_err() {
-                break;
+        }
+        if let Some((_, _, state)) = held.as_ref() {
+            if state.last_id != written && hooks.put_delivery(&id, state).await.is_err() {
+                held = None;
             }
         }
     }
@@ -287,22 +307,7 @@ fn body(hook: &Webhook, posted: &crosstalk_actors::Posted) -> Value {
 
 /// One POST to the receiver, to the address checked just before; `Err` unless it says 2xx.
 async fn send(hook: &Webhook, posted: &crosstalk_actors::Posted, allow_private: bool) -> Result<(), String> {
-    let (url, addr) = target(&hook.url, allow_private).await?;
-    let host = url
-        .host_str()
-        .unwrap_or_default()
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_owned();
-    crate::client::tls();
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(DELIVERY_TIMEOUT)
-        .connect_timeout(Duration::from_secs(5))
-        .user_agent(concat!("crosstalk/", env!("CARGO_PKG_VERSION")))
-        .resolve(&host, addr)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let (url, http) = target(&hook.url, allow_private).await?;
     let payload = serde_json::to_vec(&body(hook, posted)).map_err(|e| e.to_string())?;
     let ts = webhooks::now();
     let r = http
