@@ -57,6 +57,10 @@ pub struct Live {
     permissions: Mutex<BTreeMap<u64, String>>,
 }
 
+/// Prompts awaiting a verdict the bridge remembers; past it the oldest is forgotten (its
+/// verdict then stays on the relay, and the host's own prompt decides).
+const MAX_PENDING_PERMISSIONS: usize = 256;
+
 /// The longest a prompt's fields are copied into the PERMISSION message.
 const PREVIEW_CHARS: usize = 2000;
 
@@ -199,7 +203,11 @@ impl Live {
         }
         if let Some(id) = posted.ok().and_then(|m| m["id"].as_u64()) {
             tracing::info!(request = %request_id, channel = %channel, message = id, "permission prompt relayed");
-            self.permissions.lock().insert(id, request_id);
+            let mut pending = self.permissions.lock();
+            pending.insert(id, request_id);
+            while pending.len() > MAX_PENDING_PERMISSIONS {
+                pending.pop_first();
+            }
         }
     }
 
