@@ -52,7 +52,7 @@ fn dockerfile_is_multi_stage_non_root_with_a_volume() {
 }
 
 /// The image builds from `COPY . .`: every crate the workspace patches in from a folder of its
-/// own (`[patch.crates-io]`: the vendored sled and actix-http) must be in the build context, not left out by
+/// own (`[patch.crates-io]`: the vendored sled, actix-http and rmcp) must be in the build context, not left out by
 /// `.dockerignore`.
 #[test]
 fn the_build_context_holds_the_patched_crates() {
@@ -65,7 +65,7 @@ fn the_build_context_holds_the_patched_crates() {
         .filter_map(|l| l.split("path = \"").nth(1)?.split('"').next())
         .collect();
     assert!(
-        paths.contains(&"vendor/sled") && paths.contains(&"vendor/actix-http"),
+        paths.contains(&"vendor/sled") && paths.contains(&"vendor/actix-http") && paths.contains(&"vendor/rmcp"),
         "{paths:?}"
     );
     let ignored = std::fs::read_to_string(format!("{root}/.dockerignore")).unwrap();

@@ -1,0 +1,2 @@
+pub mod calculator;
+pub mod handlers;
