@@ -139,6 +139,11 @@ pub struct ServeArgs {
     /// timeout [env: CROSSTALK_MCP_WAIT_CAP_SECS] [default: 55]
     #[arg(long, help_heading = "Limits")]
     pub mcp_wait_cap_secs: Option<u64>,
+    /// Longest wait of an MCP call the client runs as a task (`wait_for_message`,
+    /// `ask_human`, `wait_for_reply`), in seconds [env: CROSSTALK_TASK_WAIT_CAP_SECS]
+    /// [default: 86400]
+    #[arg(long, help_heading = "Limits")]
+    pub task_wait_cap_secs: Option<u64>,
     /// Directory of the store [env: CROSSTALK_DATA_DIR, RELAY_DB] [default: ~/.local/share/crosstalk/store,
     /// the local relay's, which `crosstalk mcp` uses too]
     #[arg(long, help_heading = "Storage")]
@@ -225,6 +230,8 @@ pub struct Config {
     pub auth: crate::auth::Auth,
     /// Longest MCP `wait_for_message`.
     pub mcp_wait_cap: Duration,
+    /// Longest wait of an MCP call run as a task.
+    pub task_wait_cap: Duration,
     /// Hosts the relay answers to in addition to loopback (never empty when set: an empty
     /// list would switch the DNS-rebinding check off).
     pub allowed_hosts: Vec<String>,
@@ -377,6 +384,8 @@ fn channel_retention(raw: &str) -> Result<HashMap<ChannelName, Retention>, Strin
 /// Default cap on an MCP `wait_for_message`: under the 60 s after which some MCP hosts give
 /// up on a tool call.
 pub const DEFAULT_MCP_WAIT_CAP_SECS: u64 = 55;
+/// Default of `--task-wait-cap-secs`: a day, time for a person to answer.
+pub const DEFAULT_TASK_WAIT_CAP_SECS: u64 = 86_400;
 
 /// Parses `--allowed-hosts`: comma-separated host names or `host:port` authorities. Refuses a
 /// list with no host in it, so a blank setting can never switch the Host check off.
@@ -574,6 +583,9 @@ impl Config {
             .max(1),
             mcp_wait_cap: Duration::from_secs(
                 pick(args.mcp_wait_cap_secs, &["CROSSTALK_MCP_WAIT_CAP_SECS"])?.unwrap_or(DEFAULT_MCP_WAIT_CAP_SECS),
+            ),
+            task_wait_cap: Duration::from_secs(
+                pick(args.task_wait_cap_secs, &["CROSSTALK_TASK_WAIT_CAP_SECS"])?.unwrap_or(DEFAULT_TASK_WAIT_CAP_SECS),
             ),
             allowed_hosts: match args.allowed_hosts {
                 Some(flag) => parse_allowed_hosts(&flag)?,

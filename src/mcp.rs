@@ -5,7 +5,7 @@
 //! Codemap: [`tools`] (the tool table: one function per tool), [`resources`] (channels as
 //! `crosstalk://channels/{name}`, and the watchers behind resource subscriptions), [`prompt`]
 //! (`crosstalk-protocol`), [`sessions`] (the session manager that ends a tool call whose
-//! client went away).
+//! client went away), [`tasks`] (blocking calls as MCP tasks, both generations).
 #![allow(deprecated)] // `LoggingLevel`, `resources/subscribe`: still what 2025-11-25 clients use
 
 pub mod compat;
@@ -16,15 +16,17 @@ pub mod render;
 pub mod resources;
 pub mod schema;
 pub mod sessions;
+pub mod tasks;
 pub mod tools;
 
 use crate::ops::{Caller, Ctx, Principal};
 use parking_lot::Mutex;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse, Implementation,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerInfo,
-    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, GetPromptRequestParams,
+    GetPromptResponse, GetTaskParams, GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerInfo, SetLevelRequestParams, SubscribeRequestParams,
+    SubscriptionFilter, Tool, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -44,6 +46,8 @@ pub const MCP_BODY_OVERHEAD: usize = 64 * 1024;
 pub struct McpSettings {
     /// Longest `wait_for_message`.
     pub wait_cap: Duration,
+    /// Longest wait of a call run as a task.
+    pub task_wait_cap: Duration,
     /// Hosts accepted besides loopback.
     pub allowed_hosts: Vec<String>,
     /// Largest message body the relay accepts.
@@ -74,14 +78,22 @@ pub type McpService = StreamableHttpService<CrosstalkMcp, sessions::DisconnectAw
 
 /// Builds the `/mcp` service. The relay's shutdown token is the transport's, so SIGTERM ends
 /// every MCP session and stream along with the REST ones.
-pub fn service(ctx: Ctx, settings: &McpSettings, face: Face, owners: Arc<owner::Owners>) -> McpService {
+pub fn service(
+    ctx: Ctx,
+    settings: &McpSettings,
+    face: Face,
+    owners: Arc<owner::Owners>,
+    tasks: Arc<tasks::Tasks>,
+) -> McpService {
     let hosts = allowed_hosts(&settings.allowed_hosts);
     let origins = allowed_origins(&hosts);
     let shutdown = ctx.relay.shutdown_token();
     let wait_cap = settings.wait_cap;
-    let sessions = sessions::DisconnectAware::new(ctx.relay.clone(), owners);
+    let sessions = sessions::DisconnectAware::new(ctx.relay.clone(), owners, tasks.clone(), face);
     StreamableHttpService::builder()
-        .service_factory(Arc::new(move || Ok(CrosstalkMcp::new(ctx.clone(), wait_cap, face))))
+        .service_factory(Arc::new(move || {
+            Ok(CrosstalkMcp::new(ctx.clone(), wait_cap, face, tasks.clone()))
+        }))
         .session_manager(Arc::new(sessions))
         .stateful_mode(true)
         .sse_keep_alive(SSE_KEEP_ALIVE)
@@ -140,6 +152,8 @@ pub struct CrosstalkMcp {
     /// A 2026-07-28 listen's channels and their watermarks when it was accepted (see
     /// `accepted_subscription_filter`), until `listen` takes them.
     listen_from: Arc<Mutex<std::collections::HashMap<String, u64>>>,
+    /// The relay's MCP tasks (shared by every session and both faces).
+    tasks: Arc<tasks::Tasks>,
 }
 
 impl CrosstalkMcp {
@@ -155,8 +169,9 @@ impl CrosstalkMcp {
         }
     }
 
-    pub fn new(ctx: Ctx, wait_cap: Duration, face: Face) -> Self {
+    pub fn new(ctx: Ctx, wait_cap: Duration, face: Face, tasks: Arc<tasks::Tasks>) -> Self {
         CrosstalkMcp {
+            tasks,
             face,
             subscriptions: Arc::new(resources::Subscriptions::new(ctx.relay.shutdown_token())),
             ctx,
@@ -197,6 +212,16 @@ pub(crate) fn principal_in(extensions: &rmcp::model::Extensions) -> Principal {
         .unwrap_or(Principal::Anyone)
 }
 
+/// A task request's refusal as JSON-RPC: an unknown (or not the caller's) task and a finished
+/// one are the client's mistake (`-32602`).
+pub(crate) fn task_error(e: crate::ops::OpError) -> McpError {
+    use crate::ops::ErrorKind;
+    match e.kind {
+        ErrorKind::NotFound | ErrorKind::Conflict | ErrorKind::Invalid => McpError::invalid_params(e.message, None),
+        _ => McpError::internal_error(e.message, None),
+    }
+}
+
 /// What the server tells every client at connection time.
 const INSTRUCTIONS: &str = "crosstalk relays messages between agents on durable, ordered channels. \
 Post with post_message, then block on wait_for_message(channel, since_id=<last id you saw>) for the \
@@ -218,6 +243,7 @@ impl ServerHandler for CrosstalkMcp {
                 .enable_resources()
                 .enable_resources_subscribe()
                 .enable_tools()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new("crosstalk", env!("CARGO_PKG_VERSION")).with_title("crosstalk relay"))
@@ -251,14 +277,82 @@ impl ServerHandler for CrosstalkMcp {
             ctx: self.ctx.clone(),
             wait_cap: self.wait_cap,
             cancel: context.ct.clone(),
-            peer: context.peer.clone(),
+            peer: Some(context.peer.clone()),
             progress: context.meta.get_progress_token(),
             log_level: self.log_level.clone(),
             face: self.face,
         };
+        // A task if the client asked for one: 2025-11-25 with `params.task`, 2026-07-28 by
+        // declaring the tasks extension (then every blocking call is one).
+        let v1 = request.task.is_some();
+        let v2 = context.client_capabilities().is_some_and(|c| c.supports_tasks());
+        if v1 || v2 {
+            if tasks::runs_as_task(self.face, &request.name) {
+                let keep = request
+                    .task
+                    .as_ref()
+                    .and_then(|t| t.get("ttl"))
+                    .and_then(|t| t.as_u64());
+                let args = request.arguments.unwrap_or_default();
+                let peer = v1.then(|| context.peer.clone());
+                return Ok(match self.tasks.create(&cx, &request.name, args, keep, peer).await {
+                    Ok(task) => CallToolResponse::Task(CreateTaskResult::new(tasks::v2::task(&task))),
+                    Err(refused) => CallToolResponse::from(refused),
+                });
+            }
+            if v1 {
+                // Its `execution.taskSupport` says so: only the blocking calls run as tasks.
+                return Err(McpError::new(
+                    rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                    format!("{} does not run as a task; call it without `task`", request.name),
+                    None,
+                ));
+            }
+        }
         tools::call(self.face, cx, &request.name, request.arguments.unwrap_or_default())
             .await
             .map(CallToolResponse::from)
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let task = self
+            .tasks
+            .get(&principal(&context), &request.task_id)
+            .await
+            .map_err(task_error)?;
+        Ok(GetTaskResult::new(tasks::v2::detailed(&task)))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks
+            .cancel(&principal(&context), &request.task_id)
+            .await
+            .map(drop)
+            .map_err(task_error)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        // Ours never ask for input; the task must still be the caller's to be told so.
+        self.tasks
+            .get(&principal(&context), &request.task_id)
+            .await
+            .map_err(task_error)?;
+        Err(McpError::invalid_params(
+            format!("task {} asks for no input", request.task_id),
+            None,
+        ))
     }
 
     async fn list_resources(
@@ -309,7 +403,10 @@ impl ServerHandler for CrosstalkMcp {
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
-        let accepted = resources::accepted_filter(requested);
+        let mut accepted = resources::accepted_filter(requested);
+        if let Some(ids) = &requested.task_ids {
+            accepted.task_ids = Some(ids.iter().take(tasks::MAX_LISTENED).cloned().collect());
+        }
         // rmcp acknowledges the listen before it calls `listen`: what is committed now is what
         // the client has been told it will hear about from, so a post in between is not missed.
         *self.listen_from.lock() = resources::watermarks(&self.ctx.relay, &accepted);
@@ -318,7 +415,17 @@ impl ServerHandler for CrosstalkMcp {
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
         let from = std::mem::take(&mut *self.listen_from.lock());
-        resources::listen(&self.ctx.relay, context, from).await
+        let ids = context.accepted().task_ids.clone().unwrap_or_default();
+        let stop = self.ctx.relay.shutdown_token().child_token();
+        let watching = tokio::spawn({
+            let (tasks, sink, stop) = (self.tasks.clone(), context.sink().clone(), stop.clone());
+            let who = principal(context.request_context());
+            async move { tasks.watch(who, ids, sink, stop).await }
+        });
+        let listened = resources::listen(&self.ctx.relay, context, from).await;
+        stop.cancel();
+        let _ = watching.await;
+        listened
     }
 
     async fn list_prompts(

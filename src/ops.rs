@@ -22,6 +22,7 @@ pub mod messages;
 pub mod oauth;
 pub mod sessions;
 pub mod shared;
+pub mod tasks;
 pub mod webhooks;
 
 use crosstalk_actors::{RelayError, StoreError};
@@ -258,6 +259,16 @@ impl Principal {
             Principal::Shared => "\0shared",
             Principal::Participant(id) => id,
             Principal::Connector(key) => key,
+        }
+    }
+
+    /// The principal whose [`Principal::key`] is `key`: how a stored task names its owner.
+    pub fn from_key(key: &str) -> Principal {
+        match key {
+            "\0anyone" => Principal::Anyone,
+            "\0shared" => Principal::Shared,
+            k if k.starts_with('\0') => Principal::Connector(k.to_owned()),
+            k => Principal::Participant(k.to_owned()),
         }
     }
 

@@ -278,13 +278,28 @@ pub async fn serve(
     // Built once: every worker's scope shares its sessions.
     let mcp_settings = McpSettings {
         wait_cap: config.mcp_wait_cap,
+        task_wait_cap: config.task_wait_cap,
         allowed_hosts: config.allowed_hosts.clone(),
         max_body_bytes: config.max_body_bytes,
     };
+    // This node's name in records other nodes read (which node delivers a webhook, runs a
+    // task): kept in the data directory, so a restart is the same node.
+    let node = crate::webhooks::node_id(&config.data_dir);
     // One table for both faces: a principal's /mcp and /cc/mcp sessions count together.
     let owners = Arc::new(mcp::owner::Owners::new(config.max_sessions_per_principal, &cx));
-    let mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::Crosstalk, owners.clone());
-    let cc_mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::CrossClaude, owners.clone());
+    // Both faces' tasks, resumed from their records before the first request.
+    let tasks = mcp::tasks::Tasks::new(cx.clone(), node.clone(), mcp_settings.task_wait_cap);
+    if let Err(e) = tasks.start().await {
+        tracing::warn!(error = %e, "cannot read the stored MCP tasks; those working are not resumed");
+    }
+    let mcp = mcp::service(
+        cx.clone(),
+        &mcp_settings,
+        mcp::Face::Crosstalk,
+        owners.clone(),
+        tasks.clone(),
+    );
+    let cc_mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::CrossClaude, owners.clone(), tasks);
     // The authorization server, with the address clients know the relay by.
     let oauth = config.oauth.then(|| {
         let issuer = config.public_url.clone().unwrap_or_else(|| {
@@ -325,7 +340,7 @@ pub async fn serve(
         hooks: crate::ops::webhooks::Webhooks::new(relay.records()),
         allow_private: config.webhooks_allow_private,
     });
-    crate::webhooks::start(cx.clone(), webhooks.clone(), crate::webhooks::node_id(&config.data_dir));
+    crate::webhooks::start(cx.clone(), webhooks.clone(), node);
     let data = web::Data::new(cx);
     let auth = web::Data::new(config.auth.clone());
     let policy = web::Data::new(RestPolicy::new(config.wait_cap));

@@ -1,6 +1,6 @@
 //! Where the relay's small records are kept: OAuth's (`crosstalk serve --oauth`: invites,
-//! registered clients, authorization codes, grants, the token index) and webhooks' (their
-//! settings, delivery cursors and state, and which node delivers each), each a kind of record
+//! registered clients, authorization codes, grants, the token index), webhooks' (their
+//! settings, delivery cursors and state, and which node delivers each) and MCP tasks', each a kind of record
 //! the caller encodes. One seam, two implementations chosen by the cluster
 //! ([`crate::Cluster::records`]): [`Local`], this relay's own store (sled, written through the
 //! committer, so a write is answered once it is durable), and on a NATS cluster one key-value
@@ -36,10 +36,12 @@ pub enum Kind {
     /// Webhooks' delivery: the last message delivered, the failure state, and the node
     /// holding the delivery lease, by webhook id.
     Deliveries,
+    /// MCP tasks (waits that outlive a tool call), by task id.
+    Tasks,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Invites,
         Kind::Clients,
         Kind::Codes,
@@ -47,6 +49,7 @@ impl Kind {
         Kind::Tokens,
         Kind::Webhooks,
         Kind::Deliveries,
+        Kind::Tasks,
     ];
 
     /// The one-byte prefix of its keys in a relay's own store, and its bucket's suffix on a
@@ -60,6 +63,7 @@ impl Kind {
             Kind::Tokens => (b't', "OAUTH_TOKENS"),
             Kind::Webhooks => (b'w', "WEBHOOKS"),
             Kind::Deliveries => (b'd', "WEBHOOK_DELIVERIES"),
+            Kind::Tasks => (b'k', "MCP_TASKS"),
         }
     }
 }

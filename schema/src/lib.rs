@@ -7,6 +7,7 @@ pub mod identity;
 pub mod message;
 pub mod oauth;
 pub mod state;
+pub mod task;
 pub mod time;
 pub mod webhook;
 

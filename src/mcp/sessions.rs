@@ -10,21 +10,32 @@
 //!
 //! Every session rmcp opens and ends is told to [`Owners`] (who opened it, how many each
 //! principal holds); one that has not finished its handshake within [`INIT_GRACE`] is closed.
+//!
+//! Sessions are 2025-11-25's (and older), so this is also where that generation's tasks are
+//! served, which rmcp 3.11 does not know: `tasks/get`, `tasks/result`, `tasks/list` and
+//! `tasks/cancel` are answered here from [`Tasks`], and three answers rmcp makes are reshaped
+//! on their way out — `initialize` declares `capabilities.tasks`, `tools/list` marks the
+//! blocking tools `execution.taskSupport: "optional"`, and a task made by `tools/call` is
+//! answered as `{task: {...}}` (see [`super::tasks`]).
 
 use super::events::ResumeLog;
 use super::owner::{Owners, INIT_GRACE};
+use super::tasks::{self, Tasks};
+use super::Face;
 use crate::ops::Principal;
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
 use rmcp::model::GetExtensions;
 use rmcp::model::{
-    CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification, RequestId,
-    ServerJsonRpcMessage,
+    CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification, ClientRequest,
+    CustomResult, ErrorData, JsonRpcError, JsonRpcResponse, JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage,
+    ServerResult,
 };
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, LocalSessionManagerError};
 use rmcp::transport::streamable_http_server::session::{
     EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
 };
+use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -41,19 +52,149 @@ pub struct DisconnectAware {
     /// When each session last resumed a stream: a resume after a drop keeps the call alive.
     resumed: Arc<Mutex<HashMap<SessionId, Instant>>>,
     owners: Arc<Owners>,
+    tasks: Arc<Tasks>,
+    face: Face,
 }
 
 impl DisconnectAware {
     /// rmcp's session manager over [`ResumeLog`]: relay-wide event ids, and resumes that
     /// replay what followed and keep following.
-    pub fn new(relay: crosstalk_actors::Relay, owners: Arc<Owners>) -> Self {
+    pub fn new(relay: crosstalk_actors::Relay, owners: Arc<Owners>, tasks: Arc<Tasks>, face: Face) -> Self {
         DisconnectAware {
             inner: Arc::new(LocalSessionManager::default().with_event_store(Arc::new(ResumeLog::default()))),
             relay,
             resumed: Default::default(),
             owners,
+            tasks,
+            face,
         }
     }
+}
+
+/// A response stream, whatever made it.
+type Answers = Pin<Box<dyn Stream<Item = ServerSseMessage> + Send + Sync>>;
+
+/// A 2025-11-25 task request, answered here.
+enum TaskRequest {
+    Get(String),
+    Cancel(String),
+    Result(String),
+    List,
+}
+
+/// Which of rmcp's answers to reshape for 2025-11-25's tasks.
+#[derive(Clone, Copy)]
+enum Reshape {
+    Tools(Face),
+    CreatedTask,
+}
+
+fn task_request(request: &ClientRequest) -> Option<TaskRequest> {
+    let id_of = |params: &Option<Value>| {
+        params
+            .as_ref()
+            .and_then(|p| p.get("taskId"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    match request {
+        ClientRequest::GetTaskRequest(r) => Some(TaskRequest::Get(r.params.task_id.clone())),
+        ClientRequest::CancelTaskRequest(r) => Some(TaskRequest::Cancel(r.params.task_id.clone())),
+        ClientRequest::CustomRequest(r) if r.method == "tasks/result" => Some(TaskRequest::Result(id_of(&r.params))),
+        ClientRequest::CustomRequest(r) if r.method == "tasks/list" => Some(TaskRequest::List),
+        _ => None,
+    }
+}
+
+fn answer(id: RequestId, result: Result<Value, ErrorData>) -> ServerSseMessage {
+    let message = match result {
+        Ok(v) => ServerJsonRpcMessage::Response(JsonRpcResponse {
+            jsonrpc: JsonRpcVersion2_0,
+            id,
+            result: ServerResult::CustomResult(CustomResult(v)),
+        }),
+        Err(error) => ServerJsonRpcMessage::Error(JsonRpcError {
+            jsonrpc: JsonRpcVersion2_0,
+            id: Some(id),
+            error,
+        }),
+    };
+    ServerSseMessage::from_message(message)
+}
+
+/// Answers a 2025-11-25 task request.
+async fn serve_task_request(tasks: Arc<Tasks>, principal: Principal, request: TaskRequest) -> Result<Value, ErrorData> {
+    use super::task_error;
+    match request {
+        TaskRequest::Get(id) => Ok(tasks::v1::task(&tasks.get(&principal, &id).await.map_err(task_error)?)),
+        TaskRequest::Cancel(id) => Ok(tasks::v1::task(
+            &tasks.cancel(&principal, &id).await.map_err(task_error)?,
+        )),
+        TaskRequest::Result(id) => tasks::v1::result(&tasks.finished(&principal, &id).await.map_err(task_error)?),
+        TaskRequest::List => {
+            let all = tasks.list(&principal).await.map_err(task_error)?;
+            Ok(json!({ "tasks": all.iter().map(tasks::v1::task).collect::<Vec<_>>() }))
+        }
+    }
+}
+
+/// rmcp's answer, reshaped for 2025-11-25's tasks (see the module's doc).
+fn reshape(how: Reshape, m: ServerSseMessage) -> ServerSseMessage {
+    let Some(ServerJsonRpcMessage::Response(r)) = m.message.as_deref() else {
+        return m;
+    };
+    let shaped = match (how, &r.result) {
+        (Reshape::CreatedTask, ServerResult::CreateTaskResult(created)) => {
+            serde_json::to_value(created).ok().map(|v| tasks::v1::created(&v))
+        }
+        (Reshape::Tools(face), ServerResult::ListToolsResult(list)) => serde_json::to_value(list).ok().map(|mut v| {
+            for tool in v.get_mut("tools").and_then(Value::as_array_mut).into_iter().flatten() {
+                let task = tool
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| tasks::runs_as_task(face, n));
+                if task {
+                    tool["execution"] = json!({ "taskSupport": "optional" });
+                }
+            }
+            v
+        }),
+        _ => None,
+    };
+    match shaped {
+        Some(v) => {
+            let mut shaped = ServerSseMessage::from_message(ServerJsonRpcMessage::Response(JsonRpcResponse {
+                jsonrpc: JsonRpcVersion2_0,
+                id: r.id.clone(),
+                result: ServerResult::CustomResult(CustomResult(v)),
+            }));
+            shaped.event_id = m.event_id.clone();
+            shaped.retry = m.retry;
+            shaped
+        }
+        None => m,
+    }
+}
+
+/// The 2025-11-25 tasks capability: `tools/call` may be a task, and tasks can be listed and
+/// cancelled.
+fn with_tasks_capability(answer: ServerJsonRpcMessage) -> ServerJsonRpcMessage {
+    let ServerJsonRpcMessage::Response(r) = &answer else {
+        return answer;
+    };
+    let ServerResult::InitializeResult(init) = &r.result else {
+        return answer;
+    };
+    let Ok(mut v) = serde_json::to_value(init) else {
+        return answer;
+    };
+    v["capabilities"]["tasks"] = json!({ "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } });
+    ServerJsonRpcMessage::Response(JsonRpcResponse {
+        jsonrpc: JsonRpcVersion2_0,
+        id: r.id.clone(),
+        result: ServerResult::CustomResult(CustomResult(v)),
+    })
 }
 
 impl SessionManager for DisconnectAware {
@@ -70,7 +211,11 @@ impl SessionManager for DisconnectAware {
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
         self.owners.opened(id, opener(&message));
-        let answer = self.inner.initialize_session(id, message).await;
+        let answer = self
+            .inner
+            .initialize_session(id, message)
+            .await
+            .map(with_tasks_capability);
         // The session may have ended already: `close_session` takes it out of rmcp's map
         // before it tells `owners`, so this cannot miss it.
         if !self.inner.has_session(id).await.unwrap_or(false) {
@@ -115,12 +260,45 @@ impl SessionManager for DisconnectAware {
             ClientJsonRpcMessage::Request(r) => Some(r.id.clone()),
             _ => None,
         };
+        let mut how = None;
+        if let ClientJsonRpcMessage::Request(r) = &message {
+            if let Some(asked) = task_request(&r.request) {
+                // Answered here, on a task of its own: `tasks/result` may wait for hours, and
+                // ends when the client goes away.
+                let principal = super::principal_in(r.request.extensions());
+                let (tasks, rid) = (self.tasks.clone(), r.id.clone());
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                tokio::spawn(async move {
+                    let mut tx = tx;
+                    tokio::select! {
+                        a = serve_task_request(tasks, principal, asked) => { let _ = tx.send(answer(rid, a)); }
+                        _ = tx.closed() => {}
+                    }
+                });
+                self.owners.initialized(id);
+                let answers: Answers =
+                    Box::pin(futures_util::stream::once(rx).filter_map(|a| std::future::ready(a.ok())));
+                return Ok(Watched {
+                    inner: answers,
+                    pending: None,
+                });
+            }
+            how = match &r.request {
+                ClientRequest::ListToolsRequest(_) => Some(Reshape::Tools(self.face)),
+                ClientRequest::CallToolRequest(c) if c.params.task.is_some() => Some(Reshape::CreatedTask),
+                _ => None,
+            };
+        }
         let stream = self.inner.create_stream(id, message).await?;
         // A request in a session: it is in use, whether or not the client sent
         // `notifications/initialized` (rmcp does not insist).
         self.owners.initialized(id);
+        let inner: Answers = match how {
+            Some(how) => Box::pin(stream.map(move |m| reshape(how, m))),
+            None => Box::pin(stream),
+        };
         Ok(Watched {
-            inner: Box::pin(stream),
+            inner,
             pending: request_id.map(|request_id| Pending {
                 request_id,
                 session: id.clone(),
@@ -174,8 +352,8 @@ fn opener(message: &ClientJsonRpcMessage) -> Principal {
 }
 
 /// A request's response stream that notices being dropped before its answer was sent.
-struct Watched<S> {
-    inner: Pin<Box<S>>,
+struct Watched {
+    inner: Answers,
     /// Present until the answer has gone out (or the stream ended).
     pending: Option<Pending>,
 }
@@ -187,7 +365,7 @@ struct Pending {
     resumed: Arc<Mutex<HashMap<SessionId, Instant>>>,
 }
 
-impl<S: Stream<Item = ServerSseMessage>> Stream for Watched<S> {
+impl Stream for Watched {
     type Item = ServerSseMessage;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -209,7 +387,7 @@ impl<S: Stream<Item = ServerSseMessage>> Stream for Watched<S> {
     }
 }
 
-impl<S> Drop for Watched<S> {
+impl Drop for Watched {
     fn drop(&mut self) {
         let Some(p) = self.pending.take() else { return };
         let dropped_at = Instant::now();

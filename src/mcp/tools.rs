@@ -52,7 +52,9 @@ pub struct Cx {
     /// Longest blocking call.
     pub wait_cap: Duration,
     pub cancel: CancellationToken,
-    pub peer: Peer<RoleServer>,
+    /// The client, for progress and log notifications; none for a task's wait, which runs
+    /// apart from any request.
+    pub peer: Option<Peer<RoleServer>>,
     /// Set when the client asked for progress notifications on this call.
     pub progress: Option<ProgressToken>,
     /// The session's `logging/setLevel`.
@@ -71,7 +73,7 @@ pub fn policy(wait_cap: Duration) -> FacePolicy {
 }
 
 impl Cx {
-    fn caller(&self) -> Caller {
+    pub fn caller(&self) -> Caller {
         Caller {
             principal: self.principal.clone(),
             session: self.session.clone(),
@@ -83,10 +85,13 @@ impl Cx {
 }
 
 type Call = Arc<dyn Fn(Cx, JsonObject) -> BoxFuture<'static, CallToolResult> + Send + Sync>;
+type Check = Arc<dyn Fn(&JsonObject) -> Result<(), OpError> + Send + Sync>;
 
 pub(crate) struct Route {
     tool: Tool,
     call: Call,
+    /// Whether arguments would be accepted, without running anything.
+    check: Check,
 }
 
 /// A tool for operation `O`.
@@ -125,6 +130,10 @@ where
     let tool = Tool::new_with_raw(name, Some(O::DESCRIPTION.into()), Arc::new(input))
         .with_raw_output_schema(Arc::new(output))
         .with_annotations(annotations);
+    let check: Check = {
+        let accepted = accepted.clone();
+        Arc::new(move |args| unknown_argument::<O>(&accepted, args).and_then(|()| parse::<O>(args.clone()).map(drop)))
+    };
     let call: Call = Arc::new(move |cx, args| {
         let accepted = accepted.clone();
         Box::pin(async move {
@@ -144,20 +153,21 @@ where
                 }
                 Err(e) => {
                     tracing::debug!(tool = name, error = %e, "tool call refused");
-                    CallToolResult::error(vec![ContentBlock::text(tool_error(&e))])
+                    error_result(&e)
                 }
             }
         })
     });
-    Route { tool, call }
+    Route { tool, call, check }
 }
 
-/// The one place an operation's error becomes a tool error's text.
-fn tool_error(e: &OpError) -> String {
-    match e.kind {
+/// The one place an operation's error becomes a tool error.
+pub fn error_result(e: &OpError) -> CallToolResult {
+    let text = match e.kind {
         ErrorKind::Invalid => format!("refused: {}", e.message),
         _ => e.message.clone(),
-    }
+    };
+    CallToolResult::error(vec![ContentBlock::text(text)])
 }
 
 /// Checks the arguments, runs the operation, reports progress while it blocks, and gives up
@@ -185,7 +195,9 @@ async fn run<O: Operation>(cx: &Cx, accepted: &BTreeSet<String>, args: JsonObjec
                     p.message = Some(format!("{} is waiting", O::NAME));
                     // Boxed: sending a notification is a large future, and inline it would
                     // be part of every parked call's size.
-                    let _ = Box::pin(cx.peer.notify_progress(p)).await;
+                    if let Some(peer) = &cx.peer {
+                        let _ = Box::pin(peer.notify_progress(p)).await;
+                    }
                 }
             }
         }
@@ -198,14 +210,7 @@ async fn arguments<O: Operation>(
     accepted: &BTreeSet<String>,
     args: JsonObject,
 ) -> Result<O::Request, OpError> {
-    if let Some(unknown) = args.keys().find(|k| !accepted.contains(*k)) {
-        let known: Vec<&str> = accepted.iter().map(String::as_str).collect();
-        return Err(OpError::invalid(format!(
-            "unknown argument {unknown:?} for {}; the arguments are: {}",
-            O::NAME,
-            known.join(", ")
-        )));
-    }
+    unknown_argument::<O>(accepted, &args)?;
     if let Some(asked) = args.get("timeout_s").and_then(Value::as_f64) {
         if asked > cx.wait_cap.as_secs_f64() {
             // Boxed, as the progress notification in `run`: a rare, large future.
@@ -220,6 +225,26 @@ async fn arguments<O: Operation>(
             .await;
         }
     }
+    parse::<O>(args)
+}
+
+/// Refuses an argument the tool does not have (a misspelt name would otherwise be ignored).
+fn unknown_argument<O: Operation>(accepted: &BTreeSet<String>, args: &JsonObject) -> Result<(), OpError> {
+    match args.keys().find(|k| !accepted.contains(*k)) {
+        None => Ok(()),
+        Some(unknown) => {
+            let known: Vec<&str> = accepted.iter().map(String::as_str).collect();
+            Err(OpError::invalid(format!(
+                "unknown argument {unknown:?} for {}; the arguments are: {}",
+                O::NAME,
+                known.join(", ")
+            )))
+        }
+    }
+}
+
+/// The arguments as the operation's request, or what is wrong with them and where.
+fn parse<O: Operation>(args: JsonObject) -> Result<O::Request, OpError> {
     serde_path_to_error::deserialize(Value::Object(args)).map_err(|e| {
         let path = e.path().to_string();
         let e = e.into_inner();
@@ -237,9 +262,10 @@ async fn warn_client(cx: &Cx, text: String) {
     if severity(wanted) > severity(LoggingLevel::Warning) {
         return;
     }
+    let Some(peer) = &cx.peer else { return };
     let mut p = LoggingMessageNotificationParam::new(LoggingLevel::Warning, Value::String(text));
     p.logger = Some("crosstalk".into());
-    let _ = cx.peer.notify_logging_message(p).await;
+    let _ = peer.notify_logging_message(p).await;
 }
 
 /// RFC 5424 order of MCP log levels, lowest first.
@@ -305,6 +331,9 @@ static CC_ROUTES: LazyLock<Vec<Route>> = LazyLock::new(|| {
     ]
 });
 
+/// What an `ask_human` task runs once its question is posted: the wait for the answer.
+static AWAIT_ANSWER: LazyLock<Route> = LazyLock::new(tool::<messages::AwaitAnswer>);
+
 fn routes(face: Face) -> &'static [Route] {
     match face {
         Face::Crosstalk => &ROUTES,
@@ -322,6 +351,30 @@ pub fn get(face: Face, name: &str) -> Option<Tool> {
         .iter()
         .find(|r| r.tool.name == name)
         .map(|r| r.tool.clone())
+}
+
+fn route(face: Face, name: &str) -> Option<&'static Route> {
+    routes(face).iter().find(|r| r.tool.name == name)
+}
+
+/// Whether `args` would be accepted by tool `name`: what a task checks before it is made,
+/// so a call with bad arguments is refused at once instead of becoming a failed task.
+pub fn check(face: Face, name: &str, args: &JsonObject) -> Result<(), OpError> {
+    match route(face, name) {
+        Some(r) => (r.check)(args),
+        None => Err(OpError::invalid(format!("unknown tool {name:?}"))),
+    }
+}
+
+/// Runs what a task of tool `name` waits for, with the arguments its record pinned: the
+/// tool itself, or for `ask_human` (whose question was posted when the task was made) the
+/// wait for the answer.
+pub async fn run_task(face: Face, cx: Cx, name: &str, args: JsonObject) -> Result<CallToolResult, OpError> {
+    let route = match (face, name) {
+        (Face::Crosstalk, "ask_human") => &*AWAIT_ANSWER,
+        _ => route(face, name).ok_or_else(|| OpError::invalid(format!("unknown tool {name:?}")))?,
+    };
+    Ok((route.call)(cx, args).await)
 }
 
 /// Runs a tool. An unknown name is a protocol error (the spec's `-32602`); anything a tool

@@ -461,14 +461,8 @@ impl Operation for WaitForReply {
     type Response = Reply;
 
     async fn run(cx: &Ctx, caller: Caller, r: WaitForReplyRequest) -> Result<Reply, OpError> {
-        ensure_general(cx).await?;
+        let (reader, after) = WaitForReply::start(cx, &caller, &r).await?;
         let name = r.channel.0;
-        let reader = caller.reader(cx, r.instance_id.as_deref())?;
-        // Anonymous: from now on.
-        let after = start(cx, &name, r.after_id, reader.as_deref(), || {
-            Ok(cx.relay.channel_last_id(&name)?)
-        })
-        .await?;
         let started = std::time::Instant::now();
         let waited = messages::Wait::run(
             cx,
@@ -494,6 +488,23 @@ impl Operation for WaitForReply {
             waited_s: started.elapsed().as_secs(),
             instance_id: reader,
         })
+    }
+}
+
+impl WaitForReply {
+    /// Who waits and from which id: what the call leaves to the session (the identity it
+    /// registered as, what that identity has read) made explicit, as a task pins it when it
+    /// is made so that running the wait again later starts from the same place.
+    pub async fn start(cx: &Ctx, caller: &Caller, r: &WaitForReplyRequest) -> Result<(Option<String>, u64), OpError> {
+        ensure_general(cx).await?;
+        let name = &r.channel.0;
+        let reader = caller.reader(cx, r.instance_id.as_deref())?;
+        // Anonymous: from now on.
+        let after = start(cx, name, r.after_id, reader.as_deref(), || {
+            Ok(cx.relay.channel_last_id(name)?)
+        })
+        .await?;
+        Ok((reader, after))
     }
 }
 

@@ -475,9 +475,21 @@ impl Operation for Ask {
     type Response = Asked;
 
     async fn run(cx: &Ctx, caller: Caller, r: AskRequest) -> Result<Asked, OpError> {
-        let name = r.channel;
-        let sender = caller.identity(cx, r.sender.as_deref())?;
         let timeout = caller.timeout(r.timeout_s, DEFAULT_ASK_WAIT)?;
+        let _held = cx.hold(&caller.principal)?;
+        let (name, question) = Ask::post(cx, &caller, r).await?;
+        let _waiting = Gauge::enter(&cx.waits);
+        let answer = cx.relay.await_answer(&name, question.id(), timeout).await?;
+        asked(cx, &name, question, answer).await
+    }
+}
+
+impl Ask {
+    /// Posts the question `r` asks, as the caller's identity: the first half of an ask, which
+    /// a task does once, when it is made (its wait, [`AwaitAnswer`], may run again after a
+    /// restart, and must not ask twice).
+    pub async fn post(cx: &Ctx, caller: &Caller, r: AskRequest) -> Result<(ChannelName, Arc<Posted>), OpError> {
+        let sender = caller.identity(cx, r.sender.as_deref())?;
         let question = NewMessage {
             sender,
             kind: Some(QUESTION.to_uppercase()),
@@ -489,18 +501,64 @@ impl Operation for Ask {
             ),
             ..Default::default()
         };
+        let posted = cx.relay.post(&r.channel, question).await?;
+        Ok((r.channel, posted))
+    }
+}
+
+/// The answer to an ask: an answered question is read back, as its status comes from the answer.
+async fn asked(
+    cx: &Ctx,
+    channel: &ChannelName,
+    question: Arc<Posted>,
+    answer: Option<Arc<Posted>>,
+) -> Result<Asked, OpError> {
+    let question = match answer {
+        Some(_) => cx.relay.message(channel, question.id()).await?.unwrap_or(question),
+        None => question,
+    };
+    Ok(Asked {
+        question,
+        answered: answer.is_some(),
+        hint: if answer.is_some() {
+            "The human answered."
+        } else {
+            "No answer yet: the question stays open; ask again or poll get_directives."
+        },
+        answer,
+    })
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct AwaitAnswerRequest {
+    pub channel: ChannelName,
+    /// The QUESTION's id.
+    pub question_id: u64,
+    #[schemars(range(min = 0))]
+    pub timeout_s: Option<f64>,
+}
+
+/// The second half of an ask: waits for the answer to a question already posted. Not a tool
+/// of its own; what an `ask_human` task runs (`crate::mcp::tasks`).
+pub struct AwaitAnswer;
+
+impl Operation for AwaitAnswer {
+    const NAME: &'static str = "ask_human";
+    const DESCRIPTION: &'static str = "Wait for the answer to a QUESTION already posted.";
+    const READ_ONLY: bool = true;
+    type Request = AwaitAnswerRequest;
+    type Response = Asked;
+
+    async fn run(cx: &Ctx, caller: Caller, r: AwaitAnswerRequest) -> Result<Asked, OpError> {
+        let timeout = caller.timeout(r.timeout_s, DEFAULT_ASK_WAIT)?;
+        let question = cx
+            .relay
+            .message(&r.channel, r.question_id)
+            .await?
+            .ok_or_else(|| OpError::not_found(format!("no message {} on {}", r.question_id, r.channel)))?;
         let _held = cx.hold(&caller.principal)?;
         let _waiting = Gauge::enter(&cx.waits);
-        let (question, answer) = cx.relay.ask(&name, question, timeout).await?;
-        Ok(Asked {
-            question,
-            answered: answer.is_some(),
-            hint: if answer.is_some() {
-                "The human answered."
-            } else {
-                "No answer yet: the question stays open; ask again or poll get_directives."
-            },
-            answer,
-        })
+        let answer = cx.relay.await_answer(&r.channel, r.question_id, timeout).await?;
+        asked(cx, &r.channel, question, answer).await
     }
 }

@@ -134,7 +134,7 @@ impl Mcp {
             if let Some(method) = body["method"].as_str() {
                 req = req.header("Mcp-Method", method);
                 let p = &body["params"];
-                if let Some(name) = p["name"].as_str().or(p["uri"].as_str()) {
+                if let Some(name) = p["name"].as_str().or(p["uri"].as_str()).or(p["taskId"].as_str()) {
                     req = req.header("Mcp-Name", name);
                 }
             }

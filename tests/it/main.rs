@@ -30,4 +30,5 @@ mod restart;
 mod security;
 mod sse;
 mod stdio;
+mod tasks;
 mod webhooks;

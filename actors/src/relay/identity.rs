@@ -249,6 +249,13 @@ impl Relay {
             .await?
     }
 
+    /// The session `who` is bound to now, if any: where a task that waits as `who` acts from
+    /// (the task was authorised when it was made; its session may have been replaced since,
+    /// by a reconnect or a restart).
+    pub fn session_of(&self, who: &str) -> Option<String> {
+        self.inner.identities.get(who).and_then(|id| id.session.clone())
+    }
+
     /// A session ended (its MCP session was closed): the identities bound to it go offline
     /// and leave every channel's presence now, not a presence TTL later.
     pub fn sign_off(&self, session: &str) {

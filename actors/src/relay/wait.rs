@@ -1,13 +1,12 @@
 //! Waiting: the wait algorithm (one wait per identity, roles, release, `done`, wake on
-//! commit, never re-delivering what the caller had), and asking a question until it is answered.
+//! commit, never re-delivering what the caller had), and waiting for a question's answer.
 
 use super::{Relay, ACTOR_CALL_TIMEOUT};
 use crate::channel::{BeginWait, ChannelHandle, EndWait, Role, WaitControl};
 use crate::error::RelayError;
 use crate::presence::Heartbeat;
 use crate::view::{Posted, Scan};
-use crosstalk_schema::message::QUESTION;
-use crosstalk_schema::{kind_is, ChannelName, NewMessage};
+use crosstalk_schema::{kind_is, ChannelName};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -197,25 +196,6 @@ impl Relay {
             next_since_id,
             cut: false,
         }
-    }
-
-    /// Posts a QUESTION and waits until an ANSWER replies to it, or `timeout` passes.
-    /// Returns the question and, if it came, the answer.
-    pub async fn ask(
-        &self,
-        channel: &ChannelName,
-        mut question: NewMessage,
-        timeout: Duration,
-    ) -> Result<(Arc<Posted>, Option<Arc<Posted>>), RelayError> {
-        question.kind = Some(QUESTION.to_uppercase());
-        let q = self.post(channel, question).await?;
-        let answer = self.await_answer(channel, q.id(), timeout).await?;
-        // Read back: an answered question says so (its status comes from the answer).
-        let q = match answer {
-            Some(_) => self.message(channel, q.id()).await?.unwrap_or(q),
-            None => q,
-        };
-        Ok((q, answer))
     }
 
     /// Waits until the QUESTION `id` has an ANSWER, or `timeout` passes.

@@ -1,0 +1,125 @@
+//! An MCP task as the relay stores it: a blocking tool call (`wait_for_message`, `ask_human`,
+//! cross-claude's `wait_for_reply`) that became a task its client polls or is told about, so
+//! it can outlive the host's limit on one tool call, and the relay's restarts.
+//!
+//! A task is a wait with its arguments pinned: what the call had left to the session (the
+//! identity it registered as, where cross-claude's wait starts, the question already posted)
+//! is written into the record when the task is made, so any node, or this one after a
+//! restart, can run the rest of the wait from the record alone.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a task is in its life. Only `Working` changes; the others are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskState {
+    /// The wait is running (or will again, after a restart).
+    Working,
+    /// The wait ended; `result` holds the tool's answer (which may be a tool error).
+    Completed,
+    /// The wait could not run; `result` holds the JSON-RPC error.
+    Failed,
+    /// The client cancelled it.
+    Cancelled,
+}
+
+impl TaskState {
+    pub fn is_final(self) -> bool {
+        self != TaskState::Working
+    }
+
+    /// The state's name in both generations of MCP tasks.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Working => "working",
+            TaskState::Completed => "completed",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub id: String,
+    /// Whose it is: the principal's key (a participant's identity, or a key no identity has).
+    /// Only the same principal may read or cancel it.
+    pub owner: String,
+    /// The MCP face it was made on (`mcp`, `cc-mcp`): which tool table runs it.
+    pub face: String,
+    /// The tool the client called.
+    pub tool: String,
+    /// What the runner calls, as JSON: the tool's arguments with what the session supplied
+    /// pinned (for `ask_human`, the question posted and the wait for its answer).
+    pub run: String,
+    /// The identity the session had registered as when the task was made.
+    pub bound: Option<String>,
+    pub state: TaskState,
+    /// A sentence for people about the state.
+    pub message: Option<String>,
+    /// The answer, as JSON: the tool's result (`Completed`) or a JSON-RPC error (`Failed`).
+    pub result: Option<String>,
+    /// Milliseconds since the epoch.
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    /// When the wait gives up (milliseconds since the epoch).
+    pub deadline_ms: i64,
+    /// How long after `created_ms` the record is kept, in milliseconds.
+    pub ttl_ms: i64,
+    /// The node that runs it (and resumes it after a restart).
+    pub node: String,
+}
+
+impl TaskRecord {
+    /// The record once the wait ended with `state` (final) and `result`, at `now_ms`.
+    pub fn settled(&self, state: TaskState, result: Option<String>, message: Option<String>, now_ms: i64) -> Self {
+        debug_assert!(state.is_final());
+        TaskRecord {
+            state,
+            result,
+            message,
+            updated_ms: now_ms.max(self.updated_ms),
+            ..self.clone()
+        }
+    }
+
+    /// Whether the record may be forgotten at `now_ms`.
+    pub fn expired(&self, now_ms: i64) -> bool {
+        now_ms >= self.created_ms.saturating_add(self.ttl_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> TaskRecord {
+        TaskRecord {
+            id: "t".into(),
+            owner: "\0anyone".into(),
+            face: "mcp".into(),
+            tool: "wait_for_message".into(),
+            run: "{}".into(),
+            bound: None,
+            state: TaskState::Working,
+            message: None,
+            result: None,
+            created_ms: 1_000,
+            updated_ms: 1_000,
+            deadline_ms: 61_000,
+            ttl_ms: 3_600_000,
+            node: "n".into(),
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips_and_settles_once() {
+        let r = record();
+        assert_eq!(crate::decode::<TaskRecord>(&crate::encode(&r)).unwrap(), r);
+        assert!(!r.state.is_final());
+        let done = r.settled(TaskState::Completed, Some("{}".into()), None, 500);
+        assert_eq!(done.state, TaskState::Completed);
+        assert_eq!(done.updated_ms, 1_000, "time never runs backwards in a record");
+        assert!(!done.expired(3_600_999));
+        assert!(done.expired(3_601_000));
+    }
+}

@@ -1,0 +1,205 @@
+//! MCP tasks' records and rules: a blocking tool call that became a task is a
+//! [`TaskRecord`] in the small-records seam, so it lives on sled or in the cluster's bucket,
+//! survives a restart, and is read by whichever node a client's `tasks/get` reaches. What a
+//! task is on the wire (the two generations of MCP tasks) and the runner that waits are the
+//! MCP face's (`crate::mcp::tasks`).
+//!
+//! The rules: a task is its owner's (the principal that made it) and nobody else's; only a
+//! working task changes, once, to completed, failed or cancelled, and of two nodes or runners
+//! racing to settle it the first wins (a compare-and-set); a principal keeps at most
+//! [`MAX_TASKS_PER_PRINCIPAL`] records; a record is forgotten after its time to live.
+
+use super::{ErrorKind, OpError, Principal};
+use crosstalk_actors::records::{Kind, RecordStore};
+use crosstalk_actors::{RelayError, StoreError};
+use crosstalk_schema::task::{TaskRecord, TaskState};
+use crosstalk_schema::{codec, Timestamp};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Task records one principal may hold (working or finished, until they expire): the bound
+/// on what a client can make the relay keep.
+pub const MAX_TASKS_PER_PRINCIPAL: usize = 1_000;
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    Timestamp::now().0 / 1_000
+}
+
+fn decode(bytes: &[u8]) -> Result<TaskRecord, RelayError> {
+    codec::decode(bytes).map_err(|e| RelayError::Store(StoreError::Corrupt(format!("a stored task is damaged: {e}"))))
+}
+
+/// The tasks' records, with this node's count of each principal's.
+#[derive(Clone)]
+pub struct TaskStore {
+    store: Arc<dyn RecordStore>,
+    held: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// A record as read, with its stored bytes: what a compare-and-set compares against.
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub record: TaskRecord,
+    bytes: Vec<u8>,
+}
+
+impl TaskStore {
+    pub fn new(store: Arc<dyn RecordStore>) -> Self {
+        TaskStore {
+            store,
+            held: Default::default(),
+        }
+    }
+
+    /// Every stored task, counting each principal's: read once at start.
+    pub async fn load(&self) -> Result<Vec<TaskRecord>, RelayError> {
+        let mut all = Vec::new();
+        for (key, bytes) in self.store.list(Kind::Tasks).await? {
+            match decode(&bytes) {
+                Ok(r) => all.push(r),
+                Err(e) => tracing::warn!(task = %key, error = %e, "a stored task is damaged; skipped"),
+            }
+        }
+        let mut held = self.held.lock();
+        held.clear();
+        for r in &all {
+            *held.entry(r.owner.clone()).or_default() += 1;
+        }
+        Ok(all)
+    }
+
+    /// Whether `owner` may make another task (checked before a task's question is posted).
+    pub fn has_room(&self, owner: &str) -> bool {
+        self.held.lock().get(owner).copied().unwrap_or(0) < MAX_TASKS_PER_PRINCIPAL
+    }
+
+    /// Stores a new task, or refuses when its owner already holds too many.
+    pub async fn create(&self, record: &TaskRecord) -> Result<(), OpError> {
+        {
+            let mut held = self.held.lock();
+            let n = held.entry(record.owner.clone()).or_default();
+            if *n >= MAX_TASKS_PER_PRINCIPAL {
+                return Err(OpError::new(
+                    ErrorKind::LimitReached,
+                    format!(
+                        "this token already holds {MAX_TASKS_PER_PRINCIPAL} tasks; finished ones are forgotten after their ttl"
+                    ),
+                ));
+            }
+            *n += 1;
+        }
+        let stored = self
+            .store
+            .put(Kind::Tasks, record.id.clone(), codec::encode(record))
+            .await;
+        if stored.is_err() {
+            self.forget_one(&record.owner);
+        }
+        Ok(stored?)
+    }
+
+    fn forget_one(&self, owner: &str) {
+        let mut held = self.held.lock();
+        if let Some(n) = held.get_mut(owner) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(owner);
+            }
+        }
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Option<Read>, RelayError> {
+        let Some(bytes) = self.store.get(Kind::Tasks, id.to_owned()).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Read {
+            record: decode(&bytes)?,
+            bytes,
+        }))
+    }
+
+    /// The task `id` if `principal` owns it; one it does not own is not found, as one that
+    /// does not exist.
+    pub async fn owned(&self, principal: &Principal, id: &str) -> Result<Read, OpError> {
+        match self.get(id).await? {
+            Some(r) if r.record.owner == principal.key() => Ok(r),
+            _ => Err(OpError::not_found(format!(
+                "no task {id:?} of yours (it may have expired)"
+            ))),
+        }
+    }
+
+    /// Settles a working task: `next` replaces `current` if nobody changed it since it was
+    /// read. `false`: someone did (a cancel, another node's runner), and nothing was written.
+    pub async fn settle(&self, current: &Read, next: &TaskRecord) -> Result<bool, RelayError> {
+        if current.record.state.is_final() {
+            return Ok(false);
+        }
+        self.store
+            .swap(
+                Kind::Tasks,
+                current.record.id.clone(),
+                Some(current.bytes.clone()),
+                Some(codec::encode(next)),
+            )
+            .await
+    }
+
+    /// Cancels a working task of `principal`'s; a finished one is refused (it stays as it is).
+    pub async fn cancel(&self, principal: &Principal, id: &str) -> Result<TaskRecord, OpError> {
+        for _ in 0..8 {
+            let current = self.owned(principal, id).await?;
+            if current.record.state.is_final() {
+                return Err(OpError::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "task {id:?} is already {}; it cannot be cancelled",
+                        current.record.state.as_str()
+                    ),
+                ));
+            }
+            let next = current.record.settled(
+                TaskState::Cancelled,
+                None,
+                Some("Cancelled by its client.".into()),
+                now_ms(),
+            );
+            if self.settle(&current, &next).await? {
+                return Ok(next);
+            }
+        }
+        Err(OpError::new(
+            ErrorKind::Unavailable,
+            "the task kept changing; try again",
+        ))
+    }
+
+    /// `principal`'s tasks, newest first.
+    pub async fn list_owned(&self, principal: &Principal) -> Result<Vec<TaskRecord>, RelayError> {
+        let mut mine: Vec<TaskRecord> = self
+            .store
+            .list(Kind::Tasks)
+            .await?
+            .into_iter()
+            .filter_map(|(_, b)| decode(&b).ok())
+            .filter(|r| r.owner == principal.key())
+            .collect();
+        mine.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.id.cmp(&a.id)));
+        Ok(mine)
+    }
+
+    /// Forgets the records whose time to live has passed; answers how many.
+    pub async fn sweep(&self, now: i64) -> Result<usize, RelayError> {
+        let mut gone = 0;
+        for (key, bytes) in self.store.list(Kind::Tasks).await? {
+            let Ok(r) = decode(&bytes) else { continue };
+            if r.expired(now) && self.store.swap(Kind::Tasks, key, Some(bytes), None).await? {
+                self.forget_one(&r.owner);
+                gone += 1;
+            }
+        }
+        Ok(gone)
+    }
+}
