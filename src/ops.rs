@@ -18,6 +18,8 @@
 pub mod channels;
 pub mod cross_claude;
 pub mod identity;
+#[cfg(test)]
+pub(crate) mod memory;
 pub mod messages;
 pub mod oauth;
 pub mod sessions;

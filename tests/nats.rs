@@ -1596,3 +1596,64 @@ async fn a_webhook_is_delivered_by_one_node_of_the_cluster() {
     // Nothing more comes: no second node delivered them too.
     assert!(tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_secs(2))).is_err());
 }
+
+/// A 2026-07-28 MCP request that declares the tasks extension.
+async fn with_tasks(m: &common::mcp::Mcp, method: &str, params: Value) -> Value {
+    let id = m.next_id();
+    let mut body = m.request_body(id, method, params);
+    body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let a = common::mcp::read_answer(m.post_raw(&body).send().await.unwrap(), id).await;
+    assert_eq!(a.status, 200, "{method}: {:?}", a.message);
+    a.message
+}
+
+async fn until_settled(m: &common::mcp::Mcp, id: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let t = with_tasks(m, "tasks/get", json!({"taskId": id})).await["result"].clone();
+        if t["status"] != "working" || Instant::now() > deadline {
+            return t;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_task_is_the_clusters_and_outlives_its_node() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Nats::start();
+    let (mut a, b) = (node(&nats), node(&nats));
+    let (on_a, on_b) = (common::mcp::Mcp::stateless(&a), common::mcp::Mcp::stateless(&b));
+    // Made on a, read on b: the record is in the cluster's bucket.
+    let made = with_tasks(
+        &on_a,
+        "tools/call",
+        json!({"name": "wait_for_message", "arguments": {"channel": "tq", "timeout_s": 60}}),
+    )
+    .await;
+    let id = made["result"]["taskId"].as_str().unwrap().to_owned();
+    let seen = with_tasks(&on_b, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(seen["result"]["status"], "working", "{seen}");
+    // A post on b wakes a's runner; b reads the result it wrote.
+    let c = client();
+    post(&c, &b, "tq", msg("bob", "from the other node")).await;
+    let done = until_settled(&on_b, &id, T).await;
+    assert_eq!(
+        done["result"]["structuredContent"]["messages"][0]["body"], "from the other node",
+        "{done}"
+    );
+
+    // A task whose node dies: once its time is up, the node a client asks finishes it.
+    let made = with_tasks(
+        &on_a,
+        "tools/call",
+        json!({"name": "wait_for_message", "arguments": {"channel": "orphan", "timeout_s": 1}}),
+    )
+    .await;
+    let orphan = made["result"]["taskId"].as_str().unwrap().to_owned();
+    a.kill();
+    let done = until_settled(&on_b, &orphan, Duration::from_secs(30)).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["structuredContent"]["timed_out"], true, "{done}");
+}

@@ -713,56 +713,7 @@ impl OAuth {
 mod tests {
     use super::*;
 
-    /// Records in memory, for the rules' own tests.
-    #[derive(Default)]
-    struct Memory(parking_lot::Mutex<std::collections::BTreeMap<(u8, String), Vec<u8>>>);
-
-    impl RecordStore for Memory {
-        fn get(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<Option<Vec<u8>>> {
-            let v = self.0.lock().get(&(kind.tag().0, key)).cloned();
-            Box::pin(async move { Ok(v) })
-        }
-        fn put(&self, kind: Kind, key: String, value: Vec<u8>) -> crosstalk_actors::records::Answer<()> {
-            self.0.lock().insert((kind.tag().0, key), value);
-            Box::pin(async { Ok(()) })
-        }
-        fn delete(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<()> {
-            self.0.lock().remove(&(kind.tag().0, key));
-            Box::pin(async { Ok(()) })
-        }
-        fn take(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<Option<Vec<u8>>> {
-            let v = self.0.lock().remove(&(kind.tag().0, key));
-            Box::pin(async move { Ok(v) })
-        }
-        fn swap(
-            &self,
-            kind: Kind,
-            key: String,
-            expected: Option<Vec<u8>>,
-            new: Option<Vec<u8>>,
-        ) -> crosstalk_actors::records::Answer<bool> {
-            let mut map = self.0.lock();
-            let k = (kind.tag().0, key);
-            let ok = map.get(&k) == expected.as_ref();
-            if ok {
-                match new {
-                    Some(v) => map.insert(k, v),
-                    None => map.remove(&k),
-                };
-            }
-            Box::pin(async move { Ok(ok) })
-        }
-        fn list(&self, kind: Kind) -> crosstalk_actors::records::Answer<Vec<(String, Vec<u8>)>> {
-            let v = self
-                .0
-                .lock()
-                .iter()
-                .filter(|((k, _), _)| *k == kind.tag().0)
-                .map(|((_, key), v)| (key.clone(), v.clone()))
-                .collect();
-            Box::pin(async move { Ok(v) })
-        }
-    }
+    use crate::ops::memory::Memory;
 
     #[tokio::test]
     async fn registrations_are_bounded_and_old_unused_ones_make_room() {

@@ -203,3 +203,83 @@ impl TaskStore {
         Ok(gone)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::memory::Memory;
+
+    fn record(id: &str, owner: &str, created_ms: i64) -> TaskRecord {
+        TaskRecord {
+            id: id.into(),
+            owner: owner.into(),
+            face: "mcp".into(),
+            tool: "wait_for_message".into(),
+            run: "{}".into(),
+            bound: None,
+            state: TaskState::Working,
+            message: None,
+            result: None,
+            created_ms,
+            updated_ms: created_ms,
+            deadline_ms: created_ms + 1_000,
+            ttl_ms: 10_000,
+            node: "n".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_is_settled_once_owned_by_one_principal_and_forgotten_after_its_ttl() {
+        let tasks = TaskStore::new(Arc::new(Memory::default()));
+        let alice = Principal::Participant("alice".into());
+        let bob = Principal::Participant("bob".into());
+        tasks.create(&record("t1", "alice", 0)).await.unwrap();
+        // Not bob's: not found, as an unknown one.
+        assert_eq!(tasks.owned(&bob, "t1").await.unwrap_err().kind, ErrorKind::NotFound);
+        assert_eq!(tasks.cancel(&bob, "t1").await.unwrap_err().kind, ErrorKind::NotFound);
+        // Two settlers race from the same read: the first wins, the second writes nothing.
+        let read = tasks.owned(&alice, "t1").await.unwrap();
+        let done = read.record.settled(TaskState::Completed, Some("{}".into()), None, 5);
+        assert!(tasks.settle(&read, &done).await.unwrap());
+        let late = read.record.settled(TaskState::Failed, None, None, 6);
+        assert!(!tasks.settle(&read, &late).await.unwrap());
+        assert_eq!(
+            tasks.owned(&alice, "t1").await.unwrap().record.state,
+            TaskState::Completed
+        );
+        // A finished task cannot be cancelled.
+        assert_eq!(tasks.cancel(&alice, "t1").await.unwrap_err().kind, ErrorKind::Conflict);
+        tasks.create(&record("t2", "alice", 100)).await.unwrap();
+        assert_eq!(tasks.cancel(&alice, "t2").await.unwrap().state, TaskState::Cancelled);
+        let listed: Vec<_> = tasks
+            .list_owned(&alice)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(listed, ["t2", "t1"], "newest first");
+        assert!(tasks.list_owned(&bob).await.unwrap().is_empty());
+        // Past t1's ttl (created 0 + 10 s), not t2's.
+        assert_eq!(tasks.sweep(10_050).await.unwrap(), 1);
+        assert!(tasks.get("t1").await.unwrap().is_none());
+        assert!(tasks.get("t2").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_principal_holds_a_bounded_number_of_tasks() {
+        let tasks = TaskStore::new(Arc::new(Memory::default()));
+        for i in 0..MAX_TASKS_PER_PRINCIPAL {
+            tasks.create(&record(&format!("t{i}"), "alice", 0)).await.unwrap();
+        }
+        assert!(!tasks.has_room("alice"));
+        let e = tasks.create(&record("one-more", "alice", 0)).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::LimitReached);
+        assert!(tasks.has_room("bob"), "the bound is per principal");
+        // Forgotten ones make room again; a restart counts what is stored.
+        assert_eq!(tasks.sweep(20_000).await.unwrap(), MAX_TASKS_PER_PRINCIPAL);
+        assert!(tasks.has_room("alice"));
+        tasks.create(&record("again", "alice", 20_000)).await.unwrap();
+        assert_eq!(tasks.load().await.unwrap().len(), 1);
+    }
+}

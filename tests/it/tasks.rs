@@ -22,6 +22,18 @@ async fn modern(m: &Mcp, method: &str, params: Value) -> Value {
     a.message
 }
 
+/// The tools `tools/list` marks as runnable as tasks (2025-11-25's `execution.taskSupport`).
+async fn task_tools(m: &Mcp) -> Vec<String> {
+    let tools = m.ok("tools/list", json!({})).await;
+    tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["execution"]["taskSupport"] == "optional")
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// Polls `tasks/get` (2025-11-25) until the task is no longer working.
 async fn settled_v1(m: &Mcp, id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -64,15 +76,7 @@ async fn a_legacy_task_waits_past_the_tool_call_cap_and_is_told() {
         init.message["result"]["capabilities"]["tasks"],
         json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}})
     );
-    let tools = m.ok("tools/list", json!({})).await;
-    let marked: Vec<&str> = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["execution"]["taskSupport"] == "optional")
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(marked, ["wait_for_message", "ask_human"]);
+    assert_eq!(task_tools(&m).await, ["wait_for_message", "ask_human"]);
 
     let mut stream = m.listen().await;
     let created = m
@@ -350,15 +354,7 @@ async fn cross_claude_wait_for_reply_runs_as_a_task() {
     let s = Server::start_with(&["--mcp-wait-cap-secs", "1"]);
     let m = Mcp::connect_at(&s, "/cc/mcp", client()).await;
     m.call_ok("register", json!({"instance_id": "waiter"})).await;
-    let tools = m.ok("tools/list", json!({})).await;
-    let marked: Vec<&str> = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["execution"]["taskSupport"] == "optional")
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(marked, ["wait_for_reply"]);
+    assert_eq!(task_tools(&m).await, ["wait_for_reply"]);
     let created = m
         .ok(
             "tools/call",

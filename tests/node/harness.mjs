@@ -74,5 +74,7 @@ export async function harness(bin, label, limitMs) {
   setTimeout(() => h.fail(`took longer than ${limitMs / 1000} s`), limitMs).unref();
   process.on("uncaughtException", (e) => h.fail(e.stack || String(e)));
   process.on("unhandledRejection", (e) => h.fail(e?.stack || String(e)));
+  // Stopped from outside (the suite failed elsewhere): the relay goes too.
+  process.on("SIGTERM", () => h.fail("stopped by SIGTERM"));
   return h;
 }
