@@ -193,6 +193,25 @@ pub enum ClientCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Refuse a commit that touches paths another identity holds exclusively (path
+    /// reservations): run in a git checkout, it reads the staged paths and exits 1 naming each
+    /// holder; --install writes it as the repository's pre-commit hook.
+    /// Example: crosstalk guard --as worker-1 --project crosstalk --install
+    Guard {
+        #[command(flatten)]
+        relay: Relay,
+        /// Who is committing: its own reservations do not stop it [env: CROSSTALK_AS]
+        #[arg(long = "as", env = "CROSSTALK_AS")]
+        me: Option<String>,
+        /// The project the reservations were made in (a repository's name or remote); without
+        /// it, the reservations that name no project [env: CROSSTALK_PROJECT]
+        #[arg(long, env = "CROSSTALK_PROJECT")]
+        project: Option<String>,
+        /// Write `crosstalk guard` with these settings as .git/hooks/pre-commit (not over a
+        /// hook of someone else's).
+        #[arg(long)]
+        install: bool,
+    },
     /// What is new for a registered identity on every channel it joined, from others; reading
     /// it moves that identity's read position.  Example: crosstalk inbox --as reviewer --session "$S"
     Inbox {
@@ -310,6 +329,7 @@ impl ClientCommand {
             | ClientCommand::Invite { relay, .. }
             | ClientCommand::Clients { relay, .. }
             | ClientCommand::Webhooks { relay, .. }
+            | ClientCommand::Guard { relay, .. }
             | ClientCommand::Status { relay, .. } => relay,
             ClientCommand::Stop { .. } => &NO_RELAY,
         }
@@ -348,10 +368,143 @@ fn data_dir_or_local(given: Option<std::path::PathBuf>) -> Result<std::path::Pat
         .ok_or_else(|| Failure("no home directory: name the data directory with --data-dir".into(), 2))
 }
 
+/// The first line of a hook `crosstalk guard --install` wrote: how it knows its own.
+const GUARD_HOOK_MARK: &str = "# written by crosstalk guard --install";
+
+/// Runs `git` in the current directory; its stdout, or why it failed.
+fn git(args: &[&str]) -> Result<Vec<u8>, Failure> {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .output()
+        .map_err(|e| Failure(format!("cannot run git: {e}"), 2))?;
+    if !out.status.success() {
+        return Err(Failure(
+            format!(
+                "git {} failed (is this a git checkout?): {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            2,
+        ));
+    }
+    Ok(out.stdout)
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// `crosstalk guard --install`: the hook runs this binary with the same settings (the token
+/// stays in the environment, never in the file).
+fn install_guard(relay: &Relay, me: Option<&str>, project: Option<&str>) -> Result<Outcome, Failure> {
+    let hooks = String::from_utf8_lossy(&git(&["rev-parse", "--git-path", "hooks"])?)
+        .trim()
+        .to_owned();
+    let hook = std::path::Path::new(&hooks).join("pre-commit");
+    if let Ok(existing) = std::fs::read_to_string(&hook) {
+        if !existing.contains(GUARD_HOOK_MARK) {
+            return Err(Failure(
+                format!(
+                    "{} exists and is not crosstalk's; add `crosstalk guard` to it yourself",
+                    hook.display()
+                ),
+                2,
+            ));
+        }
+    }
+    let exe = std::env::current_exe().map_err(|e| Failure(format!("cannot find this program: {e}"), 2))?;
+    let mut line = format!("exec {} guard", shell_quote(&exe.to_string_lossy()));
+    if let Some(url) = &relay.relay {
+        line.push_str(&format!(" --relay {}", shell_quote(url)));
+    }
+    if let Some(me) = me {
+        line.push_str(&format!(" --as {}", shell_quote(me)));
+    }
+    if let Some(p) = project {
+        line.push_str(&format!(" --project {}", shell_quote(p)));
+    }
+    let script = format!(
+        "#!/bin/sh\n{GUARD_HOOK_MARK}: refuses a commit that touches paths another agent holds.\n\
+         # Skip it once with git commit --no-verify.\n{line}\n"
+    );
+    std::fs::create_dir_all(&hooks).map_err(|e| Failure(format!("cannot create {hooks}: {e}"), 2))?;
+    std::fs::write(&hook, script).map_err(|e| Failure(format!("cannot write {}: {e}", hook.display()), 2))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| Failure(format!("cannot make {} executable: {e}", hook.display()), 2))?;
+    }
+    eprintln!("wrote {}", hook.display());
+    Ok(Outcome::Done)
+}
+
+/// `crosstalk guard`: the staged paths against the exclusive reservations others hold.
+async fn guard(c: &RelayClient, me: &str, project: Option<&str>) -> Result<Outcome, Failure> {
+    let staged = git(&["diff", "--cached", "--name-only", "--no-renames", "-z"])?;
+    let paths: Vec<String> = staged
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    if paths.is_empty() {
+        return Ok(Outcome::Done);
+    }
+    let url = format!("/api/reservations?project={}", enc(project.unwrap_or("")));
+    let list = c.json(c.http.get(c.url(&url))).await?;
+    let mut blocked = 0;
+    for r in list["reservations"].as_array().into_iter().flatten() {
+        let holder = r["holder"].as_str().unwrap_or("?");
+        if holder == me || r["exclusive"] != json!(true) {
+            continue;
+        }
+        for path in &paths {
+            let covering = r["paths"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .find(|p| crosstalk_schema::reservation::matches(p, path));
+            if let Some(pattern) = covering {
+                blocked += 1;
+                eprintln!(
+                    "{path}: held by {holder} ({pattern}, exclusive, until {}): {}",
+                    r["expires_at"].as_str().unwrap_or("?"),
+                    r["reason"]
+                        .as_str()
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or("no reason given")
+                );
+            }
+        }
+    }
+    if blocked > 0 {
+        return Err(Failure(
+            format!("{blocked} staged path(s) are held by another agent; ask the holder, or commit with --no-verify"),
+            1,
+        ));
+    }
+    Ok(Outcome::Done)
+}
+
 /// Runs a client command.
 pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
     let c = RelayClient::new(cmd.relay())?;
     match cmd {
+        ClientCommand::Guard {
+            relay,
+            me,
+            project,
+            install,
+        } => {
+            if install {
+                return install_guard(&relay, me.as_deref(), project.as_deref());
+            }
+            let Some(me) = me.filter(|m| !m.trim().is_empty()) else {
+                return Err(Failure("name who is committing: --as ID (or CROSSTALK_AS)".into(), 2));
+            };
+            guard(&c, &me, project.as_deref()).await
+        }
         ClientCommand::Status { data_dir, .. } => {
             let dir = data_dir_or_local(data_dir)?;
             let local = match served_by(&dir)? {

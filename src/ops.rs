@@ -22,6 +22,7 @@ pub mod identity;
 pub(crate) mod memory;
 pub mod messages;
 pub mod oauth;
+pub mod reservations;
 pub mod sessions;
 pub mod shared;
 pub mod tasks;

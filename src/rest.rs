@@ -9,6 +9,7 @@ use crate::http::routes::{mount, route, Endpoint, Face};
 use crate::ops::channels::{self, ChannelList, FoundChannels, Present};
 use crate::ops::identity::{self, Instances};
 use crate::ops::messages::{self, MessageList, Messages, Page, Waited};
+use crate::ops::reservations;
 use crate::ops::sessions::{self, DirectivesView};
 use crate::ops::shared::{self, SharedList};
 use crate::ops::Operation;
@@ -105,6 +106,10 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
         op::<shared::Share>(Method::POST, "/api/data", S::CREATED),
         op::<shared::GetData>(Method::GET, "/api/data/{key}", S::OK),
         op::<shared::DeleteData>(Method::DELETE, "/api/data/{key}", S::OK),
+        op::<reservations::ListReservations>(Method::GET, "/api/reservations", S::OK),
+        op::<reservations::Reserve>(Method::POST, "/api/reservations", S::OK),
+        op::<reservations::RenewReservation>(Method::POST, "/api/reservations/{id}/renew", S::OK),
+        op::<reservations::ReleaseReservation>(Method::DELETE, "/api/reservations/{id}", S::OK),
     ]
 });
 

@@ -1657,3 +1657,44 @@ async fn an_mcp_task_is_the_clusters_and_outlives_its_node() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["structuredContent"]["timed_out"], true, "{done}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_never_grant_overlapping_exclusive_reservations() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Nats::start();
+    let (a, b) = (node(&nats), node(&nats));
+    let c = client();
+    // Twenty holders at once, half through each node, all after src/**: one wins.
+    let mut racing = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let (c, url) = (
+            c.clone(),
+            if i % 2 == 0 {
+                a.url("/api/reservations")
+            } else {
+                b.url("/api/reservations")
+            },
+        );
+        racing.spawn(async move {
+            let body =
+                json!({"holder": format!("agent-{i}"), "paths": ["src/**", format!("docs/{i}.md")], "project": "race"});
+            request(&c, "POST", &url, Some(body), None).await
+        });
+    }
+    let mut granted = Vec::new();
+    while let Some(r) = racing.join_next().await {
+        let (status, v) = r.unwrap();
+        assert_eq!(status, 200, "{v}");
+        if v["granted"] == true {
+            granted.push(v["reservation"]["holder"].clone());
+        } else {
+            assert_eq!(v["conflicts"][0]["paths"], json!(["src/**"]), "{v}");
+        }
+    }
+    assert_eq!(granted.len(), 1, "exactly one of twenty: {granted:?}");
+    for node in [&a, &b] {
+        let (_, list) = get_json(&c, &node.url("/api/reservations?project=race")).await;
+        assert_eq!(list["reservations"].as_array().unwrap().len(), 1, "{list}");
+        assert_eq!(list["reservations"][0]["holder"], granted[0]);
+    }
+}

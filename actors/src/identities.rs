@@ -90,6 +90,12 @@ impl Identities {
             .collect()
     }
 
+    /// Whether `who` is online (heard from within the presence TTL, not signed off); `None`
+    /// for an identity never registered.
+    pub fn online(&self, who: &str) -> Option<bool> {
+        self.get(who).map(|i| self.live(&i))
+    }
+
     pub fn get(&self, who: &str) -> Option<Arc<Identity>> {
         self.map.read().get(who).cloned()
     }

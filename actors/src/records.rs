@@ -1,6 +1,7 @@
 //! Where the relay's small records are kept: OAuth's (`crosstalk serve --oauth`: invites,
 //! registered clients, authorization codes, grants, the token index), webhooks' (their
-//! settings, delivery cursors and state, and which node delivers each) and MCP tasks', each a kind of record
+//! settings, delivery cursors and state, and which node delivers each), MCP tasks' and path
+//! reservations', each a kind of record
 //! the caller encodes. One seam, two implementations chosen by the cluster
 //! ([`crate::Cluster::records`]): [`Local`], this relay's own store (sled, written through the
 //! committer, so a write is answered once it is durable), and on a NATS cluster one key-value
@@ -38,10 +39,12 @@ pub enum Kind {
     Deliveries,
     /// MCP tasks (waits that outlive a tool call), by task id.
     Tasks,
+    /// Path reservations, one record per project (every reservation of it).
+    Reservations,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Invites,
         Kind::Clients,
         Kind::Codes,
@@ -50,6 +53,7 @@ impl Kind {
         Kind::Webhooks,
         Kind::Deliveries,
         Kind::Tasks,
+        Kind::Reservations,
     ];
 
     /// The one-byte prefix of its keys in a relay's own store, and its bucket's suffix on a
@@ -64,6 +68,7 @@ impl Kind {
             Kind::Webhooks => (b'w', "WEBHOOKS"),
             Kind::Deliveries => (b'd', "WEBHOOK_DELIVERIES"),
             Kind::Tasks => (b'k', "MCP_TASKS"),
+            Kind::Reservations => (b'r', "RESERVATIONS"),
         }
     }
 }

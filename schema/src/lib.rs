@@ -6,6 +6,7 @@ pub mod codec;
 pub mod identity;
 pub mod message;
 pub mod oauth;
+pub mod reservation;
 pub mod state;
 pub mod task;
 pub mod time;

@@ -270,3 +270,59 @@ impl Render for SharedList {
             .join("\n")
     }
 }
+
+impl Render for crate::ops::reservations::ReservationsAnswer {
+    fn text(&self) -> String {
+        use crate::ops::reservations::{ReservationView, ReservationsAnswer as A};
+        let one = |r: &ReservationView| {
+            format!(
+                "{} holds {} ({}{}, until {}): {} [id {}]",
+                r.holder,
+                r.paths.join(", "),
+                if r.exclusive { "exclusive" } else { "shared" },
+                r.project.as_deref().map(|p| format!(" in {p}")).unwrap_or_default(),
+                r.expires_at,
+                if r.reason.is_empty() {
+                    "no reason given"
+                } else {
+                    &r.reason
+                },
+                r.id
+            )
+        };
+        match self {
+            A::Reserved(r) if r.granted => match &r.reservation {
+                Some(v) => format!(
+                    "Granted: {}. Release it when done: reserve(action=\"release\", id=\"{}\").",
+                    one(v),
+                    v.id
+                ),
+                None => "Granted.".into(),
+            },
+            A::Reserved(r) => {
+                let mut text = String::from("Refused: these stand in the way:");
+                for c in &r.conflicts {
+                    let _ = write!(
+                        text,
+                        "\n{} holds {} ({}, until {}): {}",
+                        c.holder,
+                        c.paths.join(", "),
+                        if c.exclusive { "exclusive" } else { "shared" },
+                        c.expires_at,
+                        if c.reason.is_empty() {
+                            "no reason given"
+                        } else {
+                            &c.reason
+                        }
+                    );
+                }
+                text.push_str("\nAsk the holder on a channel, work elsewhere, or try after they expire.");
+                text
+            }
+            A::Renewed(v) => format!("Renewed: {}.", one(v)),
+            A::Released(r) => format!("Released {}.", r.id),
+            A::Listed(l) if l.reservations.is_empty() => "Nobody holds any paths.".into(),
+            A::Listed(l) => l.reservations.iter().map(one).collect::<Vec<_>>().join("\n"),
+        }
+    }
+}

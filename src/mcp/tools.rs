@@ -306,6 +306,7 @@ static ROUTES: LazyLock<Vec<Route>> = LazyLock::new(|| {
         tool::<shared::GetData>(),
         tool::<shared::ListData>(),
         tool::<shared::DeleteData>(),
+        tool::<crate::ops::reservations::Reservations>(),
     ]
 });
 
@@ -450,13 +451,15 @@ mod tests {
             "share_data",
             "check_messages",
             "ask_human",
+            "reserve",
         ] {
             assert!(names.contains(&t.to_string()), "{t} missing");
         }
         // Every host puts this list in its model's context: a new tool must be worth its bytes.
-        // 21 tools since get_readers (#14); the cap was 12 KiB for 20.
+        // 22 tools since reserve (#33), one tool for four operations; the cap was 12 KiB for
+        // 20 and 13 KiB for 21.
         let size = serde_json::to_vec(&tools).unwrap().len();
-        assert!(size < 13 * 1024, "tools/list is {size} bytes");
+        assert!(size < 14 * 1024, "tools/list is {size} bytes");
         for t in &tools {
             assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", t.name);
             assert!(t.output_schema.is_some(), "{}", t.name);

@@ -90,6 +90,7 @@ async function start() {
   $("logout").hidden = !state.token;
   refreshOAuth().catch(report);
   refreshWebhooks().catch(report);
+  refreshReservations().catch(report);
   // A participant's token says who this is: the page posts as that identity, not as a name
   // typed in.
   try {
@@ -799,6 +800,24 @@ async function refreshOAuth() {
     list.append(li);
   }
 }
+
+// ---- path reservations: who holds which files (agents reserve them over MCP or REST)
+
+async function refreshReservations() {
+  const { reservations } = await api("/api/reservations");
+  const list = $("reservation-list");
+  list.replaceChildren();
+  if (!reservations.length) list.append(el("li", "meta", "nobody holds any paths"));
+  for (const r of reservations) {
+    const li = el("li", "", "");
+    li.append(el("strong", "", r.holder), ` ${r.paths.join(", ")} `);
+    const until = (r.expires_at || "").slice(11, 16);
+    const where = r.project ? ` in ${r.project}` : "";
+    li.append(el("span", "meta", `${r.exclusive ? "exclusive" : "shared"}${where}, until ${until} UTC${r.reason ? ` · ${r.reason}` : ""}`));
+    list.append(li);
+  }
+}
+setInterval(() => refreshReservations().catch(() => {}), 5000);
 
 // ---- webhooks (the relay's own token, or a relay without tokens)
 

@@ -305,6 +305,17 @@ await page.locator("#webhook-list button").first().click();
 await page.waitForFunction(() => document.querySelectorAll("#webhook-list li").length === 0, null, { timeout: 5_000 });
 ok("the console removes a webhook");
 
+// Who holds which files: an agent reserves over REST, the panel lists it.
+const held = await fetch(`${base}/api/reservations`, {
+  method: "POST",
+  headers: { "content-type": "application/json" },
+  body: JSON.stringify({ holder: "builder-3", paths: ["src/**"], reason: "router refactor", project: "demo" }),
+});
+check(held.ok, "an agent reserves src/**", held.status);
+await page.locator("#reservation-list li").getByText("builder-3").waitFor({ timeout: 10_000 });
+const heldText = await page.locator("#reservation-list li").first().textContent();
+check(/builder-3 src\/\*\* exclusive in demo, until .* · router refactor/.test(heldText), "the console lists who holds which paths", heldText);
+
 // Phone width and dark: every panel is reachable from the top bar.
 await page.setViewportSize({ width: 390, height: 844 });
 await page.screenshot({ path: join(shots, "phone.png") });

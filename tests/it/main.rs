@@ -26,6 +26,7 @@ mod mcp_transport;
 mod metrics;
 mod oauth;
 mod ordering;
+mod reservations;
 mod restart;
 mod security;
 mod sse;

@@ -267,6 +267,11 @@ impl Relay {
         }
     }
 
+    /// Whether `who` is online now; `None` for an identity never registered.
+    pub fn online(&self, who: &str) -> Option<bool> {
+        self.inner.identities.online(who)
+    }
+
     pub fn list_instances(&self) -> Vec<InstanceView> {
         self.inner.identities.list()
     }
