@@ -196,11 +196,18 @@ async fn tools_push_and_presence_over_stdio() {
         "listen_live",
         "stop_listening",
         "delivery_status",
+        "reserve",
     ] {
         assert!(names.iter().any(|n| n == t), "{t} missing from {names:?}");
     }
     let reg = tokio::task::block_in_place(|| b.call("register", json!({"instance_id": "stdio-agent"})));
     assert_ne!(reg["isError"], true, "{reg}");
+    // Path reservations through the bridge, as the registered identity.
+    let held = tokio::task::block_in_place(|| b.call("reserve", json!({"paths": ["src/**"], "project": "stdio"})));
+    assert_eq!(
+        held["structuredContent"]["reservation"]["holder"], "stdio-agent",
+        "{held}"
+    );
     assert_eq!(status_of(&c, &s, "stdio-agent").await, "online");
 
     // A message from someone else on the listened channel is pushed, with who and which id.
