@@ -64,7 +64,7 @@ async fn stateless_2026_clients_discover_and_call_tools_without_a_session() {
         .await
         .contains("limit"));
     let tools = m.ok("tools/list", Value::Null).await;
-    assert_eq!(tools["tools"].as_array().unwrap().len(), 21);
+    assert_eq!(tools["tools"].as_array().unwrap().len(), 22);
 }
 
 async fn status_with(s: &Server, host: Option<&str>, origin: Option<&str>) -> u16 {

@@ -376,3 +376,20 @@ async fn reservations_survive_a_restart() {
     let (_, b) = reserve(&c, &s2, json!({"holder": "bob", "paths": ["src/a.rs"], "project": "p"})).await;
     assert_eq!(b["granted"], false, "{b}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_lapses_at_its_time() {
+    let s = Server::start();
+    let c = client();
+    let (_, r) = reserve(&c, &s, json!({"holder": "alice", "paths": ["a/**"], "ttl_s": 1})).await;
+    assert_eq!(r["granted"], true);
+    let (_, b) = reserve(&c, &s, json!({"holder": "bob", "paths": ["a/x"]})).await;
+    assert_eq!(b["granted"], false);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert!(listed(&c, &s, "").await.is_empty(), "lapsed");
+    let (_, b) = reserve(&c, &s, json!({"holder": "bob", "paths": ["a/x"]})).await;
+    assert_eq!(b["granted"], true, "{b}");
+    let id = r["id"].as_str().unwrap();
+    let (status, _) = release(&c, &s, id, "alice").await;
+    assert_eq!(status, 404, "a lapsed reservation is gone");
+}
