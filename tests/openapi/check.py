@@ -384,6 +384,25 @@ def scenario(c):
     delete(KEY, path={"key": "spec"}, query={"owner": "alice"}, session=sa)
     delete(KEY, path={"key": "nothing"}, query={"owner": "alice"}, session=sa, expect=404)
 
+    # path reservations
+    RES, RENEW, ONE = "/api/reservations", "/api/reservations/{id}/renew", "/api/reservations/{id}"
+    _, held = post(RES, {"holder": "alice", "paths": ["src/**"], "reason": "refactor", "project": "demo"}, session=sa)
+    rid = held["id"]
+    post(RES, {"holder": "bob", "paths": ["src/main.rs"], "project": "demo"}, session=sb)  # refused: granted false
+    post(RES, {"holder": "alice", "paths": []}, session=sa, expect=400)
+    post(RES, {"holder": "alice", "paths": ["../x"]}, session=sa, expect=400)
+    post(RES, {"holder": "alice", "paths": "src/**"}, session=sa, **BAD)
+    post(RES, {"holder": "alice", "paths": ["x"]}, expect=403)  # alice is bound to another session
+    get(RES)
+    get(RES, query={"project": "demo", "holder": "alice"})
+    post(RENEW, {"holder": "alice", "ttl_s": 600}, path={"id": rid}, session=sa)
+    post(RENEW, {"holder": "bob"}, path={"id": rid}, session=sb, expect=403)
+    post(RENEW, {"holder": "alice", "ttl_s": 0}, path={"id": rid}, session=sa, expect=400)
+    post(RENEW, {"holder": "alice"}, path={"id": "none.nothing"}, session=sa, expect=404)
+    delete(ONE, path={"id": rid}, query={"holder": "bob"}, session=sb, expect=403)
+    delete(ONE, path={"id": rid}, query={"holder": "alice"}, session=sa)
+    delete(ONE, path={"id": rid}, query={"holder": "alice"}, session=sa, expect=404)
+
     # the SSE stream, and presence while carol streams
     get(STREAM)
     get(STREAM, query={"since_id": 0, "participant_id": "carol", "display_name": "Carol", "kind": "human",
