@@ -1644,6 +1644,29 @@ async fn an_mcp_task_is_the_clusters_and_outlives_its_node() {
         "{done}"
     );
 
+    // Cancelled on b, a task running on a ends its wait there too (a looks at the record).
+    let made = with_tasks(
+        &on_a,
+        "tools/call",
+        json!({"name": "wait_for_message", "arguments": {"channel": "tc", "timeout_s": 60}}),
+    )
+    .await;
+    let cancelled = made["result"]["taskId"].as_str().unwrap().to_owned();
+    let (_, health) = get_json(&c, &a.url("/healthz")).await;
+    assert_eq!(health["waits"], 1, "{health}");
+    with_tasks(&on_b, "tasks/cancel", json!({"taskId": cancelled})).await;
+    let deadline = Instant::now() + T;
+    loop {
+        let (_, health) = get_json(&c, &a.url("/healthz")).await;
+        if health["waits"] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a's wait outlived the cancel: {health}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let t = with_tasks(&on_a, "tasks/get", json!({"taskId": cancelled})).await;
+    assert_eq!(t["result"]["status"], "cancelled", "{t}");
+
     // A task whose node dies: once its time is up, the node a client asks finishes it.
     let made = with_tasks(
         &on_a,

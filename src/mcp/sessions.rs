@@ -79,8 +79,12 @@ enum TaskRequest {
     Get(String),
     Cancel(String),
     Result(String),
-    List,
+    /// From the cursor a previous page answered (an offset into the newest-first list).
+    List(usize),
 }
+
+/// Tasks one `tasks/list` page holds.
+const TASKS_PAGE: usize = 100;
 
 /// Which of rmcp's answers to reshape for 2025-11-25's tasks.
 #[derive(Clone, Copy)]
@@ -102,7 +106,14 @@ fn task_request(request: &ClientRequest) -> Option<TaskRequest> {
         ClientRequest::GetTaskRequest(r) => Some(TaskRequest::Get(r.params.task_id.clone())),
         ClientRequest::CancelTaskRequest(r) => Some(TaskRequest::Cancel(r.params.task_id.clone())),
         ClientRequest::CustomRequest(r) if r.method == "tasks/result" => Some(TaskRequest::Result(id_of(&r.params))),
-        ClientRequest::CustomRequest(r) if r.method == "tasks/list" => Some(TaskRequest::List),
+        ClientRequest::CustomRequest(r) if r.method == "tasks/list" => Some(TaskRequest::List(
+            r.params
+                .as_ref()
+                .and_then(|p| p.get("cursor"))
+                .and_then(Value::as_str)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0),
+        )),
         _ => None,
     }
 }
@@ -132,9 +143,14 @@ async fn serve_task_request(tasks: Arc<Tasks>, principal: Principal, request: Ta
             &tasks.cancel(&principal, &id).await.map_err(task_error)?,
         )),
         TaskRequest::Result(id) => tasks::v1::result(&tasks.finished(&principal, &id).await.map_err(task_error)?),
-        TaskRequest::List => {
+        TaskRequest::List(from) => {
             let all = tasks.list(&principal).await.map_err(task_error)?;
-            Ok(json!({ "tasks": all.iter().map(tasks::v1::task).collect::<Vec<_>>() }))
+            let page: Vec<Value> = all.iter().skip(from).take(TASKS_PAGE).map(tasks::v1::task).collect();
+            let mut answer = json!({ "tasks": page });
+            if from + TASKS_PAGE < all.len() {
+                answer["nextCursor"] = json!((from + TASKS_PAGE).to_string());
+            }
+            Ok(answer)
         }
     }
 }

@@ -54,6 +54,8 @@ pub const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 /// How often forgotten tasks are swept, and a listener looks at tasks other nodes run.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
 pub const LISTEN_RECHECK: Duration = Duration::from_secs(2);
+/// How often a runner looks at its task's record, for a cancel made on another node.
+pub const RECORD_RECHECK: Duration = Duration::from_secs(5);
 /// Tasks one `subscriptions/listen` stream may follow.
 pub const MAX_LISTENED: usize = 100;
 /// `_meta` key that names a result's task (2025-11-25).
@@ -235,7 +237,27 @@ impl Tasks {
         }
         let this = self.clone();
         tokio::spawn(async move {
+            // A cancel that reached another node changes only the record: looking at it now
+            // and then ends this wait too, and frees its slot.
+            let watching = tokio::spawn({
+                let (this, id, stop) = (this.clone(), record.id.clone(), stop.clone());
+                async move {
+                    loop {
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(RECORD_RECHECK) => {}
+                        }
+                        if let Ok(Some(r)) = this.store.get(&id).await {
+                            if r.record.state.is_final() {
+                                stop.cancel();
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
             let answer = this.run(&record, stop.clone()).await;
+            watching.abort();
             this.running.lock().remove(&record.id);
             let shutting_down = this.ctx.relay.shutdown_token().is_cancelled();
             if stop.is_cancelled() || shutting_down {

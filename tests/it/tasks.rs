@@ -424,3 +424,22 @@ async fn tasks_survive_a_restart_and_an_ask_is_not_asked_twice() {
         "{waited}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_task_list_comes_in_pages() {
+    let s = Server::start();
+    let m = Mcp::connect(&s).await;
+    for _ in 0..101 {
+        m.ok(
+            "tools/call",
+            json!({"name": "wait_for_message", "arguments": {"channel": "pages", "since_id": 0, "timeout_s": 0}, "task": {}}),
+        )
+        .await;
+    }
+    let first = m.ok("tasks/list", json!({})).await;
+    assert_eq!(first["tasks"].as_array().unwrap().len(), 100);
+    assert_eq!(first["nextCursor"], "100");
+    let rest = m.ok("tasks/list", json!({"cursor": "100"})).await;
+    assert_eq!(rest["tasks"].as_array().unwrap().len(), 1);
+    assert!(rest.get("nextCursor").is_none(), "{rest}");
+}
