@@ -6,7 +6,7 @@
 
 use crate::http::caller;
 use crate::http::routes::{mount, route, Endpoint, Face};
-use crate::ops::channels::{self, ChannelList, FoundChannels, Present};
+use crate::ops::channels::{self, ChannelList, FoundChannels, Present, SearchResults};
 use crate::ops::identity::{self, Instances};
 use crate::ops::messages::{self, MessageList, Messages, Page, Waited};
 use crate::ops::reservations;
@@ -101,7 +101,8 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
         op::<identity::Unread>(Method::GET, "/api/unread", S::OK),
         shaped::<identity::ListInstances, _>(Method::GET, "/api/instances", S::OK, |r: Instances| r.instances),
         shaped::<identity::Inbox, _>(Method::GET, "/api/inbox", S::OK, |r: MessageList| r.messages),
-        shaped::<channels::Search, _>(Method::GET, "/api/search", S::OK, |r: MessageList| r.messages),
+        shaped::<channels::Search, _>(Method::GET, "/api/search", S::OK, |r: SearchResults| r.messages),
+        op::<channels::Search>(Method::GET, "/api/search/hits", S::OK),
         shaped::<shared::ListData, _>(Method::GET, "/api/data", S::OK, |r: SharedList| r.entries),
         op::<shared::Share>(Method::POST, "/api/data", S::CREATED),
         op::<shared::GetData>(Method::GET, "/api/data/{key}", S::OK),

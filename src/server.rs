@@ -186,8 +186,13 @@ pub fn relay_config(config: &Config) -> RelayConfig {
         max_answer_bytes: config.max_answer_bytes,
         idle_after: config.idle_after,
         cluster: Arc::new(Embedded),
+        search_dir: Some(config.data_dir.join(SEARCH_INDEX_DIR)),
     }
 }
+
+/// The search index's directory inside the data directory: a cache of the log, rebuilt from
+/// it when missing or damaged.
+pub const SEARCH_INDEX_DIR: &str = "search-index";
 
 /// Opens the store in the configured directory (and, on a cluster, connects to its shared
 /// log) and starts the relay on it, reporting any damage it repaired.

@@ -25,7 +25,7 @@ use crate::ids::IdAllocator;
 use crate::presence::{Heartbeat, Leave, ListPresence, Participant, PresenceEvent, PresenceSupervisor, WatchPresence};
 use crate::records::RecordStore;
 use crate::registry::{ChannelsConfig, OpenChannel, Registry};
-use crate::search::{Backlog, CaughtUp, Indexer};
+use crate::search::{Backlog, CaughtUp, Indexer, SearchIndex};
 use crate::shared::{self, SharedDataStore, SharedStore};
 use crate::store::{EventStore, RepairReport};
 use crate::view::{ChannelView, Posted};
@@ -76,6 +76,8 @@ pub struct RelayConfig {
     /// cluster (`--store nats://…`) whose log channels' writes go through, folded into this
     /// node's own store.
     pub cluster: Arc<dyn Cluster>,
+    /// Where the search index lives (`None`: in memory, built from the log at each start).
+    pub search_dir: Option<std::path::PathBuf>,
 }
 
 /// Default of `--idle-after`.
@@ -102,6 +104,7 @@ impl Default for RelayConfig {
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             idle_after: Some(DEFAULT_IDLE_AFTER),
             cluster: Arc::new(Embedded),
+            search_dir: None,
         }
     }
 }
@@ -115,6 +118,8 @@ struct Inner {
     registry: Addr<Registry>,
     presence: Addr<PresenceSupervisor>,
     indexer: Addr<Indexer>,
+    /// The search index, which the indexer writes and searches read.
+    search_index: SearchIndex,
     /// Where shared data is kept (this relay's store, or the cluster's).
     shared: Arc<dyn SharedDataStore>,
     /// Where small records (OAuth, webhooks) are kept (this relay's store, or the cluster's).
@@ -200,10 +205,13 @@ impl Relay {
         // channel actors (which share the system arbiter).
         let views_dir = directory.clone();
         let index_store = store.clone();
+        let search_index = SearchIndex::open(config.search_dir.as_deref())?;
+        let writer_side = search_index.clone();
         let indexer = Indexer::start_in_arbiter(&Arbiter::new().handle(), move |_| {
             Indexer::new(
                 index_store,
                 Arc::new(move || views_dir.read().values().map(|h| h.view.clone()).collect()),
+                writer_side,
                 unindexed,
                 index_caught_up,
             )
@@ -214,6 +222,7 @@ impl Relay {
                 registry,
                 presence,
                 indexer,
+                search_index,
                 shared,
                 records,
                 directory,

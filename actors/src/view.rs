@@ -501,6 +501,11 @@ impl ChannelView {
         self.watermark.send_replace(p.meta.last_id);
     }
 
+    /// Every id at or below this was removed by retention.
+    pub fn compacted_upto(&self) -> u64 {
+        self.state.read().compacted_upto
+    }
+
     /// Records that retention removed everything up to `upto`.
     pub(crate) fn compacted(&self, upto: u64, meta: ChannelMeta) {
         let mut state = self.state.write();

@@ -333,6 +333,51 @@ const ROWS: &[Row] = &[
         min_advantage: None,
         target_text: "",
     },
+    Row {
+        key: "search_p50_ms",
+        label: "14. search, 1,000,000 messages: query p50",
+        unit: "ms",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "",
+    },
+    Row {
+        key: "search_p95_ms",
+        label: "14. … query p95 (six kinds)",
+        unit: "ms",
+        higher_is_better: false,
+        goal: Some(Goal::AtMost(5.0)),
+        min_advantage: None,
+        target_text: "≤ 5 ms",
+    },
+    Row {
+        key: "search_index_per_s",
+        label: "14. … indexing",
+        unit: "/s",
+        higher_is_better: true,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
+    Row {
+        key: "search_index_mib",
+        label: "14. … index on disk",
+        unit: "MiB",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
+    Row {
+        key: "search_rss_mib",
+        label: "14. … relay RSS after the queries",
+        unit: "MiB",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
 ];
 
 /// A figure for humans: thousands separated, sensible decimals.
@@ -652,6 +697,8 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
             r = p.wake_rounds, f = p.fanout_rounds),
         format!("13. Two relay nodes on NATS JetStream: three nats-server 2.15 on this machine as one cluster (`scripts/nats-cluster`: `sync_interval: always`, every write on disk before it is acknowledged), two relays with `--store nats://… --nats-replicas 3`, each with its own data directory. A long-poll waiter and an SSE subscriber on node B; a post on node A; time from just before the POST is sent until each has the message, up to {r} rounds. Then durable POST as (1), half the connections to each node, on one channel. crosstalk only.",
             r = p.wake_rounds),
+        format!("14. Search: a server of its own, filled over HTTP (`--durability relaxed`, 64 connections) with {n} messages of 100 bytes on 16 channels, words drawn from a 5,000-word vocabulary with Zipf-like frequencies; the first search waits for the index to hold them all (indexing rate = messages ÷ that time); then six kinds of query (a common word, a rare word, a prefix, a phrase, a word with a transposed letter, two words), 200 times each one after another over one connection, `limit=20`: p50 and p95 of all (each kind's in `results.json`); the index's size on disk after a clean stop; the relay's RSS after the queries. crosstalk only.",
+            n = p.search_messages),
     ] {
         let _ = writeln!(s, "{line}");
     }

@@ -8,6 +8,7 @@ pub mod fanout;
 pub mod mcp;
 pub mod post;
 pub mod scale;
+pub mod search;
 pub mod startup;
 pub mod stdio;
 pub mod wake;
@@ -60,6 +61,8 @@ pub struct Plan {
     /// Channels of the `waiters` workload, and waiters parked on each.
     pub waiter_channels: usize,
     pub waiters_per_channel: usize,
+    /// Messages of the `search` workload's store.
+    pub search_messages: u64,
 }
 
 impl Plan {
@@ -84,6 +87,7 @@ impl Plan {
             scale_budget: Duration::from_secs(300),
             waiter_channels: 1000,
             waiters_per_channel: 10,
+            search_messages: 1_000_000,
         }
     }
 
@@ -109,6 +113,7 @@ impl Plan {
             scale_budget: Duration::from_secs(60),
             waiter_channels: 20,
             waiters_per_channel: 10,
+            search_messages: 2_000,
         }
     }
 

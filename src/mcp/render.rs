@@ -326,3 +326,20 @@ impl Render for crate::ops::reservations::ReservationsAnswer {
         }
     }
 }
+
+impl Render for crate::ops::channels::SearchResults {
+    fn text(&self) -> String {
+        if self.hits.is_empty() {
+            return "Nothing found. Fewer or shorter words find more; a word also matches as a prefix.".into();
+        }
+        let mut text = format!("{} found, best first:", self.hits.len());
+        for (h, p) in self.hits.iter().zip(&self.messages) {
+            let _ = write!(
+                text,
+                "\n#{} {} in {} [{}]: {}",
+                h.id, p.message.sender, h.channel, p.message.kind, h.snippet
+            );
+        }
+        text
+    }
+}

@@ -1,7 +1,7 @@
 //! Channels: list, create, find, who is on one, one at a glance, and message search across
 //! them.
 
-use super::messages::{MessageList, Messages};
+use super::messages::Messages;
 use super::{Caller, Ctx, Limit, OpError, Operation};
 use crosstalk_actors::search::Query;
 use crosstalk_actors::{ChannelInfo, Participant};
@@ -179,38 +179,90 @@ impl Operation for GlanceAt {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SearchRequest {
-    /// Words that must all appear (case-insensitive).
+    /// Words (a prefix matches), "a phrase", a OR b, -excluded.
     #[serde(alias = "q")]
     pub query: String,
     pub channel: Option<ChannelName>,
     pub sender: Option<String>,
     #[serde(rename = "type")]
     pub kind: Option<String>,
+    /// Posted at or after (RFC 3339).
+    #[serde(default)]
+    pub since: Option<String>,
+    /// Posted before (RFC 3339).
+    #[serde(default)]
+    pub until: Option<String>,
     /// Default 20.
     pub limit: Option<Limit>,
+}
+
+/// Search results: the messages, best first, and for each its score and marked passage.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SearchResults {
+    pub messages: Messages,
+    pub hits: Vec<SearchHit>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SearchHit {
+    pub id: u64,
+    pub channel: String,
+    /// BM25; higher is better.
+    pub score: f32,
+    /// The best passage, the matched words in **bold**.
+    pub snippet: String,
+}
+
+/// An RFC 3339 time as microseconds since the epoch.
+fn micros(field: &'static str, t: Option<&str>) -> Result<Option<i64>, OpError> {
+    let Some(t) = t.map(str::trim).filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    humantime::parse_rfc3339_weak(t)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| Some(d.as_micros() as i64))
+        .ok_or_else(|| {
+            OpError::invalid(format!(
+                "{field} must be an RFC 3339 time, such as 2026-12-01T09:00:00Z"
+            ))
+        })
 }
 
 pub struct Search;
 
 impl Operation for Search {
     const NAME: &'static str = "search_messages";
-    const DESCRIPTION: &'static str = "Messages containing every word of query, newest first; filter by channel, \
-        sender, type.";
+    const DESCRIPTION: &'static str = "Full-text search, best matches first: words (prefixes match), \"phrases\", OR, \
+        -word; filter by channel, sender, type, since, until.";
     const READ_ONLY: bool = true;
     type Request = SearchRequest;
-    type Response = MessageList;
+    type Response = SearchResults;
 
-    async fn run(cx: &Ctx, _: Caller, r: SearchRequest) -> Result<MessageList, OpError> {
-        let messages = cx
+    async fn run(cx: &Ctx, _: Caller, r: SearchRequest) -> Result<SearchResults, OpError> {
+        let hits = cx
             .relay
             .search(Query {
                 text: r.query,
                 channel: r.channel,
                 sender: r.sender,
                 kind: r.kind,
+                since: micros("since", r.since.as_deref())?,
+                until: micros("until", r.until.as_deref())?,
                 limit: Limit::or(r.limit, DEFAULT_SEARCH_LIMIT),
             })
             .await?;
-        Ok(MessageList { messages })
+        Ok(SearchResults {
+            hits: hits
+                .iter()
+                .map(|h| SearchHit {
+                    id: h.message.id(),
+                    channel: h.message.message.channel.clone(),
+                    score: h.score,
+                    snippet: h.snippet.clone(),
+                })
+                .collect(),
+            messages: hits.into_iter().map(|h| h.message).collect(),
+        })
     }
 }

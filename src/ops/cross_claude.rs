@@ -866,6 +866,8 @@ impl Operation for SearchMessages {
                 channel: None,
                 sender: None,
                 kind: None,
+                since: None,
+                until: None,
                 limit: Some(Limit::new(Limit::or(r.limit, 10))?),
             },
         )

@@ -928,16 +928,18 @@ $("search-form").addEventListener("submit", async (ev) => {
   const q = $("search").value.trim();
   if (!q) return;
   try {
-    const found = await api(`/api/search?q=${enc(q)}&limit=50`);
+    // Best matches first, each with its passage and the matched words in bold.
+    const { messages: found, hits } = await api(`/api/search/hits?q=${enc(q)}&limit=50`);
     const ol = el("ol");
-    for (const m of found) {
+    found.forEach((m, i) => {
       const li = render(m);
+      li.querySelector(".body")?.replaceWith(markdown(hits[i]?.snippet || m.body));
       const open = el("button", "link", `open #${m.channel}`);
       open.type = "button";
       open.addEventListener("click", () => openChannel(m.channel));
       li.querySelector(".actions").replaceChildren(open);
       ol.append(li);
-    }
+    });
     detail(`Search: ${q} (${found.length})`, [ol]);
   } catch (e) {
     report(e);

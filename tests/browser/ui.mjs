@@ -329,10 +329,12 @@ await list.locator(`li[data-id="${instr.id}"]`).getByRole("button", { name: "rea
 await page.locator("#detail-body").getByText("Read by").waitFor({ state: "visible", timeout: 5_000 });
 ok("on a phone read-by opens the panel");
 await page.click("#side-close");
-await page.fill("#search", "migration");
+await page.fill("#search", "migrat");
 await page.press("#search", "Enter");
 await page.locator("#detail").waitFor({ state: "visible", timeout: 5_000 });
 ok("on a phone search results open the panel");
+const marked = await page.locator("#detail-body strong").first().textContent();
+check(marked === "migration", "a search for a prefix shows the passage with the match in bold", marked);
 await page.click("#side-close");
 await page.setViewportSize({ width: 1280, height: 800 });
 await page.emulateMedia({ colorScheme: "dark" });

@@ -28,6 +28,7 @@ mod oauth;
 mod ordering;
 mod reservations;
 mod restart;
+mod search;
 mod security;
 mod sse;
 mod stdio;

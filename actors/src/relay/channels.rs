@@ -202,9 +202,9 @@ impl Relay {
         view.replies(id, limit)
     }
 
-    /// Case-insensitive search across channels, newest first, served from the index.
+    /// Full-text search across channels, best matches first, served from the index.
     /// Channels that are not open are read from the store (they are not opened).
-    pub async fn search(&self, query: Query) -> Result<Vec<Arc<Posted>>, RelayError> {
+    pub async fn search(&self, query: Query) -> Result<Vec<search::Hit>, RelayError> {
         // The index lags under load (it runs at the lowest priority): bring it up to date.
         self.inner
             .indexer
@@ -226,6 +226,6 @@ impl Relay {
                     .clone()
             })
         };
-        search::search(self.inner.store.as_ref(), &view_of, &query)
+        search::search(&self.inner.search_index, &view_of, &query)
     }
 }
