@@ -296,7 +296,13 @@ impl Indexer {
     /// commits when `now` or a while has passed; returns whether anything moved.
     fn index_pass(&mut self, now: bool) -> bool {
         if self.writer.is_none() {
-            return false;
+            // It could not be opened (or reopened after a failed commit): try again.
+            self.writer = self.index.index.writer_with_num_threads(1, WRITER_HEAP).ok();
+            if self.writer.is_none() {
+                return false;
+            }
+            self.progress = self.index.progress();
+            self.surveyed = false;
         }
         let f = self.index.fields;
         let mut advanced = false;
@@ -388,9 +394,19 @@ impl Indexer {
                 }
             }
             Err(e) => {
-                // What was added stays in the writer; the next commit tries again. The payload
-                // on disk is the last committed one, so a crash re-adds from there.
-                crate::throttled!(error, error = %e, "committing the search index failed; will retry");
+                // A full disk, say. The writer may not be usable after a failed commit: start a
+                // new one from what the index last committed, and add the rest again.
+                crate::throttled!(error, error = %e, "committing the search index failed; will retry from its last commit");
+                self.writer = None;
+                self.writer = self
+                    .index
+                    .index
+                    .writer_with_num_threads(1, WRITER_HEAP)
+                    .inspect_err(|e| crate::throttled!(error, error = %e, "reopening the search index writer failed"))
+                    .ok();
+                self.progress = self.index.progress();
+                self.dirty = false;
+                self.surveyed = false;
             }
         }
     }
