@@ -102,7 +102,15 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
         shaped::<identity::ListInstances, _>(Method::GET, "/api/instances", S::OK, |r: Instances| r.instances),
         shaped::<identity::Inbox, _>(Method::GET, "/api/inbox", S::OK, |r: MessageList| r.messages),
         shaped::<channels::Search, _>(Method::GET, "/api/search", S::OK, |r: SearchResults| r.messages),
-        op::<channels::Search>(Method::GET, "/api/search/hits", S::OK),
+        // The same operation answered whole (with each hit's score and snippet).
+        route::<channels::Search, SearchResults>(
+            REST,
+            Some("search_hits"),
+            Method::GET,
+            "/api/search/hits",
+            S::OK,
+            |r| r,
+        ),
         shaped::<shared::ListData, _>(Method::GET, "/api/data", S::OK, |r: SharedList| r.entries),
         op::<shared::Share>(Method::POST, "/api/data", S::CREATED),
         op::<shared::GetData>(Method::GET, "/api/data/{key}", S::OK),

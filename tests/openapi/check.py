@@ -365,6 +365,9 @@ def scenario(c):
     get("/api/search", **BAD)
     get("/api/search", query={"query": "x", "channel": "bad!"}, expect=400)
     get("/api/search", query={"query": "x", "limit": "many"}, **BAD)
+    get("/api/search/hits", query={"query": "hel", "since": "2020-01-01T00:00:00Z", "until": "2999-01-01T00:00:00Z"})
+    get("/api/search/hits", query={"query": "hello", "since": "yesterday"}, expect=400)
+    get("/api/search/hits", query={"query": "-hello"}, expect=400)
 
     # shared data
     DATA, KEY = "/api/data", "/api/data/{key}"
