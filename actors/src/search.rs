@@ -18,7 +18,7 @@ use crate::store::{EventStore, Space};
 use crate::view::{ChannelView, Posted, Scan};
 use crate::ShrinkAfterBurst;
 use actix::prelude::*;
-use crosstalk_schema::{ChannelName, InvalidInput};
+use crosstalk_schema::{ChannelName, InvalidInput, Timestamp};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -356,7 +356,7 @@ impl Indexer {
                     f.sender => m.sender.to_lowercase(),
                     f.kind => m.kind.to_lowercase(),
                     f.body => m.body.as_str(),
-                    f.created => created_us(&m.created_at),
+                    f.created => Timestamp::parse_rfc3339(&m.created_at).map_or(0, |t| t.0),
                 ));
                 if let Err(e) = added {
                     crate::throttled!(error, error = %e, "adding a message to the search index failed");
@@ -692,14 +692,6 @@ pub fn search(
         });
     }
     Ok(out)
-}
-
-/// A message's time (RFC 3339 on the wire) as microseconds since the epoch; 0 if unreadable.
-fn created_us(rfc3339: &str) -> i64 {
-    humantime::parse_rfc3339_weak(rfc3339)
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_micros() as i64)
 }
 
 /// Whether a body's word matches a searched word as the index does: the same, starting with

@@ -5,7 +5,7 @@ use super::messages::Messages;
 use super::{Caller, Ctx, Limit, OpError, Operation};
 use crosstalk_actors::search::Query;
 use crosstalk_actors::{ChannelInfo, Participant};
-use crosstalk_schema::{ChannelName, ChannelSummary};
+use crosstalk_schema::{ChannelName, ChannelSummary, Timestamp};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -215,18 +215,14 @@ pub struct SearchHit {
 
 /// An RFC 3339 time as microseconds since the epoch.
 fn micros(field: &'static str, t: Option<&str>) -> Result<Option<i64>, OpError> {
-    let Some(t) = t.map(str::trim).filter(|t| !t.is_empty()) else {
-        return Ok(None);
-    };
-    humantime::parse_rfc3339_weak(t)
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| Some(d.as_micros() as i64))
-        .ok_or_else(|| {
+    match t.map(str::trim).filter(|t| !t.is_empty()) {
+        None => Ok(None),
+        Some(t) => Timestamp::parse_rfc3339(t).map(|t| Some(t.0)).ok_or_else(|| {
             OpError::invalid(format!(
                 "{field} must be an RFC 3339 time, such as 2026-12-01T09:00:00Z"
             ))
-        })
+        }),
+    }
 }
 
 pub struct Search;

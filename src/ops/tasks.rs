@@ -24,7 +24,7 @@ pub const MAX_TASKS_PER_PRINCIPAL: usize = 1_000;
 
 /// Milliseconds since the epoch.
 pub fn now_ms() -> i64 {
-    Timestamp::now().0 / 1_000
+    Timestamp::now().millis()
 }
 
 fn decode(bytes: &[u8]) -> Result<TaskRecord, RelayError> {
