@@ -35,11 +35,11 @@ pub const DEFAULT_CHANNEL: &str = "reservations";
 pub const RESERVATION: &str = "RESERVATION";
 
 fn now_ms() -> i64 {
-    Timestamp::now().0 / 1_000
+    Timestamp::now().millis()
 }
 
 fn rfc3339(ms: i64) -> String {
-    Timestamp(ms.saturating_mul(1_000)).to_rfc3339()
+    Timestamp::from_millis(ms).to_rfc3339()
 }
 
 /// The record a project's reservations live in: a digest of its name, valid as a key on
@@ -448,6 +448,22 @@ impl Operation for ListReservations {
 
 // ---- renew, release
 
+/// Where reservation `id` is among `items`, if `holder` holds it: only the holder may renew or
+/// release one.
+fn held(items: &[Reservation], id: &str, holder: &str) -> Result<usize, OpError> {
+    let at = items
+        .iter()
+        .position(|x| x.id == id)
+        .ok_or_else(|| OpError::not_found(format!("no reservation {id:?} (it may have lapsed)")))?;
+    if items[at].holder != holder {
+        return Err(OpError::forbidden(format!(
+            "reservation {id:?} is {:?}'s",
+            items[at].holder
+        )));
+    }
+    Ok(at)
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct RenewRequest {
     pub id: String,
@@ -475,16 +491,8 @@ impl Operation for RenewReservation {
         let key = record_of(&r.id)?.to_owned();
         let renewed = Store::new(cx)
             .update(cx, &key, |items, now| {
-                let found = items
-                    .iter_mut()
-                    .find(|x| x.id == r.id)
-                    .ok_or_else(|| OpError::not_found(format!("no reservation {:?} (it may have lapsed)", r.id)))?;
-                if found.holder != holder {
-                    return Err(OpError::forbidden(format!(
-                        "reservation {:?} is {:?}'s",
-                        r.id, found.holder
-                    )));
-                }
+                let at = held(items, &r.id, &holder)?;
+                let found = &mut items[at];
                 found.expires_ms = now + ttl;
                 Ok((found.clone(), true))
             })
@@ -524,16 +532,7 @@ impl Operation for ReleaseReservation {
         let key = record_of(&r.id)?.to_owned();
         let gone = Store::new(cx)
             .update(cx, &key, |items, _| {
-                let at = items
-                    .iter()
-                    .position(|x| x.id == r.id)
-                    .ok_or_else(|| OpError::not_found(format!("no reservation {:?} (it may have lapsed)", r.id)))?;
-                if items[at].holder != holder {
-                    return Err(OpError::forbidden(format!(
-                        "reservation {:?} is {:?}'s",
-                        r.id, items[at].holder
-                    )));
-                }
+                let at = held(items, &r.id, &holder)?;
                 Ok((items.remove(at), true))
             })
             .await?;
