@@ -70,6 +70,16 @@ impl Face {
             Face::CrossClaude => "cc-mcp",
         }
     }
+
+    /// The face whose [`Face::label`] this is (what a stored task names); crosstalk's for any
+    /// other.
+    pub fn from_label(label: &str) -> Face {
+        if label == Face::CrossClaude.label() {
+            Face::CrossClaude
+        } else {
+            Face::Crosstalk
+        }
+    }
 }
 
 /// The transport, built once and cloned into every worker: sessions live in its session

@@ -289,10 +289,7 @@ impl Tasks {
 
     /// Runs a task's wait with its pinned arguments and what is left of its time.
     async fn run(&self, record: &TaskRecord, stop: CancellationToken) -> Result<CallToolResult, OpError> {
-        let face = match record.face.as_str() {
-            "cc-mcp" => Face::CrossClaude,
-            _ => Face::Crosstalk,
-        };
+        let face = Face::from_label(&record.face);
         let mut args: JsonObject = serde_json::from_str(&record.run)
             .map_err(|e| OpError::new(ErrorKind::Storage, format!("the task's arguments are damaged: {e}")))?;
         let left = Duration::from_millis((record.deadline_ms - now_ms()).max(0) as u64);
@@ -472,7 +469,7 @@ impl Tasks {
 }
 
 fn rfc3339(ms: i64) -> String {
-    Timestamp(ms.saturating_mul(1_000)).to_rfc3339()
+    Timestamp::from_millis(ms).to_rfc3339()
 }
 
 /// An error as JSON-RPC's `error` object, for a failed task.
