@@ -7,14 +7,13 @@
 //! another, with p50 and p95 of each and of all; the index's size on disk; the relay's RSS
 //! after the queries. crosstalk only.
 
+use super::startup::fill_over_http;
 use super::{Done, Plan, Record};
-use crate::client::{first_id, get_once, Conn};
+use crate::client::{get_once, Conn};
 use crate::target::{disk_usage, Kind, Launcher};
 use anyhow::{bail, Context as _};
 use bytes::Bytes;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CHANNELS: u64 = 16;
@@ -22,7 +21,6 @@ const FILL_CONNECTIONS: usize = 64;
 const VOCABULARY: usize = 5_000;
 /// Timed runs of each query.
 const QUERIES: usize = 200;
-const FILL_BUDGET: Duration = Duration::from_secs(900);
 
 /// The `rank`-th word of the vocabulary: pronounceable, distinct, 5–9 letters.
 fn word(rank: usize) -> String {
@@ -68,43 +66,6 @@ fn body(rng: &mut Rng) -> String {
     s
 }
 
-async fn fill(addr: std::net::SocketAddr, n: u64) -> anyhow::Result<f64> {
-    let next = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let deadline = started + FILL_BUDGET;
-    let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..FILL_CONNECTIONS {
-        let next = next.clone();
-        tasks.spawn(async move {
-            let mut conn = Conn::connect(addr).await?;
-            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (c as u64 + 1));
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    return anyhow::Ok(());
-                }
-                if Instant::now() > deadline {
-                    bail!("filling took longer than {FILL_BUDGET:?}");
-                }
-                let json = format!(r#"{{"sender":"bench-{:02}","body":"{}"}}"#, c % 16, body(&mut rng));
-                let r = conn
-                    .post_json(
-                        &format!("/api/channels/bench-search-{}/messages", i % CHANNELS),
-                        Bytes::from(json),
-                    )
-                    .await?;
-                if !r.status.is_success() || first_id(&r.body).is_none() {
-                    bail!("fill post answered {}", r.status);
-                }
-            }
-        });
-    }
-    while let Some(j) = tasks.join_next().await {
-        j??;
-    }
-    Ok(n as f64 / started.elapsed().as_secs_f64())
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -118,7 +79,18 @@ pub async fn search(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Reco
     }
     let n = plan.search_messages;
     let (server, _) = launcher.start(dir, &["--durability", "relaxed"], "search").await?;
-    let rate = fill(server.addr, n).await.context("filling the store")?;
+    let rate = fill_over_http(server.addr, n, FILL_CONNECTIONS, |c| {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (c as u64 + 1));
+        move |i| {
+            let json = format!(r#"{{"sender":"bench-{:02}","body":"{}"}}"#, c % 16, body(&mut rng));
+            (
+                format!("/api/channels/bench-search-{}/messages", i % CHANNELS),
+                Bytes::from(json),
+            )
+        }
+    })
+    .await
+    .context("filling the store")?;
     rec.set("search_fill_per_s", rate);
     // The first search waits for the index to hold everything posted.
     let started = Instant::now();

@@ -31,17 +31,27 @@ fn channel(i: u64) -> String {
     format!("bench-start-{}", i % CHANNELS)
 }
 
-/// Fills a running crosstalk with `n` posts over HTTP; returns posts per second.
-async fn fill_over_http(addr: std::net::SocketAddr, n: u64) -> anyhow::Result<f64> {
+/// Fills a running crosstalk with `n` posts over HTTP from `connections` connections;
+/// returns posts per second. `post(c)` makes connection `c`'s posts: for the `i`-th post of
+/// the run, its path and JSON body.
+pub async fn fill_over_http<F>(
+    addr: std::net::SocketAddr,
+    n: u64,
+    connections: usize,
+    post: impl Fn(usize) -> F,
+) -> anyhow::Result<f64>
+where
+    F: FnMut(u64) -> (String, bytes::Bytes) + Send + 'static,
+{
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + FILL_BUDGET;
     let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..FILL_CONNECTIONS {
+    for c in 0..connections {
         let next = next.clone();
+        let mut make = post(c);
         tasks.spawn(async move {
             let mut conn = Conn::connect(addr).await?;
-            let body = message_json(c);
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= n {
@@ -50,9 +60,8 @@ async fn fill_over_http(addr: std::net::SocketAddr, n: u64) -> anyhow::Result<f6
                 if Instant::now() > deadline {
                     bail!("filling took longer than {FILL_BUDGET:?}");
                 }
-                let r = conn
-                    .post_json(&format!("/api/channels/{}/messages", channel(i)), body.clone())
-                    .await?;
+                let (path, body) = make(i);
+                let r = conn.post_json(&path, body).await?;
                 if !r.status.is_success() || first_id(&r.body).is_none() {
                     bail!("fill post answered {}", r.status);
                 }
@@ -132,7 +141,11 @@ pub async fn startup_and_disk(
     let fill_rate = match launcher.kind {
         Kind::Crosstalk => {
             let (server, _) = launcher.start(dir, &["--durability", "relaxed"], "fill").await?;
-            let rate = fill_over_http(server.addr, n).await?;
+            let rate = fill_over_http(server.addr, n, FILL_CONNECTIONS, |c| {
+                let body = message_json(c);
+                move |i| (format!("/api/channels/{}/messages", channel(i)), body.clone())
+            })
+            .await?;
             server.stop().await?;
             rec.note(format!(
                 "store filled over HTTP (relaxed durability) at {rate:.0} posts/s"
