@@ -393,3 +393,28 @@ async fn a_reservation_lapses_at_its_time() {
     let (status, _) = release(&c, &s, id, "alice").await;
     assert_eq!(status, 404, "a lapsed reservation is gone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_and_a_reservation_are_bounded() {
+    let s = Server::start();
+    let c = client();
+    // At most 64 patterns in one reservation.
+    let many: Vec<String> = (0..65).map(|i| format!("f{i}.rs")).collect();
+    let (status, e) = reserve(&c, &s, json!({"holder": "alice", "paths": many})).await;
+    assert_eq!(status, 400, "{e}");
+    // At most 100 live reservations per holder in a project; others may still reserve.
+    for i in 0..100 {
+        let (status, r) = reserve(
+            &c,
+            &s,
+            json!({"holder": "alice", "paths": [format!("f{i}.rs")], "project": "p"}),
+        )
+        .await;
+        assert_eq!((status, r["granted"].as_bool()), (200, Some(true)), "{r}");
+    }
+    let (status, e) = reserve(&c, &s, json!({"holder": "alice", "paths": ["g.rs"], "project": "p"})).await;
+    assert_eq!(status, 429, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("100"), "{e}");
+    let (_, r) = reserve(&c, &s, json!({"holder": "bob", "paths": ["g.rs"], "project": "p"})).await;
+    assert_eq!(r["granted"], true, "{r}");
+}

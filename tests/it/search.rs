@@ -93,6 +93,11 @@ async fn search_finds_what_people_type() {
     let (status, e) = get_json(&c, &s.url("/api/search/hits?q=token&since=yesterday")).await;
     assert_eq!(status, 400, "{e}");
     assert!(e["error"].as_str().unwrap().contains("since"), "{e}");
+    // More than 32 words and phrases: a clear 400.
+    let long: Vec<String> = (0..33).map(|i| format!("w{i}")).collect();
+    let (status, e) = get_json(&c, &s.url(&format!("/api/search?q={}", long.join("+")))).await;
+    assert_eq!(status, 400, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("32"), "{e}");
     // Only excluded words, or no word at all: a clear 400.
     for q in ["-token", "!!", "\"\""] {
         let (status, e) = get_json(&c, &s.url(&format!("/api/search?q={}", urlencoding(q)))).await;

@@ -288,6 +288,24 @@ async fn a_modern_client_gets_tasks_and_hears_of_them_on_listen() {
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(ack["params"]["notifications"]["taskIds"], json!([id]), "{ack}");
 
+    // A listen follows at most 100 tasks: the acknowledgement names the ones it accepted.
+    let many: Vec<String> = (0..101).map(|i| format!("t{i}")).collect();
+    let mut body = m.request_body(
+        m.next_id(),
+        "subscriptions/listen",
+        json!({"notifications": {"taskIds": many}}),
+    );
+    body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let mut capped = SseReader::from_response(m.post_raw(&body).send().await.unwrap());
+    let ack = next_notification(&mut capped, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"].as_array().unwrap().len(),
+        100,
+        "{ack}"
+    );
+    drop(capped);
+
     tokio::time::sleep(Duration::from_millis(1500)).await;
     post(&client(), &s, "m", msg("bob", "for the task")).await;
     let told = next_notification(&mut stream, Duration::from_secs(10))
