@@ -155,3 +155,58 @@ async fn a_message_retention_removed_is_never_found() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equal_scores_come_newest_first_and_a_word_as_typed_is_not_a_typo() {
+    let s = Server::start();
+    let c = client();
+    // The same words on two channels, searched between posts so the index holds them in
+    // several segments: of twelve equal hits, the three newest, newest first.
+    let mut posted = Vec::new();
+    for i in 0..12 {
+        let channel = if i % 2 == 0 { "ops" } else { "dev" };
+        let m = post(&c, &s, channel, msg("bot", "status green")).await;
+        posted.push((channel.to_owned(), m["id"].as_u64().unwrap()));
+        if i % 4 == 3 {
+            hits(&c, &s, &[("q", "green")]).await;
+        }
+    }
+    let top = hits(&c, &s, &[("q", "green"), ("limit", "3")]).await;
+    let got: Vec<(String, u64)> = top["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["channel"].as_str().unwrap().to_owned(), m["id"].as_u64().unwrap()))
+        .collect();
+    let newest: Vec<(String, u64)> = posted.iter().rev().take(3).cloned().collect();
+    assert_eq!(got, newest, "{top}");
+
+    // "guild" is a word of its own, not a typo of "build": neither is far more common.
+    let build = post(&c, &s, "ci", msg("bot", "the build is red")).await["id"]
+        .as_u64()
+        .unwrap();
+    let guild = post(&c, &s, "ci", msg("bot", "guild meeting at noon")).await["id"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(found_ids(&hits(&c, &s, &[("q", "guild")]).await), [guild]);
+    // A word no message has is taken for a typo of one that some have.
+    let typo = hits(&c, &s, &[("q", "biuld")]).await;
+    assert_eq!(found_ids(&typo), [build]);
+    assert_eq!(typo["hits"][0]["snippet"], "the **build** is red");
+
+    // A phrase of three words needs them adjacent and in order, not only its pairs.
+    let both_pairs = post(&c, &s, "auth", msg("carol", "token refresh, then refresh path")).await["id"]
+        .as_u64()
+        .unwrap();
+    let whole = post(&c, &s, "auth", msg("carol", "the token refresh path is fixed")).await["id"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        found_ids(&hits(&c, &s, &[("q", "\"token refresh path\"")]).await),
+        [whole]
+    );
+    let mut got = found_ids(&hits(&c, &s, &[("q", "\"token refresh\"")]).await);
+    got.sort_unstable();
+    assert_eq!(got, [both_pairs, whole]);
+    assert!(found_ids(&hits(&c, &s, &[("q", "\"path token refresh\"")]).await).is_empty());
+}
