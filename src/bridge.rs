@@ -21,6 +21,8 @@ use std::path::PathBuf;
 pub enum ToolSet {
     /// crosstalk's tools, as `/mcp` offers them.
     Crosstalk,
+    /// crosstalk's core tools only (post, read, wait, ask), as `/mcp?tools=core` lists them.
+    Core,
     /// cross-claude-mcp's tools, names, arguments and prompt, as `/cc/mcp` offers them.
     CrossClaude,
 }
@@ -29,6 +31,7 @@ impl ToolSet {
     fn path(self) -> &'static str {
         match self {
             ToolSet::Crosstalk => "/mcp",
+            ToolSet::Core => "/mcp?tools=core",
             ToolSet::CrossClaude => "/cc/mcp",
         }
     }
@@ -50,6 +53,7 @@ pub enum Host {
 ///   crosstalk mcp                                  (local mode: the shared relay on this machine)
 ///   crosstalk mcp --relay https://relay.example:8765 --token $TOKEN --listen dev
 ///   crosstalk mcp --tools cross-claude             (cross-claude-mcp's tools, same names)
+///   crosstalk mcp --tools core                     (post, read, wait, ask: the lean list)
 ///   crosstalk mcp --print-config claude-code
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {

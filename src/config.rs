@@ -144,6 +144,11 @@ pub struct ServeArgs {
     /// [default: 86400]
     #[arg(long, help_heading = "Limits")]
     pub task_wait_cap_secs: Option<u64>,
+    /// Which tools `/mcp` lists: full, or core (post, read, wait, ask: a third of the bytes
+    /// in every agent turn); a client can choose with `/mcp?tools=` or the
+    /// `X-Crosstalk-Tools` header [env: CROSSTALK_TOOLS] [default: full]
+    #[arg(long, value_enum, help_heading = "MCP")]
+    pub tools: Option<crate::mcp::tools::ToolChoice>,
     /// Directory of the store [env: CROSSTALK_DATA_DIR, RELAY_DB] [default: ~/.local/share/crosstalk/store,
     /// the local relay's, which `crosstalk mcp` uses too]
     #[arg(long, help_heading = "Storage")]
@@ -232,6 +237,8 @@ pub struct Config {
     pub mcp_wait_cap: Duration,
     /// Longest wait of an MCP call run as a task.
     pub task_wait_cap: Duration,
+    /// The tools `/mcp` lists unless a request chooses.
+    pub tools: crate::mcp::tools::ToolChoice,
     /// Hosts the relay answers to in addition to loopback (never empty when set: an empty
     /// list would switch the DNS-rebinding check off).
     pub allowed_hosts: Vec<String>,
@@ -587,6 +594,7 @@ impl Config {
             task_wait_cap: Duration::from_secs(
                 pick(args.task_wait_cap_secs, &["CROSSTALK_TASK_WAIT_CAP_SECS"])?.unwrap_or(DEFAULT_TASK_WAIT_CAP_SECS),
             ),
+            tools: pick(args.tools, &["CROSSTALK_TOOLS"])?.unwrap_or_default(),
             allowed_hosts: match args.allowed_hosts {
                 Some(flag) => parse_allowed_hosts(&flag)?,
                 None => match std::env::var("CROSSTALK_ALLOWED_HOSTS") {

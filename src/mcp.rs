@@ -52,6 +52,8 @@ pub struct McpSettings {
     pub allowed_hosts: Vec<String>,
     /// Largest message body the relay accepts.
     pub max_body_bytes: usize,
+    /// The tools `/mcp` lists unless a request asks otherwise.
+    pub tools: tools::ToolChoice,
 }
 
 /// Which tool set, prompt and instructions a service offers: crosstalk's (`/mcp`) or
@@ -99,10 +101,11 @@ pub fn service(
     let origins = allowed_origins(&hosts);
     let shutdown = ctx.relay.shutdown_token();
     let wait_cap = settings.wait_cap;
+    let choice = settings.tools;
     let sessions = sessions::DisconnectAware::new(ctx.relay.clone(), owners, tasks.clone(), face);
     StreamableHttpService::builder()
         .service_factory(Arc::new(move || {
-            Ok(CrosstalkMcp::new(ctx.clone(), wait_cap, face, tasks.clone()))
+            Ok(CrosstalkMcp::new(ctx.clone(), wait_cap, face, tasks.clone()).offering(choice))
         }))
         .session_manager(Arc::new(sessions))
         .stateful_mode(true)
@@ -164,6 +167,8 @@ pub struct CrosstalkMcp {
     listen_from: Arc<Mutex<std::collections::HashMap<String, u64>>>,
     /// The relay's MCP tasks (shared by every session and both faces).
     tasks: Arc<tasks::Tasks>,
+    /// The tools listed when a request does not choose (`--tools`).
+    tools: tools::ToolChoice,
 }
 
 impl CrosstalkMcp {
@@ -189,9 +194,32 @@ impl CrosstalkMcp {
             log_level: Arc::new(Mutex::new(LoggingLevel::Info)),
             bound: Arc::new(Mutex::new(None)),
             listen_from: Default::default(),
+            tools: tools::ToolChoice::Full,
         }
     }
+
+    /// Lists `choice` when a request does not choose.
+    pub fn offering(mut self, choice: tools::ToolChoice) -> Self {
+        self.tools = choice;
+        self
+    }
 }
+
+/// The tool set a request asks for: `?tools=` on the URL, else the `X-Crosstalk-Tools`
+/// header; `None` when it does not choose.
+fn requested_tools(context: &RequestContext<RoleServer>) -> Option<Result<tools::ToolChoice, String>> {
+    let parts = context.extensions.get::<http::request::Parts>()?;
+    let in_query = parts.uri.query().and_then(|q| {
+        q.split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(k, _)| *k == "tools")
+            .map(|(_, v)| v.to_owned())
+    });
+    in_query.or_else(|| header(context, TOOLS_HEADER)).map(|v| v.parse())
+}
+
+/// The header that chooses the tool set (as `?tools=` does).
+pub const TOOLS_HEADER: &str = "x-crosstalk-tools";
 
 /// A request header, from the HTTP request rmcp hands the handler.
 fn header(context: &RequestContext<RoleServer>, name: &str) -> Option<String> {
@@ -266,9 +294,14 @@ impl ServerHandler for CrosstalkMcp {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools::list(self.face)))
+        let choice = match requested_tools(&context) {
+            None => self.tools,
+            Some(Ok(choice)) => choice,
+            Some(Err(e)) => return Err(McpError::invalid_params(e, None)),
+        };
+        Ok(ListToolsResult::with_all_items(tools::offered(self.face, choice)))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

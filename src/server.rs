@@ -286,6 +286,7 @@ pub async fn serve(
         task_wait_cap: config.task_wait_cap,
         allowed_hosts: config.allowed_hosts.clone(),
         max_body_bytes: config.max_body_bytes,
+        tools: config.tools,
     };
     // This node's name in records other nodes read (which node delivers a webhook, runs a
     // task): kept in the data directory, so a restart is the same node.

@@ -38,8 +38,10 @@ impl ConfigFile {
 /// The arguments a host passes to `crosstalk`.
 fn arguments(args: &McpArgs) -> Vec<String> {
     let mut a = vec!["mcp".to_owned()];
-    if args.tools == ToolSet::CrossClaude {
-        a.extend(["--tools".into(), "cross-claude".into()]);
+    match args.tools {
+        ToolSet::CrossClaude => a.extend(["--tools".into(), "cross-claude".into()]),
+        ToolSet::Core => a.extend(["--tools".into(), "core".into()]),
+        ToolSet::Crosstalk => {}
     }
     for ch in &args.listen {
         a.extend(["--listen".into(), ch.clone()]);

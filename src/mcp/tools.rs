@@ -347,6 +347,49 @@ pub fn list(face: Face) -> Vec<Tool> {
     routes(face).iter().map(|r| r.tool.clone()).collect()
 }
 
+/// Which of crosstalk's tools `tools/list` offers on `/mcp`: all of them, or the handful an
+/// agent needs to post, read, wait and ask ([`CORE`]), a third of the bytes in every turn's
+/// context. The others stay callable by name. `/cc/mcp` always offers cross-claude's set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ToolChoice {
+    #[default]
+    Full,
+    Core,
+}
+
+/// The core tools, in `tools/list` order.
+pub const CORE: &[&str] = &[
+    "post_message",
+    "get_messages",
+    "wait_for_message",
+    "register",
+    "ask_human",
+];
+
+impl std::str::FromStr for ToolChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "full" => Ok(ToolChoice::Full),
+            "core" => Ok(ToolChoice::Core),
+            other => Err(format!("tools must be core or full, not {other:?}")),
+        }
+    }
+}
+
+/// The tools a face offers under a choice.
+pub fn offered(face: Face, choice: ToolChoice) -> Vec<Tool> {
+    match (face, choice) {
+        (Face::Crosstalk, ToolChoice::Core) => routes(face)
+            .iter()
+            .filter(|r| CORE.contains(&&*r.tool.name))
+            .map(|r| r.tool.clone())
+            .collect(),
+        _ => list(face),
+    }
+}
+
 pub fn get(face: Face, name: &str) -> Option<Tool> {
     routes(face)
         .iter()

@@ -57,7 +57,6 @@ impl Operation for ListChannels {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CreateRequest {
-    /// Channel name.
     #[serde(alias = "channel")]
     pub name: ChannelName,
     /// What the channel is for.
@@ -81,7 +80,7 @@ impl Operation for CreateChannel {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct FindRequest {
-    /// Text to find in channel names and descriptions.
+    /// Text in channel names or descriptions.
     #[serde(alias = "q")]
     pub query: String,
 }

@@ -162,7 +162,7 @@ impl Operation for ListInstances {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct InboxRequest {
-    /// Whose inbox; defaults to your own identity.
+    /// Whose inbox (default: yours).
     pub instance_id: Option<String>,
     /// At most this many.
     pub limit: Option<Limit>,

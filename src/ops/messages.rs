@@ -146,7 +146,6 @@ pub struct ReadRequest {
     /// Messages with id > since_id.
     #[serde(default)]
     pub since_id: u64,
-    /// Page size.
     pub limit: Option<Limit>,
     /// Your identity: your read cursor moves on.
     pub instance_id: Option<String>,
@@ -230,7 +229,6 @@ pub struct WaitRequest {
     /// The largest id you have seen.
     #[serde(default)]
     pub since_id: u64,
-    /// Page size.
     pub limit: Option<Limit>,
     /// Default 30.
     #[schemars(range(min = 0))]
@@ -333,7 +331,6 @@ pub struct MessageRef {
     pub channel: ChannelName,
     #[serde(alias = "id")]
     pub message_id: u64,
-    /// Page size.
     pub limit: Option<Limit>,
 }
 
@@ -444,14 +441,13 @@ impl Operation for Replies {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct AskRequest {
     pub channel: ChannelName,
-    /// The question.
     #[serde(alias = "body")]
     pub question: String,
-    /// Who asks; defaults to your own identity.
+    /// Who asks (default: you).
     pub sender: Option<String>,
     /// A human's id, or any-human (default).
     pub recipient: Option<String>,
-    /// Seconds to block for the answer (capped by the relay).
+    /// Seconds to wait (capped by the relay).
     #[schemars(range(min = 0))]
     pub timeout_s: Option<f64>,
 }

@@ -13,7 +13,7 @@ pub struct ShareRequest {
     pub content: String,
     /// Kept from the previous version when omitted.
     pub description: Option<String>,
-    /// The owner; defaults to your own identity.
+    /// The owner (default: you).
     #[serde(alias = "instance_id")]
     pub owner: Option<String>,
 }
@@ -107,7 +107,7 @@ impl Operation for ListData {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct DeleteDataRequest {
     pub key: String,
-    /// The owner; defaults to your own identity.
+    /// The owner (default: you).
     #[serde(alias = "instance_id")]
     pub owner: Option<String>,
 }

@@ -8,6 +8,67 @@ use common::*;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
+/// The core set, in its order.
+const CORE: [&str; 5] = [
+    "post_message",
+    "get_messages",
+    "wait_for_message",
+    "register",
+    "ask_human",
+];
+
+fn names_and_size(list: &Value) -> (Vec<String>, usize) {
+    let names = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    (names, serde_json::to_vec(list).unwrap().len())
+}
+
+#[tokio::test]
+async fn a_lean_tool_list_by_query_header_or_flag() {
+    let s = Server::start();
+    // By the URL's query, for a 2025-11-25 session and a 2026-07-28 client.
+    let m = Mcp::connect_at(&s, "/mcp?tools=core", client()).await;
+    let (names, size) = names_and_size(&m.ok("tools/list", Value::Null).await);
+    println!("core tools/list: {size} bytes of JSON");
+    assert_eq!(names, CORE);
+    assert!(size <= 5_000, "{size} bytes");
+    // The others are not listed, but stay callable by name.
+    let found = m.call_ok("list_channels", json!({})).await;
+    assert!(found["channels"].is_array(), "{found}");
+    let mut modern = Mcp::stateless(&s);
+    modern.url = s.url("/mcp?tools=core");
+    assert_eq!(names_and_size(&modern.ok("tools/list", Value::Null).await).0, CORE);
+    // By the header.
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("x-crosstalk-tools", "core".parse().unwrap());
+    let http = reqwest::Client::builder().default_headers(headers).build().unwrap();
+    let m = Mcp::connect_with(&s, http).await;
+    assert_eq!(names_and_size(&m.ok("tools/list", Value::Null).await).0, CORE);
+    // A request's choice beats the server's; a bad one is a clear error.
+    let m = Mcp::connect_at(&s, "/mcp?tools=full", client()).await;
+    assert_eq!(names_and_size(&m.ok("tools/list", Value::Null).await).0.len(), 22);
+    let m = Mcp::connect_at(&s, "/mcp?tools=most", client()).await;
+    let a = m.request("tools/list", Value::Null).await;
+    assert_eq!(a.message["error"]["code"], -32602, "{:?}", a.message);
+    assert!(a.message["error"]["message"].as_str().unwrap().contains("core or full"));
+    // cross-claude's face keeps its own set whatever is asked.
+    let cc = Mcp::connect_at(&s, "/cc/mcp?tools=core", client()).await;
+    assert!(names_and_size(&cc.ok("tools/list", Value::Null).await)
+        .0
+        .contains(&"send_message".to_owned()));
+
+    // By the server's flag (and the query still chooses).
+    let lean = Server::start_with(&["--tools", "core"]);
+    let m = Mcp::connect(&lean).await;
+    assert_eq!(names_and_size(&m.ok("tools/list", Value::Null).await).0, CORE);
+    let m = Mcp::connect_at(&lean, "/mcp?tools=full", client()).await;
+    assert_eq!(names_and_size(&m.ok("tools/list", Value::Null).await).0.len(), 22);
+}
+
 #[tokio::test]
 async fn tools_list_is_small_and_complete() {
     let s = Server::start();
@@ -15,9 +76,9 @@ async fn tools_list_is_small_and_complete() {
     let list = m.ok("tools/list", Value::Null).await;
     let size = serde_json::to_vec(&list).unwrap().len();
     println!("tools/list: {size} bytes of JSON");
-    // 22 tools since reserve (#33, one tool for four operations); the cap was 12 KiB for 20
-    // and 13 KiB for 21.
-    assert!(size < 14 * 1024, "tools/list is {size} bytes");
+    // 22 tools since reserve (#33, one tool for four operations), within 12 KB since output
+    // schemas keep only their fields' names (#34; typed, they were 13.9 KB).
+    assert!(size <= 12_000, "tools/list is {size} bytes");
     let tools = list["tools"].as_array().unwrap();
     let names: Vec<_> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(

@@ -280,6 +280,36 @@ async fn tools_push_and_presence_over_stdio() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_tool_set_is_the_lean_list_plus_the_bridges_own() {
+    let s = Server::start();
+    let url = s.url("");
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url, "--tools", "core"], &[]));
+    let list = tokio::task::block_in_place(|| b.request("tools/list", json!({})))["result"].clone();
+    let names: Vec<&str> = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for t in [
+        "post_message",
+        "get_messages",
+        "wait_for_message",
+        "ask_human",
+        "listen_live",
+    ] {
+        assert!(names.contains(&t), "{t} missing from {names:?}");
+    }
+    assert!(
+        !names.contains(&"reserve") && !names.contains(&"share_data"),
+        "{names:?}"
+    );
+    let size = serde_json::to_vec(&list).unwrap().len();
+    println!("crosstalk mcp --tools core: tools/list {size} bytes");
+    assert!(size <= 5_000, "{size} bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_claude_tool_set_is_the_cc_face() {
     let s = Server::start();
     let url = s.url("");
