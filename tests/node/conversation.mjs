@@ -160,7 +160,45 @@ check(
   resumed,
 );
 
-await Promise.all([alice.close(), bob.close(), carol.close()]);
+// A resource subscription whose standalone stream (GET) is cut: the SDK reconnects it with
+// Last-Event-ID, and an update sent while it was away still arrives (#34).
+let dora;
+if (face === "ct" && sdk !== "mcp-remote") {
+  dora = await connect("dora", viaProxy);
+  const uri = `crosstalk://channels/${channel}`;
+  const seen = [];
+  let notify = () => {};
+  dora.fallbackNotificationHandler = async (n) => {
+    if (n.method === "notifications/resources/updated" && n.params?.uri === uri) {
+      seen.push(n);
+      notify();
+    }
+  };
+  const next = (ms) =>
+    new Promise((resolve) => {
+      const had = seen.length;
+      notify = () => seen.length > had && resolve(true);
+      setTimeout(() => resolve(seen.length > had), ms);
+    });
+  await dora.subscribeResource({ uri });
+  await new Promise((r) => setTimeout(r, 300)); // the standalone stream is open
+  // Cut once before the stream carried any notification (only its priming event), and once
+  // after it had carried one.
+  for (const when of ["before any notification", "after a notification"]) {
+    if (when === "after a notification") {
+      const arrived = next(5000);
+      await call(alice, tools.post(channel, `alice-${sdk}-${face}`, "before dora's cut"));
+      check(await arrived, "dora's subscription notified before the cut", seen.length);
+    }
+    for (const s of sockets) s.destroy();
+    ok(`cut dora's standalone stream ${when}`);
+    const arrived = next(8000);
+    await call(alice, tools.post(channel, `alice-${sdk}-${face}`, `while dora was away (${when})`));
+    check(await arrived, `the update sent while dora's stream was cut (${when}) arrived after it reconnected`, seen.length);
+  }
+}
+
+await Promise.all([alice.close(), bob.close(), carol.close(), dora?.close()]);
 proxy.close();
 ok("conversation done");
 process.exit(0);

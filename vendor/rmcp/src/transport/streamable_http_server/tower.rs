@@ -2108,8 +2108,22 @@ where
             .await
             .map_err(internal_error_response("create standalone stream"))?;
         let stream = if let Some(retry) = self.config.sse_retry {
-            let priming = if self.session_manager.event_store().is_some() {
-                ServerSseMessage::retry(retry)
+            // crosstalk: with an event store the priming event is stored in the session's
+            // common stream and carries its id, so a client cut before the stream carried any
+            // notification resumes from it (Last-Event-ID) and is replayed what was sent while
+            // it was away. Without an id it reconnected as new and those were lost.
+            let priming = if let Some(store) = self.session_manager.event_store() {
+                let mut priming = ServerSseMessage::retry(retry);
+                match store
+                    .store_event(&format!("{session_id}:common"), &priming)
+                    .await
+                {
+                    Ok(id) => priming.event_id = Some(id),
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot store the priming event; the stream cannot be resumed before its first event")
+                    }
+                }
+                priming
             } else {
                 ServerSseMessage::priming("0", retry)
             };
