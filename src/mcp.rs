@@ -228,13 +228,19 @@ fn header(context: &RequestContext<RoleServer>, name: &str) -> Option<String> {
     (!v.is_empty()).then(|| v.to_owned())
 }
 
-/// The crosstalk session token if the client sends one (stateless clients), else the MCP
-/// session, as the request's principal's: what an identity registered here is bound to.
+/// The crosstalk session token if the client sends one, else the MCP session, else (a
+/// 2026-07-28 client, which has no session) [`STATELESS`]; as the request's principal's: what
+/// an identity registered here is bound to. A stateless client's identity is thus bound to
+/// its token, shared by that token's stateless clients, and usable from any node.
 fn session(context: &RequestContext<RoleServer>) -> Option<String> {
-    header(context, crate::http::SESSION_HEADER)
+    let name = header(context, crate::http::SESSION_HEADER)
         .or_else(|| header(context, "mcp-session-id"))
-        .map(|s| principal(context).session(&s))
+        .unwrap_or_else(|| STATELESS.to_owned());
+    Some(principal(context).session(&name))
 }
+
+/// The session of a token's stateless (2026-07-28) MCP requests.
+pub const STATELESS: &str = "mcp-stateless";
 
 /// Who the request's token is: the auth middleware's verdict, carried through rmcp.
 fn principal(context: &RequestContext<RoleServer>) -> Principal {

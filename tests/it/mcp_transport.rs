@@ -67,6 +67,45 @@ async fn stateless_2026_clients_discover_and_call_tools_without_a_session() {
     assert_eq!(tools["tools"].as_array().unwrap().len(), 22);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_client_registers_and_acts_as_its_identity() {
+    // A 2026-07-28 client has no session: what it registers is bound to its token's
+    // stateless session, so its next requests (to any node) act as it, and nobody else can.
+    let s = Server::start();
+    let c = client();
+    let m = Mcp::stateless(&s);
+    m.call_ok("register", json!({"instance_id": "alice"})).await;
+    let posted = m
+        .call_ok(
+            "post_message",
+            json!({"channel": "dev", "sender": "alice", "body": "hi"}),
+        )
+        .await;
+    assert_eq!(posted["sender"], "alice");
+    let again = Mcp::stateless(&s);
+    again
+        .call_ok(
+            "post_message",
+            json!({"channel": "dev", "sender": "alice", "body": "again"}),
+        )
+        .await;
+    // A 2025-11-25 session and a REST client are someone else while alice is live.
+    let session = Mcp::connect(&s).await;
+    assert!(session
+        .call_err("register", json!({"instance_id": "alice"}))
+        .await
+        .contains("alice"));
+    let (status, e) = request(
+        &c,
+        "POST",
+        &s.url("/api/channels/dev/messages"),
+        Some(json!({"sender": "alice", "body": "not me"})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403, "{e}");
+}
+
 async fn status_with(s: &Server, host: Option<&str>, origin: Option<&str>) -> u16 {
     let m = Mcp::unconnected(s, LEGACY);
     let mut req = m.post_raw(&m.request_body(
