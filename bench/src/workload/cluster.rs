@@ -2,7 +2,10 @@
 //! (`scripts/nats-cluster`: `sync_interval: always`; the relays with `--nats-replicas 3`),
 //! crosstalk only. A post on node A wakes a long-poll waiter and an SSE subscriber on node B:
 //! time from just before the POST is sent until each has the message. Then durable POST from
-//! the usual connections, half to each node, on one channel.
+//! the usual connections, half to each node, on one channel. Last, with the relays stopped, a
+//! bare JetStream publisher on the same three servers (the same client library, a stream of
+//! three replicas, the relay's message size, 16 and then 256 publishes in flight): what this
+//! box's JetStream takes, the reference for the relay's cluster POST.
 
 use super::post::post_load;
 use super::{message_json, Done, Plan, Record};
@@ -97,8 +100,93 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     let result = measure(plan, &a, &b, rec).await;
     a.stop().await?;
     b.stop().await?;
+    if result.is_ok() {
+        bare_publisher(plan, &cluster.urls, rec)
+            .await
+            .context("the bare JetStream publisher")?;
+    }
     drop(cluster);
     result
+}
+
+/// Publishes the relay's message size to a stream of three replicas on `urls` from `flight`
+/// tasks, each publishing and awaiting its acknowledgement in a loop, for the run's duration:
+/// publishes per second, and each publish's time to its acknowledgement.
+async fn bare_run(
+    js: &async_nats::jetstream::Context,
+    plan: &Plan,
+    size: usize,
+    flight: usize,
+) -> anyhow::Result<(f64, crate::stats::Summary)> {
+    let payload = bytes::Bytes::from(vec![b'x'; size]);
+    let start = Instant::now();
+    let warm = start + plan.warmup;
+    let end = warm + plan.duration;
+    let mut tasks = Vec::new();
+    for t in 0..flight {
+        let (js, payload) = (js.clone(), payload.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let sent = Instant::now();
+                if sent >= end {
+                    break;
+                }
+                let ack = js.publish(format!("benchbare.{}", t % 16), payload.clone()).await?;
+                ack.await?;
+                if sent >= warm {
+                    latencies.push(sent.elapsed());
+                }
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await??);
+    }
+    let rate = latencies.len() as f64 / plan.duration.as_secs_f64();
+    Ok((rate, summarize(&latencies)))
+}
+
+async fn bare_publisher(plan: &Plan, urls: &str, rec: &mut Record) -> anyhow::Result<()> {
+    let servers = urls
+        .split(',')
+        .map(|u| u.parse::<async_nats::ServerAddr>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let client = async_nats::connect(servers).await?;
+    let js = async_nats::jetstream::new(client);
+    // The relay's events as they are stored: its stream's mean message size.
+    let mut relay = js.get_stream("CROSSTALK").await?;
+    let state = relay.info().await?.state.clone();
+    let size = (state.bytes / state.messages.max(1)).max(1) as usize;
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "BENCHBARE".into(),
+        subjects: vec!["benchbare.>".into()],
+        num_replicas: 3,
+        storage: async_nats::jetstream::stream::StorageType::File,
+        ..Default::default()
+    })
+    .await?;
+    let mut best: Option<(usize, f64, crate::stats::Summary)> = None;
+    let mut seen = Vec::new();
+    for flight in [16, 256] {
+        let (rate, s) = bare_run(&js, plan, size, flight).await?;
+        seen.push(format!("{flight} in flight {rate:.0}/s (p99 {:.2} ms)", s.p99_ms));
+        if best.as_ref().is_none_or(|b| rate > b.1) {
+            best = Some((flight, rate, s));
+        }
+    }
+    let (flight, rate, s) = best.context("no run")?;
+    rec.set("cluster_bare_per_s", rate);
+    rec.set("cluster_bare_p99_ms", s.p99_ms);
+    rec.note(format!(
+        "cluster: a bare JetStream publisher on the same three servers with the relays stopped (R3, {size} B payloads, the relay stream's mean stored size): {}; best {rate:.0}/s with {flight} in flight, p50 {:.2} ms, p99 {:.2} ms",
+        seen.join(", "),
+        s.p50_ms,
+        s.p99_ms
+    ));
+    Ok(())
 }
 
 async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyhow::Result<Done> {
