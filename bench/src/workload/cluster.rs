@@ -2,7 +2,8 @@
 //! (`scripts/nats-cluster`: `sync_interval: always`; the relays with `--nats-replicas 3`),
 //! crosstalk only. A post on node A wakes a long-poll waiter and an SSE subscriber on node B:
 //! time from just before the POST is sent until each has the message. Then durable POST from
-//! the usual connections, half to each node, on one channel. Last, with the relays stopped, a
+//! the usual connections, half to each node, on one channel; then the same split over three
+//! and over five relay nodes (more started on the same servers). Last, with the relays stopped, a
 //! bare JetStream publisher on the same three servers (the same client library, a stream of
 //! three replicas, the relay's message size, 16 and then 256 publishes in flight): what this
 //! box's JetStream takes, the reference for the relay's cluster POST.
@@ -97,9 +98,25 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     let args = ["--store", cluster.urls.as_str(), "--nats-replicas", "3"];
     let (a, _) = launcher.start(&dir.join("node-a"), &args, "cluster-a").await?;
     let (b, _) = launcher.start(&dir.join("node-b"), &args, "cluster-b").await?;
-    let result = measure(plan, &a, &b, rec).await;
-    a.stop().await?;
-    b.stop().await?;
+    let mut result = measure(plan, &a, &b, rec).await;
+    // The same POST load spread over three and then five relay nodes on the same servers.
+    let mut nodes = vec![a, b];
+    for (count, key) in [(3, "cluster3_post_per_s"), (5, "cluster5_post_per_s")] {
+        if result.is_err() {
+            break;
+        }
+        while nodes.len() < count {
+            let name = format!("node-{}", nodes.len());
+            let (n, _) = launcher
+                .start(&dir.join(&name), &args, &format!("cluster-{name}"))
+                .await?;
+            nodes.push(n);
+        }
+        result = spread_posts(plan, &nodes, key, rec).await;
+    }
+    for n in nodes {
+        n.stop().await?;
+    }
     if result.is_ok() {
         bare_publisher(plan, &cluster.urls, rec)
             .await
@@ -107,6 +124,36 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     }
     drop(cluster);
     result
+}
+
+/// Durable POST from the usual connections split evenly over `nodes`, on one channel.
+async fn spread_posts(plan: &Plan, nodes: &[Server], key: &str, rec: &mut Record) -> anyhow::Result<Done> {
+    let each = (plan.connections / nodes.len()).max(1);
+    let results = futures_util::future::join_all(nodes.iter().map(|n| post_load(plan, n, CHANNEL, each))).await;
+    let mut rate = 0.0;
+    let mut latencies = Vec::new();
+    for r in results {
+        let r = r?;
+        if r.errors > 0 {
+            bail!(
+                "{} cluster posts failed over {} nodes: {}",
+                r.errors,
+                nodes.len(),
+                r.first_error.as_deref().unwrap_or("-")
+            );
+        }
+        rate += r.rate();
+        latencies.extend(r.latencies);
+    }
+    let all = summarize(&latencies);
+    rec.set(key, rate);
+    rec.note(format!(
+        "cluster: durable POST over {} relay nodes ({each} connections each, one channel): {rate:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
+        nodes.len(),
+        all.p50_ms,
+        all.p99_ms
+    ));
+    Ok(Done::Ran)
 }
 
 /// Publishes the relay's message size to a stream of three replicas on `urls` from `flight`
