@@ -112,7 +112,17 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
                 .await?;
             nodes.push(n);
         }
-        result = spread_posts(plan, &nodes, key, rec).await;
+        let all: Vec<&Server> = nodes.iter().collect();
+        result = spread_posts(plan, &all).await.map(|(rate, _, s)| {
+            rec.set(key, rate);
+            rec.note(format!(
+                "cluster: durable POST over {count} relay nodes ({} connections each, one channel): {rate:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
+                (plan.connections / count).max(1),
+                s.p50_ms,
+                s.p99_ms
+            ));
+            Done::Ran
+        });
     }
     for n in nodes {
         n.stop().await?;
@@ -126,11 +136,12 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     result
 }
 
-/// Durable POST from the usual connections split evenly over `nodes`, on one channel.
-async fn spread_posts(plan: &Plan, nodes: &[Server], key: &str, rec: &mut Record) -> anyhow::Result<Done> {
+/// Durable POST from the usual connections split evenly over `nodes`, on one channel: the
+/// rate over all of them, each node's, and the posts' latencies.
+async fn spread_posts(plan: &Plan, nodes: &[&Server]) -> anyhow::Result<(f64, Vec<f64>, crate::stats::Summary)> {
     let each = (plan.connections / nodes.len()).max(1);
     let results = futures_util::future::join_all(nodes.iter().map(|n| post_load(plan, n, CHANNEL, each))).await;
-    let mut rate = 0.0;
+    let mut rates = Vec::new();
     let mut latencies = Vec::new();
     for r in results {
         let r = r?;
@@ -142,18 +153,10 @@ async fn spread_posts(plan: &Plan, nodes: &[Server], key: &str, rec: &mut Record
                 r.first_error.as_deref().unwrap_or("-")
             );
         }
-        rate += r.rate();
+        rates.push(r.rate());
         latencies.extend(r.latencies);
     }
-    let all = summarize(&latencies);
-    rec.set(key, rate);
-    rec.note(format!(
-        "cluster: durable POST over {} relay nodes ({each} connections each, one channel): {rate:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
-        nodes.len(),
-        all.p50_ms,
-        all.p99_ms
-    ));
-    Ok(Done::Ran)
+    Ok((rates.iter().sum(), rates, summarize(&latencies)))
 }
 
 /// Publishes the relay's message size to a stream of three replicas on `urls` from `flight`
@@ -313,22 +316,8 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
     rec.set("cluster_sse_p99_ms", st.p99_ms);
 
     // Durable POST, half the connections to each node.
-    let half = (plan.connections / 2).max(1);
-    let (ra, rb) = tokio::join!(post_load(plan, a, CHANNEL, half), post_load(plan, b, CHANNEL, half));
-    let (ra, rb) = (ra?, rb?);
-    for r in [&ra, &rb] {
-        if r.errors > 0 {
-            bail!(
-                "{} cluster posts failed: {}",
-                r.errors,
-                r.first_error.as_deref().unwrap_or("-")
-            );
-        }
-    }
-    let mut latencies = ra.latencies.clone();
-    latencies.extend(&rb.latencies);
-    let all = summarize(&latencies);
-    rec.set("cluster_post_per_s", ra.rate() + rb.rate());
+    let (rate, each, all) = spread_posts(plan, &[a, b]).await?;
+    rec.set("cluster_post_per_s", rate);
     rec.set("cluster_post_p99_ms", all.p99_ms);
     rec.note(format!(
         "cluster: wake on node B from a post on node A, {} rounds: long-poll p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; \
@@ -339,9 +328,9 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
         lp.max_ms,
         st.p50_ms,
         st.p99_ms,
-        ra.rate() + rb.rate(),
-        ra.rate(),
-        rb.rate(),
+        rate,
+        each[0],
+        each[1],
         all.p50_ms,
         all.p99_ms
     ));
