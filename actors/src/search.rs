@@ -40,6 +40,7 @@ use tantivy::query::{
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, FAST, INDEXED, STORED, STRING,
 };
+use tantivy::tokenizer::{PreTokenizedString, TextAnalyzer, Token};
 use tantivy::{
     DocAddress, DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Score, Searcher, SegmentReader,
     TantivyDocument, Term, TERMINATED,
@@ -377,21 +378,28 @@ impl Indexer {
             };
             for p in &batch {
                 let m = &p.message;
-                let mut words = Vec::new();
-                if let Some(analyzer) = analyzer.as_mut() {
-                    let mut stream = analyzer.token_stream(&m.body);
-                    while stream.advance() {
-                        words.push(stream.token().text.clone());
-                    }
-                }
                 let mut d = TantivyDocument::new();
                 d.add_u64(f.id, p.id());
                 d.add_text(f.channel, name.as_str());
                 d.add_text(f.sender, m.sender.to_lowercase());
                 d.add_text(f.kind, m.kind.to_lowercase());
-                d.add_text(f.body, m.body.as_str());
-                for pair in words.windows(2).map(|w| format!("{} {}", w[0], w[1])) {
-                    d.add_text(f.pairs, pair);
+                // The body is split into words once: the pairs come from the same tokens,
+                // which the body field takes as they are.
+                match analyzer.as_mut() {
+                    Some(analyzer) => {
+                        let tokens = analyze(analyzer, &m.body);
+                        for w in tokens.windows(2) {
+                            d.add_text(f.pairs, format!("{} {}", w[0].text, w[1].text));
+                        }
+                        d.add_pre_tokenized_text(
+                            f.body,
+                            PreTokenizedString {
+                                text: m.body.clone(),
+                                tokens,
+                            },
+                        );
+                    }
+                    None => d.add_text(f.body, m.body.as_str()),
                 }
                 d.add_i64(f.created, Timestamp::parse_rfc3339(&m.created_at).map_or(0, |t| t.0));
                 let added = writer.add_document(d);
@@ -521,6 +529,16 @@ impl Handler<CatchUp> for Indexer {
     }
 }
 
+/// The body field's tokens of `text` (lowercased words of letters and digits).
+fn analyze(analyzer: &mut TextAnalyzer, text: &str) -> Vec<Token> {
+    let mut stream = analyzer.token_stream(text);
+    let mut out = Vec::new();
+    while stream.advance() {
+        out.push(stream.token().clone());
+    }
+    out
+}
+
 /// A query's parts, as typed.
 #[derive(Debug, PartialEq)]
 enum Part {
@@ -573,12 +591,7 @@ impl SearchIndex {
         let Ok(mut analyzer) = self.index.tokenizer_for_field(self.fields.body) else {
             return Vec::new();
         };
-        let mut stream = analyzer.token_stream(text);
-        let mut out = Vec::new();
-        while stream.advance() {
-            out.push(stream.token().text.clone());
-        }
-        out
+        analyze(&mut analyzer, text).into_iter().map(|t| t.text).collect()
     }
 
     /// A word's terms in the index and how each scores: the word itself highest, its
@@ -1116,17 +1129,8 @@ impl Weight for AllOfWeight {
         callback: &mut dyn FnMut(DocId, Score) -> Score,
     ) -> tantivy::Result<()> {
         let Some(bm25) = &self.bm25 else {
-            let mut scorer = self.scorer(reader, 1.0)?;
-            let mut threshold = threshold;
-            let mut doc = scorer.doc();
-            while doc != TERMINATED {
-                let score = scorer.score();
-                if score > threshold {
-                    threshold = callback(doc, score);
-                }
-                doc = scorer.advance();
-            }
-            return Ok(());
+            // Only a collector that scores prunes; ranking without scores is not asked for.
+            return Err(tantivy::TantivyError::InvalidArgument("pruning needs scores".into()));
         };
         let mut cursors = Vec::with_capacity(bm25.len());
         for (term, weight) in bm25 {
@@ -1474,5 +1478,26 @@ mod tests {
             Term::from_field_text(f.body, "done"),
         ]);
         assert_eq!(created(&q, 3), [49, 48, 47]);
+    }
+
+    #[test]
+    fn a_prefix_with_more_completions_than_are_scored_still_finds_them_all() {
+        let docs: Vec<(String, i64)> = (0..SCORED_EXPANSIONS + 6)
+            .map(|i| (format!("deploy{i} done"), i as i64))
+            .collect();
+        let (index, fields) = index_of(&docs, 40);
+        let reader = index.reader().unwrap();
+        let searcher = reader.searcher();
+        let search = SearchIndex { index, reader, fields };
+        let mut marks = HashSet::new();
+        let alternatives = search.part(&searcher, &Part::Word("deploy".into()), &mut marks);
+        assert_eq!(
+            alternatives.len(),
+            SCORED_EXPANSIONS + 1,
+            "64 scored, the rest in one set"
+        );
+        let q = BooleanQuery::new(alternatives.into_iter().map(|a| (Occur::Should, a.query())).collect());
+        assert_eq!(ranked(&searcher, &q, 1000).unwrap().len(), docs.len());
+        assert_eq!(marks.len(), docs.len(), "every completion is marked in snippets");
     }
 }
