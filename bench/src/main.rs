@@ -51,6 +51,9 @@ struct Args {
     /// Measured seconds of each throughput workload.
     #[arg(long)]
     duration_secs: Option<f64>,
+    /// Posting connections of the throughput workloads [default: 16].
+    #[arg(long)]
+    connections: Option<usize>,
     #[arg(long)]
     fanout_subscribers: Option<usize>,
     #[arg(long)]
@@ -287,6 +290,9 @@ async fn run(args: Args) -> anyhow::Result<usize> {
     let mut plan = if args.smoke { Plan::smoke() } else { Plan::full() };
     if let Some(s) = args.duration_secs {
         plan.duration = Duration::from_secs_f64(s);
+    }
+    if let Some(n) = args.connections {
+        plan.connections = n.max(1);
     }
     if let Some(n) = args.fanout_subscribers {
         plan.fanout_subscribers = n;
