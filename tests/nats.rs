@@ -1304,6 +1304,190 @@ async fn a_restarted_node_follows_the_log_from_where_it_had_folded() {
     );
 }
 
+/// Waits until `node` holds exactly the messages `want` of `channel`; answers what it holds.
+async fn until_ids(c: &reqwest::Client, node: &Server, channel: &str, want: &[u64]) -> Vec<u64> {
+    let deadline = Instant::now() + T;
+    loop {
+        let got = ids(&messages(c, node, channel, 0).await);
+        if got == want || Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A node whose own policy keeps the newest three messages of `logs`, looking every second;
+/// `logging`: at the default log level, to read what it logs.
+fn keeping_three(url: &str, logging: bool) -> Server {
+    let args = [
+        "--store",
+        url,
+        "--retention-channels",
+        "logs=3/",
+        "--retention-interval-secs",
+        "1",
+    ];
+    if logging {
+        Server::start_logging(&args)
+    } else {
+        Server::process(&args)
+    }
+}
+
+/// The status a reply to `parent` on `logs` gets from `node`.
+async fn reply_status(c: &reqwest::Client, node: &Server, parent: u64) -> u16 {
+    let body = json!({"sender": "x", "body": "re", "reply_to": parent});
+    let (status, _) = request(c, "POST", &node.url("/api/channels/logs/messages"), Some(body), None).await;
+    status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_cut_is_logged_once_and_every_node_judges_by_it() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Single::start("");
+    let url = nats.url();
+    let c = client();
+    // Only A has a policy. B has none and looks at retention once a minute (the default), so
+    // it still holds what the cut removed while the test runs; C has none and looks every
+    // second.
+    let a = keeping_three(&url, false);
+    let b = Server::process(&["--store", &url]);
+    let cn = Server::process(&["--store", &url, "--retention-interval-secs", "1"]);
+    let mut posted = Vec::new();
+    for i in 0..6 {
+        posted.push(
+            post(&c, &a, "logs", msg("w", &format!("m{i}"))).await["id"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    let newest = posted[3..].to_vec();
+    assert_eq!(
+        until_ids(&c, &a, "logs", &newest).await,
+        newest,
+        "A applies its own cut"
+    );
+    assert_eq!(
+        until_ids(&c, &cn, "logs", &newest).await,
+        newest,
+        "C, with no policy of its own, applies the cut A logged"
+    );
+    assert_eq!(
+        ids(&messages(&c, &b, "logs", 0).await),
+        posted,
+        "B has not looked yet: its copy still holds everything"
+    );
+    // B still holds the first message, but the log's cut says it is gone: a reply to it is
+    // refused on B exactly as on the nodes that removed it.
+    assert_eq!(
+        reply_status(&c, &b, posted[0]).await,
+        400,
+        "a reply behind the cut, on a node still holding its parent"
+    );
+    // A reply to a kept message is taken, and reaches every node under one id.
+    let reply = json!({"sender": "x", "body": "re", "reply_to": posted[5]});
+    let kept = post(&c, &b, "logs", reply).await["id"].as_u64().unwrap();
+    assert_eq!(
+        reply_status(&c, &cn, posted[1]).await,
+        400,
+        "the same refusal where the parent is gone"
+    );
+    // The next cut keeps the newest three again, on A and C alike.
+    let three = vec![posted[4], posted[5], kept];
+    assert_eq!(until_ids(&c, &a, "logs", &three).await, three);
+    assert_eq!(until_ids(&c, &cn, "logs", &three).await, three);
+    // B folded the same events and refused the same replies: what it holds is what the
+    // others hold, plus what it has not removed yet.
+    let mut all = posted.clone();
+    all.push(kept);
+    let on_b = ids(&until_count(&c, &b, "logs", 1).await);
+    assert!(on_b.ends_with(&three) && all.ends_with(&on_b), "{on_b:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_joins_after_the_log_dropped_old_events_folds_the_same_channel() {
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Single::start("");
+    let url = nats.url();
+    let c = client();
+    let a = keeping_three(&url, true);
+    // A session of eight turns, begun before what the cut removes: its count lives on only in
+    // the state after the cut.
+    let (status, session) = request(
+        &c,
+        "POST",
+        &a.url("/api/channels/logs/session"),
+        Some(json!({"max_turns": 8})),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{session}");
+    let mut posted = Vec::new();
+    for i in 0..5 {
+        posted.push(
+            post(&c, &a, "logs", msg("w", &format!("m{i}"))).await["id"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    // Kept, and posted before the cut: its parent goes, and a node folding it later must
+    // take it as A did.
+    let reply = json!({"sender": "x", "body": "re: m0", "reply_to": posted[0]});
+    posted.push(post(&c, &a, "logs", reply).await["id"].as_u64().unwrap());
+    let newest = posted[3..].to_vec();
+    assert_eq!(until_ids(&c, &a, "logs", &newest).await, newest);
+    let deadline = Instant::now() + T;
+    while !a.stderr().contains("the log no longer holds what it removed") {
+        assert!(Instant::now() < deadline, "A never recorded its cut:\n{}", a.stderr());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // B joins now: the log starts after the cut.
+    let b = Server::start_logging(&["--store", &url, "--retention-interval-secs", "1"]);
+    assert_eq!(until_ids(&c, &b, "logs", &newest).await, newest, "B holds what A holds");
+    assert!(
+        b.stderr().contains("started the channel from the log's retention cut"),
+        "B did not start from the cut, so the log still held everything:\n{}",
+        b.stderr()
+    );
+    let on_b = messages(&c, &b, "logs", 0).await;
+    assert_eq!(
+        on_b,
+        messages(&c, &a, "logs", 0).await,
+        "the same messages, to the field"
+    );
+    let (_, state_b) = get_json(&c, &b.url("/api/channels/logs/session")).await;
+    assert_eq!(
+        (&state_b["session_id"], state_b["turn_count"].as_u64()),
+        (&session["session_id"], Some(6)),
+        "B took the session's count from the cut: {state_b}"
+    );
+    // Behind the cut a parent is gone on B too.
+    assert_eq!(reply_status(&c, &b, posted[1]).await, 400);
+    // Two more turns, posted on B, end the session on both nodes at the same message.
+    let seventh = post(&c, &b, "logs", msg("w", "m7")).await["id"].as_u64().unwrap();
+    let eighth = post(&c, &b, "logs", msg("w", "m8")).await["id"].as_u64().unwrap();
+    for n in [&a, &b] {
+        let deadline = Instant::now() + T;
+        loop {
+            let (status, st) = get_json(&c, &n.url("/api/channels/logs/session")).await;
+            if status == 404 {
+                assert_eq!(st["status"], "no_active_session", "{st}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "the session did not end: {st}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let last = vec![posted[5], seventh, eighth];
+    assert_eq!(until_ids(&c, &a, "logs", &last).await, last);
+    assert_eq!(
+        until_ids(&c, &b, "logs", &last).await,
+        last,
+        "B applies the next cut too"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parties_waiting_on_different_nodes_are_released_as_on_one() {
     let _one = ONE_CLUSTER.lock().await;

@@ -40,7 +40,7 @@ use batch::{InFlight, Pending};
 pub use idle::{CloseIfIdle, Closed};
 pub use logged::Apply;
 use logged::Folded;
-pub use retention::Retention;
+pub use retention::{Install, Retention};
 pub use sessions::{Describe, EndSession, StartSession};
 use waits::Waiter;
 pub use waits::{BeginWait, CheckRelease, EndWait, Role, WaitControl};
@@ -174,6 +174,12 @@ pub struct ChannelActor {
     release_timer: Option<SpawnHandle>,
     /// A retention pass is with the store thread.
     compacting: bool,
+    /// On a shared log: the logged cut this copy has applied, and whether this node has a cut
+    /// of its own on its way to the log.
+    trim_applied: u64,
+    trim_proposed: bool,
+    /// The cut whose state this node last recorded for the cluster.
+    cut_published: u64,
     /// Writes proposed to the shared log, when there is one.
     proposals: logged::Proposals,
 }
@@ -216,6 +222,9 @@ impl ChannelActor {
             spoken: 0,
             release_timer: None,
             compacting: false,
+            trim_applied: 0,
+            trim_proposed: false,
+            cut_published: 0,
             proposals: logged::Proposals::default(),
         }
     }
@@ -224,7 +233,9 @@ impl ChannelActor {
     /// id and, for a message, what readers will see.
     fn accept_at(&mut self, id: u64, record: Record, idem: Option<String>) -> (u64, Option<Arc<Posted>>) {
         let session_was_active = self.state.active_session().is_some();
-        let effects = self.state.apply(id, &record);
+        // With the session end the fold derives (every node of a cluster alike: it takes no
+        // id of its own).
+        let effects = self.state.replay(id, &record);
         let mut posted = None;
         match &record {
             Record::Message(m) => {
@@ -246,10 +257,7 @@ impl ChannelActor {
             _ => self.next_state_dirty = true,
         }
         // The event's own time, not this node's clock: every node of a cluster folds the same.
-        let now = match &record {
-            Record::Message(m) => m.created_at,
-            Record::SessionStarted { at, .. } | Record::SessionEnded { at, .. } | Record::Described { at, .. } => *at,
-        };
+        let now = record.at();
         self.meta.last_id = id;
         if let Record::Message(m) = &record {
             // The summary's last message and its time are the message's own.
@@ -267,21 +275,7 @@ impl ChannelActor {
             idem,
             done: Vec::new(),
         });
-        if let Some(reason) = effects.session_ended {
-            let session_id = self
-                .state
-                .session
-                .as_ref()
-                .map(|s| s.session_id.clone())
-                .unwrap_or_default();
-            let ended = Record::SessionEnded {
-                session_id,
-                reason,
-                at: now,
-            };
-            // Every fold derives the end itself (on a shared log, every node's alike): it
-            // takes no id of its own.
-            self.state.apply(id, &ended);
+        if effects.session_ended.is_some() {
             self.next_state_dirty = true;
         }
         (id, posted)
@@ -316,7 +310,9 @@ impl Actor for ChannelActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
         let r = self.retention;
-        if r.max_age.is_some() || r.max_count.is_some() {
+        // On a shared log, a cut another node logged is applied here whatever this node's
+        // own policy.
+        if r.max_age.is_some() || r.max_count.is_some() || self.config.cluster.shared_log() {
             self.compact(ctx);
             ctx.run_interval(self.config.retention_every, |act, ctx| {
                 // Compaction writes only committed history, never what is in flight.

@@ -21,7 +21,7 @@ use crate::presence::{Outgoing, PresenceChange};
 use crate::records::RecordStore;
 use crate::shared::SharedDataStore;
 use crate::store::{EventStore, Space, StoreError};
-use crosstalk_schema::{ChannelName, Instance, Record};
+use crosstalk_schema::{ChannelName, CutState, Instance, Record};
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -89,6 +89,16 @@ pub trait Cluster: Send + Sync + 'static {
 
     /// Why writes are refused now, if they are.
     fn health(&self) -> Result<(), String>;
+
+    /// Whether channels are shared with other nodes through a log. Retention is then decided
+    /// once, as an event of the log ([`crosstalk_schema::Record::Trimmed`]), so every node
+    /// removes the same events and judges later events alike.
+    fn shared_log(&self) -> bool;
+
+    /// Records `cut`, the state of `channel` right after a logged retention cut as this node
+    /// computed it, for nodes that will not fold what the cut removed; then removes those
+    /// events from the shared log.
+    fn publish_cut(&self, channel: &ChannelName, cut: CutState) -> BoxFuture<'static, Result<(), RelayError>>;
 
     /// Puts `record`, a new event of `channel`, in order.
     fn sequence(&self, channel: &ChannelName, record: &Record, idempotency_key: Option<&str>) -> Sequenced;
@@ -165,6 +175,11 @@ pub trait Node: Send + Sync + 'static {
     /// it now (its actor stopped as it arrived: try again).
     fn apply(&self, event: LogEvent) -> BoxFuture<'static, Result<Option<u64>, RelayError>>;
 
+    /// Starts `channel` from `cut`: the log no longer holds the events it removed, and this
+    /// node has not folded them all. Answers whether it did (not when the channel was already
+    /// past the cut). `Err`: try again.
+    fn install(&self, channel: ChannelName, cut: CutState) -> BoxFuture<'static, Result<bool, RelayError>>;
+
     /// A registration as the nodes share it.
     fn merge_registration(&self, registration: Registration);
 
@@ -209,6 +224,14 @@ impl Cluster for Embedded {
 
     fn health(&self) -> Result<(), String> {
         Ok(())
+    }
+
+    fn shared_log(&self) -> bool {
+        false
+    }
+
+    fn publish_cut(&self, _: &ChannelName, _: CutState) -> BoxFuture<'static, Result<(), RelayError>> {
+        ready(Ok(()))
     }
 
     fn sequence(&self, _: &ChannelName, _: &Record, _: Option<&str>) -> Sequenced {

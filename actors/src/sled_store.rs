@@ -301,7 +301,9 @@ impl EventStore for SledStore {
         key[0] = b's';
         match h.log.get(key).map_err(io)? {
             None => Ok(ChannelState::default()),
-            Some(bytes) => codec::decode(&bytes).map_err(|e| StoreError::Corrupt(format!("state of {channel}: {e}"))),
+            Some(bytes) => {
+                ChannelState::decode(&bytes).map_err(|e| StoreError::Corrupt(format!("state of {channel}: {e}")))
+            }
         }
     }
 

@@ -16,7 +16,7 @@ pub use channel::{ChannelMeta, ChannelName, ChannelSummary};
 pub use codec::{decode, encode, CodecError, FORMAT_VERSION};
 pub use identity::{Instance, InstanceId, InstanceKind, SharedData};
 pub use message::{kind_is, Limits, Message, MessageRecord, NewMessage, Overlay, Record};
-pub use state::{ChannelState, Effects, Session};
+pub use state::{ChannelState, CutState, Effects, Session, Trim};
 pub use time::Timestamp;
 
 /// A client's input was not acceptable. The message is shown to the client as is.

@@ -172,6 +172,27 @@ pub enum Record {
         description: String,
         at: Timestamp,
     },
+    /// Retention, decided once for every node of a cluster: the channel's events up to and
+    /// including id `through` leave every node's copy when the fold reaches this event (a
+    /// relay on its own compacts directly and never logs one).
+    Trimmed {
+        through: u64,
+        at: Timestamp,
+    },
+}
+
+impl Record {
+    /// The event's own time: a message's creation, or when the session, description or cut
+    /// was recorded.
+    pub fn at(&self) -> Timestamp {
+        match self {
+            Record::Message(m) => m.created_at,
+            Record::SessionStarted { at, .. }
+            | Record::SessionEnded { at, .. }
+            | Record::Described { at, .. }
+            | Record::Trimmed { at, .. } => *at,
+        }
+    }
 }
 
 /// A message as the log stores it. The id and the channel are the record's key, not part of it.

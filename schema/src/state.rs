@@ -15,6 +15,51 @@ pub struct ChannelState {
     pub session: Option<Session>,
     /// QUESTIONs no ANSWER has closed yet: id → recipient.
     pub open_questions: BTreeMap<u64, Option<String>>,
+    /// The last retention cut a cluster logged ([`Record::Trimmed`]). Last field: a state
+    /// stored before it existed decodes without it ([`ChannelState::decode`]).
+    pub trimmed: Option<Trim>,
+}
+
+/// A logged retention cut: every event up to `through` is gone from every node's copy; the
+/// cut itself is event `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Trim {
+    pub through: u64,
+    pub at: u64,
+}
+
+/// What a node needs to fold a channel whose events up to `trim.through` are gone from the
+/// shared log: the channel's state and summary right after that event, as every node that
+/// folded them computes it ([`ChannelState::replay`]). A node that joins later starts the
+/// channel from it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CutState {
+    pub trim: Trim,
+    pub state: ChannelState,
+    pub created_at: Option<Timestamp>,
+    pub last_message_id: u64,
+    pub last_at: Option<Timestamp>,
+}
+
+impl CutState {
+    /// Folds one stored event (the next after what it holds) into the state after it.
+    pub fn replay(&mut self, id: u64, record: &Record) {
+        self.state.replay(id, record);
+        self.created_at.get_or_insert(record.at());
+        if let Record::Message(m) = record {
+            self.last_message_id = id;
+            self.last_at = Some(m.created_at);
+        }
+        self.trim.through = id;
+    }
+}
+
+/// The state as releases before [`Trim`] stored it.
+#[derive(Deserialize)]
+struct ChannelStateV1 {
+    description: Option<String>,
+    session: Option<Session>,
+    open_questions: BTreeMap<u64, Option<String>>,
 }
 
 /// crosstalk-mcp's opt-in session: counts turns, ends at `max_turns` or when two distinct
@@ -47,12 +92,44 @@ pub struct Effects {
 }
 
 impl ChannelState {
+    /// Decodes a stored state, of this release or of one before [`Trim`].
+    pub fn decode(bytes: &[u8]) -> Result<ChannelState, crate::CodecError> {
+        match crate::codec::decode::<ChannelState>(bytes) {
+            Ok(s) => Ok(s),
+            Err(e @ crate::CodecError::Malformed(_)) => crate::codec::decode::<ChannelStateV1>(bytes)
+                .map(|v| ChannelState {
+                    description: v.description,
+                    session: v.session,
+                    open_questions: v.open_questions,
+                    trimmed: None,
+                })
+                .map_err(|_| e),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The active session's id, which a message posted without one joins.
     pub fn active_session(&self) -> Option<&str> {
         self.session
             .as_ref()
             .filter(|s| s.is_active())
             .map(|s| s.session_id.as_str())
+    }
+
+    /// Folds one stored event as the channel's fold did, with the session end the fold
+    /// derives from it (which takes no id of its own).
+    pub fn replay(&mut self, id: u64, record: &Record) -> Effects {
+        let effects = self.apply(id, record);
+        if let Some(reason) = &effects.session_ended {
+            let session_id = self.session.as_ref().map(|s| s.session_id.clone()).unwrap_or_default();
+            let ended = Record::SessionEnded {
+                session_id,
+                reason: reason.clone(),
+                at: record.at(),
+            };
+            self.apply(id, &ended);
+        }
+        effects
     }
 
     /// Folds one event into the state. `answered_question` is the id of the QUESTION an
@@ -89,6 +166,13 @@ impl ChannelState {
             }
             Record::Described { description, .. } => {
                 self.description = Some(description.clone());
+                Effects::default()
+            }
+            Record::Trimmed { through, .. } => {
+                self.trimmed = Some(Trim {
+                    through: *through,
+                    at: id,
+                });
                 Effects::default()
             }
         }
@@ -129,6 +213,35 @@ impl ChannelState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_stored_before_trims_existed_still_decodes() {
+        #[derive(Serialize)]
+        struct Old {
+            description: Option<String>,
+            session: Option<Session>,
+            open_questions: BTreeMap<u64, Option<String>>,
+        }
+        let old = crate::codec::encode(&Old {
+            description: Some("d".into()),
+            session: None,
+            open_questions: BTreeMap::from([(7, Some("bob".into()))]),
+        });
+        let state = ChannelState::decode(&old).unwrap();
+        assert_eq!(state.description.as_deref(), Some("d"));
+        assert_eq!(state.open_questions.get(&7), Some(&Some("bob".into())));
+        assert_eq!(state.trimmed, None);
+        let mut now = state.clone();
+        now.apply(
+            12,
+            &Record::Trimmed {
+                through: 9,
+                at: Timestamp(0),
+            },
+        );
+        assert_eq!(now.trimmed, Some(Trim { through: 9, at: 12 }));
+        assert_eq!(ChannelState::decode(&crate::codec::encode(&now)).unwrap(), now);
+    }
 
     fn m(sender: &str, kind: &str, reply_to: Option<u64>) -> Record {
         Record::Message(MessageRecord {

@@ -79,6 +79,7 @@ fn no_input_makes_decoding_panic() {
         };
         let _ = decode::<Record>(&bytes);
         let _ = decode::<ChannelState>(&bytes);
+        let _ = ChannelState::decode(&bytes);
         let _ = ChannelMeta::decode(&bytes);
     }
 }

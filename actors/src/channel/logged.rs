@@ -185,6 +185,11 @@ impl ChannelActor {
         Outcome { folded, durable }
     }
 
+    /// How far the log's retention cuts reach on this channel (0: none).
+    pub(super) fn trimmed_through(&self) -> u64 {
+        self.state.trimmed.map_or(0, |t| t.through)
+    }
+
     /// The fold: what `record` means given everything before it. `seq`: its place in the
     /// shared log; `None`: this node puts it in order, under its next id once it is accepted.
     pub(super) fn fold(&mut self, seq: Option<u64>, record: Record, idempotency_key: Option<String>) -> Folded {
@@ -195,13 +200,26 @@ impl ChannelActor {
                 // order, since another node may have taken the key meanwhile.
                 if let (Some(key), Some(_)) = (&idempotency_key, seq) {
                     match self.idempotent(key) {
+                        // An original the log's retention cut removed is forgotten alike
+                        // on every node, whether or not this copy still holds it.
+                        Ok(Some(original)) if original <= self.trimmed_through() => {}
                         Ok(Some(original)) => return Folded::Duplicate(original),
                         Ok(None) => {}
                         Err(e) => return Folded::Rejected(e),
                     }
                 }
                 if let Some(parent) = m.reply_to {
-                    match self.reply_to_exists(parent) {
+                    let exists = match (seq, self.state.trimmed) {
+                        // Behind the log's retention cut the parent is gone on every node,
+                        // even where this copy has not removed it yet.
+                        (Some(s), Some(cut)) if parent <= cut.through && s > cut.at => Ok(false),
+                        // Logged before the cut, so judged while the parent was there: only a
+                        // node that started the channel from the cut ([`Install`]) folds such
+                        // an event now, and it takes it as the others did.
+                        (Some(_), Some(cut)) if parent <= cut.through => Ok(true),
+                        _ => self.reply_to_exists(parent),
+                    };
+                    match exists {
                         Ok(true) => {}
                         Ok(false) => {
                             return Folded::Rejected(RelayError::Invalid(InvalidInput::Other(format!(
@@ -223,6 +241,14 @@ impl ChannelActor {
                 Folded::Unchanged
             }
             Record::Described { ref description, .. } if self.state.description.as_deref() == Some(description) => {
+                Folded::Unchanged
+            }
+            // A cut no further than the last one (unless it is that one, reaching a node that
+            // started the channel from it), or past the event that logs it.
+            Record::Trimmed { through, .. }
+                if (through <= self.trimmed_through() && self.state.trimmed.map(|t| t.at) != seq)
+                    || seq.is_none_or(|s| through >= s) =>
+            {
                 Folded::Unchanged
             }
             other => {

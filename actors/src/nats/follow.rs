@@ -8,6 +8,7 @@
 //! share read cursors, per-channel presence and active waits.
 
 use super::cursors::SharedCursors;
+use super::cuts::Cuts;
 use super::log::Log;
 use super::presence::SharedPresence;
 use super::registrations::Registrations;
@@ -15,7 +16,7 @@ use super::waits::{ClusterWaits, SharedWaits, WaitNews, NODE_ALIVE_EVERY};
 use crate::cluster::{LogEvent, Node};
 use crate::presence::Outgoing;
 use crate::store::Space;
-use crosstalk_schema::ChannelName;
+use crosstalk_schema::{ChannelName, CutState};
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -29,7 +30,7 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// Attempts to hand an event to its channel (an actor stopping as it arrives is reopened).
 const DELIVERY_ATTEMPTS: usize = 20;
 
-pub(super) async fn project(node: Arc<dyn Node>, log: Log) {
+pub(super) async fn project(node: Arc<dyn Node>, log: Log, cuts: Cuts) {
     let shutdown = node.shutdown();
     let mut mark = match Watermark::read(&*node) {
         Ok(mark) => mark,
@@ -42,6 +43,7 @@ pub(super) async fn project(node: Arc<dyn Node>, log: Log) {
     let mut next = mark.recorded + 1;
     tracing::info!(from = next, "following the shared log");
     let mut backoff = RETRY_FIRST;
+    let mut known = KnownCuts::default();
     let mut every = tokio::time::interval(WATERMARK_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !shutdown.is_cancelled() {
@@ -77,6 +79,12 @@ pub(super) async fn project(node: Arc<dyn Node>, log: Log) {
                     behind = None;
                     match event {
                         Some(Ok(event)) => {
+                            // Events between are missing from the log: a retention cut
+                            // removed them before this node folded them.
+                            if event.seq > next && !known.refresh(&cuts, &shutdown).await {
+                                return;
+                            }
+                            known.install_if_behind(&*node, &event.channel).await;
                             next = event.seq + 1;
                             let (seq, channel) = (event.seq, event.channel.clone());
                             match deliver(&*node, event).await {
@@ -189,6 +197,69 @@ impl Watermark {
             // Tried again next time; until then a restart reads a little more of the log.
             Err(e) => tracing::debug!(error = %e, "recording the fold's watermark failed"),
         }
+    }
+}
+
+/// What the follower of the log knows of the recorded retention cuts, read only once the log
+/// has shown a gap: until then this node has folded every event of every channel.
+#[derive(Default)]
+struct KnownCuts {
+    /// The bucket's revision when `cuts` were read; `None` before a gap was seen.
+    revision: Option<u64>,
+    cuts: HashMap<ChannelName, CutState>,
+}
+
+impl KnownCuts {
+    /// After a gap in the log: reads the cuts again if any was recorded since they were read
+    /// (a cut is recorded before the events it removes leave the log, so what the gap lacked
+    /// is covered by a cut read now). Tries until it has; `false` on shutdown.
+    async fn refresh(&mut self, cuts: &Cuts, shutdown: &CancellationToken) -> bool {
+        let mut backoff = RETRY_FIRST;
+        loop {
+            let read = async {
+                let now = cuts.revision().await?;
+                if self.revision == Some(now) {
+                    return Ok(None);
+                }
+                cuts.all().await.map(Some)
+            };
+            match read.await {
+                Ok(None) => return true,
+                Ok(Some((revision, all))) => {
+                    self.revision = Some(revision);
+                    self.cuts = all;
+                    return true;
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read the log's retention cuts yet; retrying"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = shutdown.cancelled() => return false,
+            }
+            backoff = (backoff * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// Before `channel`'s next event is folded: if its recorded cut removed events this node
+    /// has not folded, starts the channel from the cut ([`Node::install`]).
+    async fn install_if_behind(&self, node: &dyn Node, channel: &ChannelName) {
+        let Some(cut) = self.cuts.get(channel) else {
+            return;
+        };
+        let through = cut.trim.through;
+        if node.channel_last_id(channel).unwrap_or(0) >= through {
+            return;
+        }
+        for attempt in 1..=DELIVERY_ATTEMPTS {
+            match node.install(channel.clone(), cut.clone()).await {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::debug!(%channel, error = %e, attempt, "cannot start the channel from its cut yet; retrying")
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50 * attempt as u64)).await;
+        }
+        tracing::error!(%channel, through, "could not start the channel from the log's retention cut; its copy on this node lacks what the cut kept");
     }
 }
 

@@ -299,6 +299,16 @@ impl<V: Value> Bucket<V> {
         }
     }
 
+    /// The bucket's latest revision: it changes whenever any key is written.
+    pub async fn revision(&self) -> Result<u64, RelayError> {
+        let mut stream = self.store.stream.clone();
+        let info = stream
+            .info()
+            .await
+            .map_err(|e| unavailable(&format!("reading the {} bucket's state", self.what), e))?;
+        Ok(info.state.last_sequence)
+    }
+
     /// Every key with a current value.
     pub async fn keys(&self) -> Result<Vec<String>, RelayError> {
         let what = format!("listing the {} bucket", self.what);

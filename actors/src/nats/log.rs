@@ -124,6 +124,22 @@ impl Log {
         Ok(ack.sequence)
     }
 
+    /// Removes `channel`'s events up to and including `through` from the log.
+    pub async fn purge_through(&self, channel: &ChannelName, through: u64) -> Result<(), RelayError> {
+        let stream = self
+            .js
+            .get_stream(&self.stream)
+            .await
+            .map_err(|e| unavailable("opening the stream", e))?;
+        stream
+            .purge()
+            .filter(subject(&self.prefix, channel))
+            .sequence(through + 1)
+            .await
+            .map_err(|e| unavailable("removing a channel's events up to its cut", e))?;
+        Ok(())
+    }
+
     /// The record as the log carries it.
     pub fn payload(record: &Record) -> Bytes {
         Bytes::from(codec::encode(record))

@@ -16,6 +16,7 @@
 //!   order, so every node reaches the same state whichever node took the write.
 
 mod cursors;
+mod cuts;
 mod data;
 mod follow;
 mod kv;
@@ -31,7 +32,7 @@ use crate::records::RecordStore;
 use crate::shared::SharedDataStore;
 use crate::store::{EventStore, StoreError};
 use async_nats::jetstream::{self, stream};
-use crosstalk_schema::{ChannelName, Record};
+use crosstalk_schema::{ChannelName, CutState, Record};
 use futures_util::future::BoxFuture;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -237,6 +238,7 @@ pub struct NatsCluster {
     shared: data::Buckets,
     registrations: registrations::Registrations,
     cursors: cursors::SharedCursors,
+    cuts: cuts::Cuts,
     /// The other nodes' active waits, and this node's changes on their way to the bucket.
     waits: Arc<waits::ClusterWaits>,
     news: Arc<parking_lot::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<waits::WaitNews>>>>,
@@ -338,6 +340,9 @@ impl NatsCluster {
         let cursors = cursors::SharedCursors {
             bucket: kv::Bucket::open(&at, "CURSORS", Duration::ZERO, "cursors").await?,
         };
+        let cuts = cuts::Cuts {
+            bucket: kv::Bucket::open(&at, "CUTS", Duration::ZERO, "retention cuts").await?,
+        };
         let (waits, news) = waits::ClusterWaits::new();
         Ok(NatsCluster {
             client,
@@ -352,6 +357,7 @@ impl NatsCluster {
             shared,
             registrations,
             cursors,
+            cuts,
             waits: Arc::new(waits),
             news: Arc::new(parking_lot::Mutex::new(Some(news))),
             node: uuid::Uuid::new_v4().simple().to_string(),
@@ -389,6 +395,15 @@ impl Cluster for NatsCluster {
                 None => format!("NATS is unreachable ({state:?}); reconnecting"),
             }),
         }
+    }
+
+    fn shared_log(&self) -> bool {
+        true
+    }
+
+    fn publish_cut(&self, channel: &ChannelName, cut: CutState) -> BoxFuture<'static, Result<(), RelayError>> {
+        let (cuts, log, channel) = (self.cuts.clone(), self.log.clone(), channel.clone());
+        Box::pin(async move { cuts.publish(&log, &channel, cut).await })
     }
 
     fn sequence(&self, channel: &ChannelName, record: &Record, idempotency_key: Option<&str>) -> Sequenced {
@@ -498,7 +513,7 @@ impl Cluster for NatsCluster {
             }
         };
         tasks.extend([
-            actix::spawn(follow::project(node.clone(), self.log.clone())),
+            actix::spawn(follow::project(node.clone(), self.log.clone(), self.cuts.clone())),
             actix::spawn(follow::share_identities(node.clone(), self.registrations.clone())),
             actix::spawn(follow::share_presence(node.clone(), presence)),
             actix::spawn(follow::share_cursors(node, self.cursors.clone())),

@@ -2,13 +2,13 @@
 //! what they find. On a relay of its own nothing calls it.
 
 use super::Relay;
-use crate::channel::{Apply, CheckRelease};
+use crate::channel::{Apply, CheckRelease, Install};
 use crate::cluster::{CursorChange, LogEvent, Node, Registration};
 use crate::error::RelayError;
 use crate::presence::{MergePresence, Outgoing, PresenceChange, Share};
 use crate::registry::MergeCursor;
 use crate::store::{EventStore, Space, StoreError};
-use crosstalk_schema::ChannelName;
+use crosstalk_schema::{ChannelName, CutState};
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -48,6 +48,14 @@ impl Node for Relay {
             // and the channel is reopened.
             let handle = relay.open_channel(&event.channel, true).await?;
             Ok(handle.addr.send(Apply(event)).await?)
+        })
+    }
+
+    fn install(&self, channel: ChannelName, cut: CutState) -> BoxFuture<'static, Result<bool, RelayError>> {
+        let relay = self.clone();
+        Box::pin(async move {
+            let handle = relay.open_channel(&channel, true).await?;
+            handle.addr.send(Install(cut)).await?
         })
     }
 

@@ -10,7 +10,7 @@ use crate::support::*;
 use crosstalk_actors::cluster::{Cluster, Embedded};
 use crosstalk_actors::nats::{NatsCluster, NatsConfig};
 use crosstalk_actors::sled_store::SledStore;
-use crosstalk_actors::{Relay, RelayConfig, RelayError};
+use crosstalk_actors::{Relay, RelayConfig, RelayError, Retention};
 use crosstalk_schema::{InstanceKind, NewMessage};
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -134,13 +134,15 @@ impl Setup {
 
     /// A relay (a node, on NATS) on the store in `dir`.
     async fn relay(&self, dir: &Path) -> Relay {
+        self.relay_with(dir, RelayConfig::default()).await
+    }
+
+    /// A relay as [`Setup::relay`], with `config` but for its cluster.
+    async fn relay_with(&self, dir: &Path, config: RelayConfig) -> Relay {
         let store = SledStore::open(dir).unwrap();
         let cluster = self.cluster().await;
         cluster.claim_store(&store).unwrap();
-        let config = RelayConfig {
-            cluster,
-            ..RelayConfig::default()
-        };
+        let config = RelayConfig { cluster, ..config };
         Relay::start(Arc::new(store), config).unwrap().0
     }
 }
@@ -206,6 +208,53 @@ fn posts_get_increasing_ids_and_a_retry_gets_the_original() {
         let read = relay.read(&dev, 0, 100, None).await.unwrap();
         let bodies: Vec<&str> = read.iter().map(|p| p.message.body.as_str()).collect();
         assert_eq!(bodies, ["one", "two", "once"]);
+        relay.shutdown().unwrap();
+    });
+}
+
+#[test]
+fn retention_keeps_the_newest_and_a_reply_behind_it_is_refused() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let config = RelayConfig {
+            retention: Retention {
+                max_count: Some(3),
+                max_age: None,
+            },
+            retention_every: Duration::from_millis(200),
+            ..RelayConfig::default()
+        };
+        let relay = setup.relay_with(dir.path(), config).await;
+        let logs = ch("logs");
+        let mut ids = Vec::new();
+        for i in 0..5 {
+            ids.push(relay.post(&logs, msg("w", &format!("m{i}"))).await.unwrap().id());
+        }
+        let deadline = in_10s();
+        loop {
+            let kept: Vec<u64> = relay
+                .read(&logs, 0, 100, None)
+                .await
+                .unwrap()
+                .iter()
+                .map(|p| p.id())
+                .collect();
+            if kept == ids[2..] {
+                break;
+            }
+            not_past(deadline, &format!("the newest three kept, got {kept:?}")).await;
+        }
+        let behind = NewMessage {
+            reply_to: Some(ids[0]),
+            ..msg("x", "re: m0")
+        };
+        let refused = relay.post(&logs, behind).await;
+        assert!(matches!(refused, Err(RelayError::Invalid(_))), "{:?}", refused.err());
+        let kept = NewMessage {
+            reply_to: Some(ids[4]),
+            ..msg("x", "re: m4")
+        };
+        relay.post(&logs, kept).await.unwrap();
         relay.shutdown().unwrap();
     });
 }
