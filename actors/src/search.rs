@@ -40,7 +40,7 @@ use tantivy::query::{
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, FAST, INDEXED, STORED, STRING,
 };
-use tantivy::tokenizer::{PreTokenizedString, TextAnalyzer, Token};
+use tantivy::tokenizer::{TextAnalyzer, Token};
 use tantivy::{
     DocAddress, DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Score, Searcher, SegmentReader,
     TantivyDocument, Term, TERMINATED,
@@ -378,28 +378,21 @@ impl Indexer {
             };
             for p in &batch {
                 let m = &p.message;
+                let words = match analyzer.as_mut() {
+                    Some(analyzer) => analyze(analyzer, &m.body).into_iter().map(|t| t.text).collect(),
+                    None => Vec::new(),
+                };
                 let mut d = TantivyDocument::new();
                 d.add_u64(f.id, p.id());
                 d.add_text(f.channel, name.as_str());
                 d.add_text(f.sender, m.sender.to_lowercase());
                 d.add_text(f.kind, m.kind.to_lowercase());
-                // The body is split into words once: the pairs come from the same tokens,
-                // which the body field takes as they are.
-                match analyzer.as_mut() {
-                    Some(analyzer) => {
-                        let tokens = analyze(analyzer, &m.body);
-                        for w in tokens.windows(2) {
-                            d.add_text(f.pairs, format!("{} {}", w[0].text, w[1].text));
-                        }
-                        d.add_pre_tokenized_text(
-                            f.body,
-                            PreTokenizedString {
-                                text: m.body.clone(),
-                                tokens,
-                            },
-                        );
-                    }
-                    None => d.add_text(f.body, m.body.as_str()),
+                d.add_text(f.body, m.body.as_str());
+                // Split again here by tantivy's own indexing: handing it our tokens instead
+                // (a pre-tokenized body) indexed about 8% slower (two rounds each way of row
+                // 14, 52k/s against 48k/s).
+                for w in words.windows(2) {
+                    d.add_text(f.pairs, format!("{} {}", w[0], w[1]));
                 }
                 d.add_i64(f.created, Timestamp::parse_rfc3339(&m.created_at).map_or(0, |t| t.0));
                 let added = writer.add_document(d);
