@@ -127,23 +127,24 @@ struct ChannelMetaV1 {
     created_at: Option<Timestamp>,
 }
 
+/// Its `last_id` is then the best knowledge of the newest message.
+impl From<ChannelMetaV1> for ChannelMeta {
+    fn from(v: ChannelMetaV1) -> Self {
+        ChannelMeta {
+            count: v.count,
+            last_id: v.last_id,
+            last_at: v.last_at,
+            created_at: v.created_at,
+            last_message_id: v.last_id,
+        }
+    }
+}
+
 impl ChannelMeta {
     /// Decodes a stored summary, of this release or of the one before (whose `last_id` is
     /// then the best knowledge of the newest message).
     pub fn decode(bytes: &[u8]) -> Result<ChannelMeta, crate::CodecError> {
-        match crate::codec::decode::<ChannelMeta>(bytes) {
-            Ok(m) => Ok(m),
-            Err(e @ crate::CodecError::Malformed(_)) => crate::codec::decode::<ChannelMetaV1>(bytes)
-                .map(|v| ChannelMeta {
-                    count: v.count,
-                    last_id: v.last_id,
-                    last_at: v.last_at,
-                    created_at: v.created_at,
-                    last_message_id: v.last_id,
-                })
-                .map_err(|_| e),
-            Err(e) => Err(e),
-        }
+        crate::codec::decode_or_older::<ChannelMeta, ChannelMetaV1>(bytes)
     }
 }
 

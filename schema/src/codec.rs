@@ -31,6 +31,16 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     out
 }
 
+/// Decodes a value stored as `T` or, by a release before a field was added, as `Old`: postcard
+/// is not self-describing, so an older layout reads as malformed and is tried second. An
+/// error is the newer layout's.
+pub fn decode_or_older<T: DeserializeOwned, Old: DeserializeOwned + Into<T>>(bytes: &[u8]) -> Result<T, CodecError> {
+    match decode::<T>(bytes) {
+        Err(e @ CodecError::Malformed(_)) => decode::<Old>(bytes).map(Into::into).map_err(|_| e),
+        other => other,
+    }
+}
+
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     if bytes.len() < HEADER {
         return Err(CodecError::Truncated(bytes.len()));

@@ -62,6 +62,17 @@ struct ChannelStateV1 {
     open_questions: BTreeMap<u64, Option<String>>,
 }
 
+impl From<ChannelStateV1> for ChannelState {
+    fn from(v: ChannelStateV1) -> Self {
+        ChannelState {
+            description: v.description,
+            session: v.session,
+            open_questions: v.open_questions,
+            trimmed: None,
+        }
+    }
+}
+
 /// crosstalk-mcp's opt-in session: counts turns, ends at `max_turns` or when two distinct
 /// senders have posted `done`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,18 +105,7 @@ pub struct Effects {
 impl ChannelState {
     /// Decodes a stored state, of this release or of one before [`Trim`].
     pub fn decode(bytes: &[u8]) -> Result<ChannelState, crate::CodecError> {
-        match crate::codec::decode::<ChannelState>(bytes) {
-            Ok(s) => Ok(s),
-            Err(e @ crate::CodecError::Malformed(_)) => crate::codec::decode::<ChannelStateV1>(bytes)
-                .map(|v| ChannelState {
-                    description: v.description,
-                    session: v.session,
-                    open_questions: v.open_questions,
-                    trimmed: None,
-                })
-                .map_err(|_| e),
-            Err(e) => Err(e),
-        }
+        crate::codec::decode_or_older::<ChannelState, ChannelStateV1>(bytes)
     }
 
     /// The active session's id, which a message posted without one joins.
