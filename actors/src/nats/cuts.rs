@@ -5,7 +5,7 @@
 //! unless a later cut is recorded already, and then removes the channel's events up to the cut
 //! from the stream. A node that finds events missing from the log (it joined after they were
 //! removed, or was away while they were) starts each channel they belonged to from its
-//! recorded cut instead of from its first event (`follow::catch_up`).
+//! recorded cut instead of from its first event (`follow::KnownCuts`).
 
 use super::kv::{hex, unhex, Bucket, Coded, Step};
 use super::log::Log;

@@ -214,71 +214,74 @@ impl KnownCuts {
     /// (a cut is recorded before the events it removes leave the log, so what the gap lacked
     /// is covered by a cut read now). Tries until it has; `false` on shutdown.
     async fn refresh(&mut self, cuts: &Cuts, shutdown: &CancellationToken) -> bool {
-        let mut backoff = RETRY_FIRST;
-        loop {
-            let read = async {
-                let now = cuts.revision().await?;
-                if self.revision == Some(now) {
-                    return Ok(None);
-                }
-                cuts.all().await.map(Some)
-            };
-            match read.await {
-                Ok(None) => return true,
-                Ok(Some((revision, all))) => {
-                    self.revision = Some(revision);
-                    self.cuts = all;
-                    return true;
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot read the log's retention cuts yet; retrying"),
+        let known = self.revision;
+        let read = until_ok(shutdown.clone(), "retention cuts", || async move {
+            if Some(cuts.revision().await?) == known {
+                return Ok(None);
             }
-            tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
-                _ = shutdown.cancelled() => return false,
+            cuts.all().await.map(Some)
+        });
+        match read.await {
+            None => false,
+            Some(None) => true,
+            Some(Some((revision, all))) => {
+                self.revision = Some(revision);
+                self.cuts = all;
+                true
             }
-            backoff = (backoff * 2).min(RETRY_MAX);
         }
     }
 
     /// Before `channel`'s next event is folded: if its recorded cut removed events this node
     /// has not folded, starts the channel from the cut ([`Node::install`]).
-    async fn install_if_behind(&self, node: &dyn Node, channel: &ChannelName) {
-        let Some(cut) = self.cuts.get(channel) else {
+    /// A cut is looked at once: the channel is then past it, here or by the install.
+    async fn install_if_behind(&mut self, node: &dyn Node, channel: &ChannelName) {
+        let Some(cut) = self.cuts.remove(channel) else {
             return;
         };
         let through = cut.trim.through;
         if node.channel_last_id(channel).unwrap_or(0) >= through {
             return;
         }
-        for attempt in 1..=DELIVERY_ATTEMPTS {
-            match node.install(channel.clone(), cut.clone()).await {
-                Ok(_) => return,
-                Err(e) => {
-                    tracing::debug!(%channel, error = %e, attempt, "cannot start the channel from its cut yet; retrying")
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50 * attempt as u64)).await;
+        let installed = attempts("start the channel from its cut", channel, || {
+            node.install(channel.clone(), cut.clone())
+        })
+        .await;
+        if installed.is_none() {
+            tracing::error!(%channel, through, "could not start the channel from the log's retention cut; its copy on this node lacks what the cut kept");
         }
-        tracing::error!(%channel, through, "could not start the channel from the log's retention cut; its copy on this node lacks what the cut kept");
     }
+}
+
+/// Hands something to `channel`'s actor, trying again ([`DELIVERY_ATTEMPTS`] in all, pausing
+/// longer each time) while it cannot take it (it stopped as it arrived and is reopened).
+async fn attempts<T, F>(what: &str, channel: &ChannelName, mut hand: impl FnMut() -> F) -> Option<T>
+where
+    F: Future<Output = Result<T, crate::RelayError>>,
+{
+    for attempt in 1..=DELIVERY_ATTEMPTS {
+        match hand().await {
+            Ok(value) => return Some(value),
+            Err(e) => tracing::debug!(%channel, error = %e, attempt, "cannot {what} yet; retrying"),
+        }
+        tokio::time::sleep(Duration::from_millis(50 * attempt as u64)).await;
+    }
+    None
 }
 
 /// Hands one event to its channel, and waits until the channel has folded it, so the next
 /// event of the channel comes after it. Answers the id the fold stored it under, if any;
 /// `Err` if it could not be folded here.
 async fn deliver(node: &dyn Node, event: LogEvent) -> Result<Option<u64>, ()> {
-    for attempt in 1..=DELIVERY_ATTEMPTS {
-        match node.apply(event.clone()).await {
-            Ok(stored) => return Ok(stored),
-            Err(e) => {
-                tracing::debug!(channel = %event.channel, seq = event.seq, error = %e, attempt, "cannot fold into the channel yet; retrying")
-            }
+    let (channel, seq) = (event.channel.clone(), event.seq);
+    match attempts("fold into the channel", &channel, || node.apply(event.clone())).await {
+        Some(stored) => Ok(stored),
+        None => {
+            // This node stays behind for the channel until a restart replays the log.
+            tracing::error!(%channel, seq, "an event of the shared log could not be folded on this node");
+            Err(())
         }
-        tokio::time::sleep(Duration::from_millis(50 * attempt as u64)).await;
     }
-    // This node stays behind for the channel until a restart replays the log.
-    tracing::error!(channel = %event.channel, seq = event.seq, "an event of the shared log could not be folded on this node");
-    Err(())
 }
 
 /// Mirrors the cluster's registrations into this node's identities, and tells the cluster
@@ -427,17 +430,17 @@ pub(super) async fn share_cursors(node: Arc<dyn Node>, cursors: SharedCursors) {
     .await
 }
 
-/// Opens one of the cluster's buckets, trying again (backing off) until it opens; `None` on
-/// shutdown.
-pub(super) async fn open<T, F>(shutdown: CancellationToken, what: &str, mut open: impl FnMut() -> F) -> Option<T>
+/// Calls `call` until it succeeds (backing off between attempts): opening one of the
+/// cluster's buckets, reading the retention cuts. `None` on shutdown.
+pub(super) async fn until_ok<T, F>(shutdown: CancellationToken, what: &str, mut call: impl FnMut() -> F) -> Option<T>
 where
     F: Future<Output = Result<T, crate::RelayError>>,
 {
     let mut backoff = RETRY_FIRST;
     loop {
-        match open().await {
-            Ok(bucket) => return Some(bucket),
-            Err(e) => tracing::warn!(error = %e, "cannot open the cluster's {what} bucket yet; retrying"),
+        match call().await {
+            Ok(value) => return Some(value),
+            Err(e) => tracing::warn!(error = %e, "cannot reach the cluster's {what} yet; retrying"),
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}

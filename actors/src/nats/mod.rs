@@ -485,7 +485,7 @@ impl Cluster for NatsCluster {
             let this = self.clone();
             let shutdown = node.shutdown();
             let bucket = async move {
-                follow::open(shutdown, "waits", || {
+                follow::until_ok(shutdown, "waits bucket", || {
                     this.open_bucket("WAITS", waits::WAITS_MAX_AGE, "waits")
                 })
                 .await
@@ -504,12 +504,14 @@ impl Cluster for NatsCluster {
         let presence = {
             let (this, shutdown, ttl) = (self.clone(), node.shutdown(), node.presence_ttl());
             async move {
-                follow::open(shutdown, "presence", || this.open_bucket("PRESENCE", ttl, "presence"))
-                    .await
-                    .map(|bucket| presence::SharedPresence {
-                        bucket,
-                        node: this.node.clone(),
-                    })
+                follow::until_ok(shutdown, "presence bucket", || {
+                    this.open_bucket("PRESENCE", ttl, "presence")
+                })
+                .await
+                .map(|bucket| presence::SharedPresence {
+                    bucket,
+                    node: this.node.clone(),
+                })
             }
         };
         tasks.extend([
