@@ -5,7 +5,7 @@ use crate::error::RelayError;
 use crate::store::{Append, EventStore, Space, StoreError, Undo};
 use crate::view::Published;
 use actix::prelude::*;
-use crosstalk_schema::{codec, ChannelMeta, ChannelName, CutState, Record, Timestamp};
+use crosstalk_schema::{codec, ChannelMeta, ChannelName, CutState, Record, Timestamp, Trim};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,27 +79,7 @@ impl ChannelActor {
                 o.propose = upto;
                 upto = 0;
                 if let Some(cut) = cut {
-                    // What a node that never folds the events this removes starts from: the
-                    // state right after them, carried forward from the last cut by the events
-                    // themselves, recorded before they go.
-                    let mut state = stored_cut(store, &channel)?;
-                    if state.trim.through < cut.through {
-                        let events = store.read(&channel, state.trim.through, cut.through, COMPACT_STEP)?;
-                        let whole = events.len() < COMPACT_STEP;
-                        for (id, bytes) in &events {
-                            match codec::decode::<Record>(bytes) {
-                                Ok(record) => state.replay(*id, &record),
-                                Err(e) => {
-                                    tracing::error!(channel = %channel, id, error = %e, "an event that does not decode is left out of the cut's state");
-                                    state.trim.through = *id;
-                                }
-                            }
-                        }
-                        if whole {
-                            state.trim = cut;
-                        }
-                        store.put_aux(Space::Jobs, &cut_key(&channel), Some(&codec::encode(&state)))?;
-                    }
+                    let state = carry_cut(store, &channel, cut)?;
                     upto = state.trim.through;
                     if state.trim == cut {
                         o.cut = Some(state);
@@ -192,6 +172,32 @@ struct Outcome {
 /// Where a node keeps the state after the last cut it applied to a channel.
 fn cut_key(channel: &ChannelName) -> Vec<u8> {
     format!("cut/{channel}").into_bytes()
+}
+
+/// What a node that never folds the events `cut` removes starts from: the state right after
+/// them, carried forward from the last cut by the events themselves (at most [`COMPACT_STEP`]
+/// of them a pass) and recorded before they go. Its `trim` is `cut` once it holds them all.
+fn carry_cut(store: &dyn EventStore, channel: &ChannelName, cut: Trim) -> Result<CutState, StoreError> {
+    let mut state = stored_cut(store, channel)?;
+    if state.trim.through >= cut.through {
+        return Ok(state);
+    }
+    let events = store.read(channel, state.trim.through, cut.through, COMPACT_STEP)?;
+    let whole = events.len() < COMPACT_STEP;
+    for (id, bytes) in &events {
+        match codec::decode::<Record>(bytes) {
+            Ok(record) => state.replay(*id, &record),
+            Err(e) => {
+                tracing::error!(%channel, id, error = %e, "an event that does not decode is left out of the cut's state");
+                state.trim.through = *id;
+            }
+        }
+    }
+    if whole {
+        state.trim = cut;
+    }
+    store.put_aux(Space::Jobs, &cut_key(channel), Some(&codec::encode(&state)))?;
+    Ok(state)
 }
 
 fn stored_cut(store: &dyn EventStore, channel: &ChannelName) -> Result<CutState, StoreError> {
