@@ -40,7 +40,7 @@ use tantivy::query::{
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, FAST, INDEXED, STORED, STRING,
 };
-use tantivy::tokenizer::{TextAnalyzer, Token};
+use tantivy::tokenizer::TextAnalyzer;
 use tantivy::{
     DocAddress, DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Score, Searcher, SegmentReader,
     TantivyDocument, Term, TERMINATED,
@@ -379,7 +379,7 @@ impl Indexer {
             for p in &batch {
                 let m = &p.message;
                 let words = match analyzer.as_mut() {
-                    Some(analyzer) => analyze(analyzer, &m.body).into_iter().map(|t| t.text).collect(),
+                    Some(analyzer) => analyze(analyzer, &m.body),
                     None => Vec::new(),
                 };
                 let mut d = TantivyDocument::new();
@@ -523,11 +523,11 @@ impl Handler<CatchUp> for Indexer {
 }
 
 /// The body field's tokens of `text` (lowercased words of letters and digits).
-fn analyze(analyzer: &mut TextAnalyzer, text: &str) -> Vec<Token> {
+fn analyze(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
     let mut stream = analyzer.token_stream(text);
     let mut out = Vec::new();
     while stream.advance() {
-        out.push(stream.token().clone());
+        out.push(stream.token().text.clone());
     }
     out
 }
@@ -584,7 +584,7 @@ impl SearchIndex {
         let Ok(mut analyzer) = self.index.tokenizer_for_field(self.fields.body) else {
             return Vec::new();
         };
-        analyze(&mut analyzer, text).into_iter().map(|t| t.text).collect()
+        analyze(&mut analyzer, text)
     }
 
     /// A word's terms in the index and how each scores: the word itself highest, its
