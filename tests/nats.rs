@@ -907,6 +907,126 @@ async fn a_post_that_reaches_no_stream_is_sent_again_until_one_takes_it() {
     assert_eq!(all[1]["id"], second["id"]);
 }
 
+/// The stream's newest sequence.
+async fn last_sequence(js: &async_nats::jetstream::Context) -> u64 {
+    js.get_stream("CROSSTALK")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .last_sequence
+}
+
+/// Posts to one channel that arrive at a node while its previous append to the log is on its
+/// way go to the log together, as one message. Here the stream is kept from taking the first
+/// post for a second (its subjects taken away, as above); the nine posts made meanwhile, one of
+/// them a retry, become the next message. Their ids count within that message, the retry gets
+/// its original's id, and both nodes hold the same ten messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
+    use async_nats::jetstream;
+    let _one = ONE_CLUSTER.lock().await;
+    let server = Single::start("");
+    let a = Server::process(&["--store", server.url().as_str()]);
+    let b = Server::process(&["--store", server.url().as_str()]);
+    let c = client();
+    post(&c, &a, "dev", msg("a", "first")).await;
+    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let config = js
+        .get_stream("CROSSTALK")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    assert_eq!(
+        config.metadata.get("crosstalk_ids").map(String::as_str),
+        Some("entries-v1"),
+        "the stream says how its events are numbered"
+    );
+    let before = last_sequence(&js).await;
+    let elsewhere = jetstream::stream::Config {
+        subjects: vec!["elsewhere.>".into()],
+        ..config.clone()
+    };
+    js.update_stream(&elsewhere).await.expect("take the subjects away");
+    let send = |body: Value| {
+        let (c, url) = (c.clone(), a.url("/api/channels/dev/messages"));
+        tokio::spawn(async move {
+            let r = c.post(url).json(&body).send().await.expect("post");
+            assert!(r.status().is_success(), "{}", r.status());
+            r.json::<Value>().await.unwrap()
+        })
+    };
+    let held = send(msg("a", "held"));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut meanwhile: Vec<_> = (0..8)
+        .map(|n| send(json!({"sender": "a", "body": format!("meanwhile {n}"), "idempotency_key": format!("k-{n}")})))
+        .collect();
+    meanwhile.push(send(
+        json!({"sender": "a", "body": "meanwhile 3", "idempotency_key": "k-3"}),
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    js.update_stream(&config).await.expect("give the subjects back");
+    let held = held.await.unwrap();
+    let mut answers = Vec::new();
+    for m in meanwhile {
+        answers.push(m.await.unwrap());
+    }
+    assert_eq!(
+        last_sequence(&js).await,
+        before + 2,
+        "the held post's message, then one for the rest"
+    );
+    assert_eq!(held["id"].as_u64().unwrap(), (before + 1) << 10);
+    // Nine events in the message, numbered 0 to 8 within it; the retry, whichever of the two
+    // came second, was stored as no message and answered with its original.
+    assert_eq!(answers[3]["id"], answers[8]["id"]);
+    let together: std::collections::BTreeSet<u64> = answers.iter().map(|m| m["id"].as_u64().unwrap()).collect();
+    assert_eq!(together.len(), 8, "{together:?}");
+    assert!(
+        together.iter().all(|id| id >> 10 == before + 2 && id & 1023 < 9),
+        "{together:?}"
+    );
+    let on_a = until_count(&c, &a, "dev", 10).await;
+    assert_eq!(on_a.len(), 10, "{on_a:?}");
+    assert_eq!(until_count(&c, &b, "dev", 10).await, on_a, "both nodes hold the same");
+}
+
+/// A stream an earlier release wrote (one event a message, its id the stream sequence) is
+/// refused at start-up, saying what to do, and is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_an_earlier_release_wrote_is_refused_and_left_alone() {
+    use async_nats::jetstream;
+    let _one = ONE_CLUSTER.lock().await;
+    let server = Single::start("");
+    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    js.create_stream(jetstream::stream::Config {
+        name: "CROSSTALK".into(),
+        subjects: vec!["crosstalk.ch.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.publish("crosstalk.ch.dev", "an event of the earlier layout".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (status, err, _) = refused_start(dir.path(), &["--store", &server.url()]);
+    assert!(!status.success(), "started on an earlier release's stream");
+    assert!(err.contains("was written by a crosstalk release before"), "{err}");
+    assert!(err.contains("--nats-stream"), "{err}");
+    let info = js.get_stream("CROSSTALK").await.unwrap().info().await.unwrap().clone();
+    assert_eq!(info.state.messages, 1);
+    assert!(!info.config.metadata.contains_key("crosstalk_ids"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_signs_in_to_nats_and_stops_at_once_when_refused() {
     let _one = ONE_CLUSTER.lock().await;
@@ -1355,11 +1475,9 @@ async fn a_retention_cut_is_logged_once_and_every_node_judges_by_it() {
     let cn = Server::process(&["--store", &url, "--retention-interval-secs", "1"]);
     let mut posted = Vec::new();
     for i in 0..6 {
-        posted.push(
-            post(&c, &a, "logs", msg("w", &format!("m{i}"))).await["id"]
-                .as_u64()
-                .unwrap(),
-        );
+        let mut m = msg("w", &format!("m{i}"));
+        m["idempotency_key"] = json!(format!("k-{i}"));
+        posted.push(post(&c, &a, "logs", m).await["id"].as_u64().unwrap());
     }
     let newest = posted[3..].to_vec();
     assert_eq!(
@@ -1402,6 +1520,19 @@ async fn a_retention_cut_is_logged_once_and_every_node_judges_by_it() {
     all.push(kept);
     let on_b = ids(&until_count(&c, &b, "logs", 1).await);
     assert!(on_b.ends_with(&three) && all.ends_with(&on_b), "{on_b:?}");
+    // The idempotency key of a message behind the cut is forgotten on every node, even on B,
+    // which may still hold the original: a retry that late is a new post. One of a kept
+    // message still gets its original.
+    let mut late = msg("w", "m0");
+    late["idempotency_key"] = json!("k-0");
+    let again = post(&c, &b, "logs", late).await["id"].as_u64().unwrap();
+    assert!(again > kept, "a new post, not the original {}", posted[0]);
+    let mut kept_retry = msg("w", "m5");
+    kept_retry["idempotency_key"] = json!("k-5");
+    assert_eq!(post(&c, &cn, "logs", kept_retry).await["id"].as_u64(), Some(posted[5]));
+    let three = vec![posted[5], kept, again];
+    assert_eq!(until_ids(&c, &a, "logs", &three).await, three);
+    assert_eq!(until_ids(&c, &cn, "logs", &three).await, three);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -358,7 +358,9 @@ impl ChannelActor {
         let limits = self.config.limits;
         let idem = post.idempotency_key(&limits)?;
         if let Some(k) = &idem {
-            if let Some(existing) = self.idempotent(k)? {
+            // An original behind the shared log's retention cut is forgotten (the fold's rule,
+            // [`logged`]), even where this copy still holds it: such a retry goes to the log.
+            if let Some(existing) = self.idempotent(k)?.filter(|&id| id > self.trimmed_through()) {
                 // An idempotent retry: answer with the original once it is durable.
                 return Ok(Accepted::Once(
                     existing,

@@ -29,12 +29,22 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-/// One event of a channel, as the fold receives it from a shared log.
+/// One message of a shared log: a channel's events that one node appended together, as the
+/// fold receives them.
 #[derive(Debug, Clone)]
 pub struct LogEvent {
-    /// Its position in the log: the event's id.
+    /// The message's position in the log (not an event's id: a message holds several).
     pub seq: u64,
     pub channel: ChannelName,
+    /// Its events, in the order their ids give.
+    pub entries: Vec<LogEntry>,
+}
+
+/// One event of a channel in the shared log.
+#[derive(Debug, Clone)]
+pub struct LogEntry {
+    /// The event's id, from its place in the log; increasing within the log.
+    pub id: u64,
     pub record: Record,
     /// The post's idempotency key, if it had one.
     pub idempotency_key: Option<String>,
@@ -44,7 +54,8 @@ pub struct LogEvent {
 pub enum Sequenced {
     /// This node: the channel folds it now, under the next id of the node's own allocator.
     Here,
-    /// The shared log: the event's id once the log has it. The event comes back to every
+    /// The shared log: the event's id once the log has it (appended with any other events of
+    /// the channel this node was putting in order at the time). The event comes back to every
     /// node's fold, in the log's order ([`Node::apply`]).
     Log(BoxFuture<'static, Result<u64, RelayError>>),
 }
@@ -170,8 +181,8 @@ pub trait Node: Send + Sync + 'static {
     /// The last id this node has committed on `channel`.
     fn channel_last_id(&self, channel: &ChannelName) -> Result<u64, RelayError>;
 
-    /// Folds one event of the shared log into its channel, after every earlier one; answers
-    /// the id it was stored under, if the fold stored it. `Err` if the channel could not take
+    /// Folds one message of the shared log into its channel, after every earlier one; answers
+    /// the last id the fold stored of it, if it stored any. `Err` if the channel could not take
     /// it now (its actor stopped as it arrived: try again).
     fn apply(&self, event: LogEvent) -> BoxFuture<'static, Result<Option<u64>, RelayError>>;
 

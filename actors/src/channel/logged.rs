@@ -2,7 +2,7 @@
 //! was put in order ([`crate::cluster::Sequenced`]). On a relay of its own the channel folds
 //! an event as it takes it in, under the node's next id. On a shared log several relay nodes
 //! serve the channel, so no node may decide alone: a write is *proposed*, appended to the log,
-//! where it gets its id (the log's sequence). It takes effect when the fold reaches it
+//! where it gets its id (from its place in the log). It takes effect when the fold reaches it
 //! ([`Apply`], sent in log order by the node's follower of the log, `crate::nats`, on every
 //! node alike, the writer included): the fold validates it against the state as of that
 //! point (a reply to a message that does not exist, an idempotency key already used), assigns
@@ -14,7 +14,7 @@
 //! second DONE, the answer that closes a question) therefore come out the same on every node.
 
 use super::ChannelActor;
-use crate::cluster::LogEvent;
+use crate::cluster::{LogEntry, LogEvent};
 use crate::error::RelayError;
 use crate::view::{ChannelView, Posted};
 use actix::prelude::*;
@@ -27,9 +27,10 @@ use tokio::sync::oneshot;
 /// Verdicts kept for proposals whose acknowledgement arrives after the fold reached them.
 const RECENT_VERDICTS: usize = 4096;
 
-/// Fold one event of the shared log into this channel. Sent by the follower of the log (`crate::nats`), in log order.
-/// Answers the id it is stored under, if the fold stored it (the channel's committed last id
-/// reaches it once it is durable).
+/// Fold one message of the shared log (the events of this channel one node appended together)
+/// into this channel. Sent by the follower of the log (`crate::nats`), in log order. Answers the
+/// last id the fold stored of it, if any (the channel's committed last id reaches it once it is
+/// durable).
 #[derive(Message)]
 #[rtype(result = "Option<u64>")]
 pub struct Apply(pub LogEvent);
@@ -60,8 +61,8 @@ type Verdict = oneshot::Sender<Result<Outcome, RelayError>>;
 pub(super) struct Proposals {
     /// Appends sent to the log and not yet acknowledged.
     appending: usize,
-    /// Acknowledged, waiting for the fold to reach their sequence (several, when JetStream
-    /// recognised retries of one post by its idempotency key and gave them its sequence).
+    /// Acknowledged, waiting for the fold to reach their id (a list, so that a proposal whose
+    /// acknowledgement came late never displaces another).
     waiting: HashMap<u64, Vec<Verdict>>,
     recent: VecDeque<(u64, Folded)>,
 }
@@ -111,7 +112,7 @@ impl ChannelActor {
         ctx.spawn(append.into_actor(self).map(move |appended, act, _| {
             act.proposals.appending -= 1;
             match appended {
-                Ok(seq) => act.await_fold(seq, tx),
+                Ok(id) => act.await_fold(id, tx),
                 Err(e) => {
                     crate::throttled!(warn, channel = %act.view.name(), error = %e, "append to the shared log failed");
                     let _ = tx.send(Err(e));
@@ -148,28 +149,29 @@ impl ChannelActor {
         })
     }
 
-    /// Answers `verdict` once the fold has reached `seq` (at once if it has).
-    fn await_fold(&mut self, seq: u64, verdict: Verdict) {
+    /// Answers `verdict` once the fold has reached `id` (at once if it has).
+    fn await_fold(&mut self, id: u64, verdict: Verdict) {
         if let Some(folded) = self
             .proposals
             .recent
             .iter()
-            .find(|(s, _)| *s == seq)
+            .rev()
+            .find(|(s, _)| *s == id)
             .map(|(_, f)| f.clone())
         {
             let outcome = self.outcome(folded);
             let _ = verdict.send(Ok(outcome));
-        } else if seq <= self.meta.last_id {
+        } else if id <= self.meta.last_id {
             // Folded long ago (its verdict is no longer kept): what the store holds.
-            let folded = match self.view.get(seq) {
-                Ok(Some(posted)) => Folded::Stored(seq, Some(posted)),
+            let folded = match self.view.get(id) {
+                Ok(Some(posted)) => Folded::Stored(id, Some(posted)),
                 Ok(None) => Folded::Unchanged,
                 Err(e) => Folded::Rejected(e),
             };
             let outcome = self.outcome(folded);
             let _ = verdict.send(Ok(outcome));
         } else {
-            self.proposals.waiting.entry(seq).or_default().push(verdict);
+            self.proposals.waiting.entry(id).or_default().push(verdict);
         }
     }
 
@@ -190,8 +192,9 @@ impl ChannelActor {
         self.state.trimmed.map_or(0, |t| t.through)
     }
 
-    /// The fold: what `record` means given everything before it. `seq`: its place in the
-    /// shared log; `None`: this node puts it in order, under its next id once it is accepted.
+    /// The fold: what `record` means given everything before it. `seq`: its id from its place
+    /// in the shared log; `None`: this node puts it in order, under its next id once it is
+    /// accepted.
     pub(super) fn fold(&mut self, seq: Option<u64>, record: Record, idempotency_key: Option<String>) -> Folded {
         match record {
             Record::Message(mut m) => {
@@ -264,29 +267,30 @@ impl Handler<Apply> for ChannelActor {
     type Result = Option<u64>;
 
     fn handle(&mut self, Apply(event): Apply, ctx: &mut Context<Self>) -> Option<u64> {
-        let seq = event.seq;
-        // Folded before (after a restart the follower of the log replays from its recorded watermark,
-        // which may be behind some channels).
-        if seq <= self.meta.last_id {
-            return None;
-        }
-        let LogEvent {
+        let mut stored = None;
+        for LogEntry {
+            id,
             record,
             idempotency_key,
-            ..
-        } = event;
-        let folded = self.fold(Some(seq), record, idempotency_key);
-        let stored = match &folded {
-            Folded::Stored(id, _) => Some(*id),
-            _ => None,
-        };
-        for verdict in self.proposals.waiting.remove(&seq).unwrap_or_default() {
-            let outcome = self.outcome(folded.clone());
-            let _ = verdict.send(Ok(outcome));
-        }
-        self.proposals.recent.push_back((seq, folded));
-        if self.proposals.recent.len() > RECENT_VERDICTS {
-            self.proposals.recent.pop_front();
+        } in event.entries
+        {
+            // Folded before (after a restart the follower of the log replays from its
+            // recorded watermark, which may be behind some channels).
+            if id <= self.meta.last_id {
+                continue;
+            }
+            let folded = self.fold(Some(id), record, idempotency_key);
+            if let Folded::Stored(id, _) = &folded {
+                stored = Some(*id);
+            }
+            for verdict in self.proposals.waiting.remove(&id).unwrap_or_default() {
+                let outcome = self.outcome(folded.clone());
+                let _ = verdict.send(Ok(outcome));
+            }
+            self.proposals.recent.push_back((id, folded));
+            if self.proposals.recent.len() > RECENT_VERDICTS {
+                self.proposals.recent.pop_front();
+            }
         }
         self.start_commit(ctx);
         stored

@@ -1,19 +1,54 @@
 //! The cluster's log: every channel's events in one JetStream stream, one subject per channel
-//! (`crosstalk.ch.<channel>`). An event's id is its stream sequence.
+//! (`crosstalk.ch.<channel>`). A message of the stream holds one or more events of its channel
+//! that a node appended together ([`super::appends`]); an event's id is its message's stream
+//! sequence shifted left by [`ENTRY_BITS`], plus its place in the message ([`entry_id`]): unique
+//! across the cluster, increasing along the log, and the same on every node.
 
 use super::unavailable;
-use crate::cluster::LogEvent;
+use crate::cluster::{LogEntry, LogEvent};
 use crate::error::RelayError;
 use async_nats::jetstream::{self, consumer};
 use bytes::Bytes;
 use crosstalk_schema::{codec, ChannelName, Record};
 use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Header carrying a post's idempotency key, for the fold (the record does not hold it).
-const IDEMPOTENCY_HEADER: &str = "Crosstalk-Idempotency-Key";
+/// Bits of an event's id that number it within its message: a message holds at most 1,024
+/// events.
+pub(super) const ENTRY_BITS: u32 = 10;
+/// Most events one message holds.
+pub(super) const MAX_ENTRIES: usize = 1 << ENTRY_BITS;
+/// Most bytes of events one message carries (NATS's own limit is 1 MiB by default); one event
+/// bigger than this goes alone.
+pub(super) const MAX_MESSAGE_BYTES: usize = 512 * 1024;
+
+/// The id of the `index`th event of the message at stream sequence `seq`.
+pub(super) fn entry_id(seq: u64, index: usize) -> u64 {
+    (seq << ENTRY_BITS) | index as u64
+}
+
+/// The stream sequence of the message holding the event `id`.
+pub(super) fn message_of(id: u64) -> u64 {
+    id >> ENTRY_BITS
+}
+
+/// One event as a message carries it: the record and the post's idempotency key, so that the
+/// fold, on every node, recognises a retried post.
+#[derive(Serialize)]
+struct EntryOut<'a> {
+    record: &'a Record,
+    idempotency_key: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+struct EntryIn {
+    record: Record,
+    idempotency_key: Option<String>,
+}
+
 /// Longest an append waits for JetStream's acknowledgement.
 const APPEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the server tells a node following the log that it is still there when it has
@@ -34,36 +69,6 @@ pub(super) struct Log {
     pub prefix: String,
 }
 
-/// `key` as a NATS header value: printable ASCII kept, anything else (and `%`) escaped.
-fn header_safe(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    for b in key.bytes() {
-        if b.is_ascii_graphic() && b != b'%' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-fn header_unescape(value: &str) -> Option<String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = value.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 /// Subject prefix of a stream's channel events: `crosstalk.ch.` for the default stream
 /// `CROSSTALK` (two streams may not share subjects, so each has its own).
 pub(super) fn subject_prefix(stream: &str) -> String {
@@ -81,29 +86,25 @@ fn channel_of(prefix: &str, subject: &str) -> Option<ChannelName> {
 }
 
 impl Log {
-    /// Appends one event; answers its id once JetStream has acknowledged it. A retried post
-    /// within the stream's duplicate window gets the original's id.
-    pub async fn append(
-        &self,
-        channel: ChannelName,
-        payload: Bytes,
-        idempotency_key: Option<String>,
-    ) -> Result<u64, RelayError> {
-        let mut publish = jetstream::message::PublishMessage::build().payload(payload);
-        if let Some(key) = idempotency_key {
-            // JetStream drops a second publish with the same id within its window; the fold
-            // recognises one beyond it by the header.
-            let key = header_safe(&key);
-            publish = publish
-                .message_id(format!("{channel}/{key}"))
-                .header(IDEMPOTENCY_HEADER, key.as_str());
-        }
+    /// An event as a message carries it ([`Log::append`]).
+    pub fn entry(record: &Record, idempotency_key: Option<&str>) -> Bytes {
+        Bytes::from(codec::encode(&EntryOut {
+            record,
+            idempotency_key,
+        }))
+    }
+
+    /// Appends `entries` (from [`Log::entry`]), events of `channel`, as one message; answers
+    /// its stream sequence once JetStream has acknowledged it. Its events' ids follow from it
+    /// ([`entry_id`]).
+    pub async fn append(&self, channel: &ChannelName, entries: &[Bytes]) -> Result<u64, RelayError> {
+        let publish = jetstream::message::PublishMessage::build().payload(frame(entries));
         let append = async {
             let mut pause = Duration::from_millis(10);
             loop {
                 let ack = self
                     .js
-                    .send_publish(subject(&self.prefix, &channel), publish.clone())
+                    .send_publish(subject(&self.prefix, channel), publish.clone())
                     .await
                     .map_err(|e| unavailable("publishing", e))?;
                 match ack.await {
@@ -125,7 +126,14 @@ impl Log {
     }
 
     /// Removes `channel`'s events up to and including `through` from the log.
+    /// The message holding `through` stays: its other events may be newer, and a node that
+    /// starts the channel from the cut skips the ones it holds up to `through`.
     pub async fn purge_through(&self, channel: &ChannelName, through: u64) -> Result<(), RelayError> {
+        // Messages before this one go (a purge's sequence is the first it keeps).
+        let keep = message_of(through);
+        if keep <= 1 {
+            return Ok(());
+        }
         let stream = self
             .js
             .get_stream(&self.stream)
@@ -134,15 +142,10 @@ impl Log {
         stream
             .purge()
             .filter(subject(&self.prefix, channel))
-            .sequence(through + 1)
+            .sequence(keep)
             .await
             .map_err(|e| unavailable("removing a channel's events up to its cut", e))?;
         Ok(())
-    }
-
-    /// The record as the log carries it.
-    pub fn payload(record: &Record) -> Bytes {
-        Bytes::from(codec::encode(record))
     }
 
     /// The sequence of the newest event in the log (0 when it is empty).
@@ -259,24 +262,53 @@ fn log_event(prefix: &str, m: Result<jetstream::Message, RelayError>) -> Option<
         tracing::warn!(seq, subject = %m.subject, "skipping a log entry on a subject that names no channel");
         return None;
     };
-    let record = match codec::decode::<Record>(&m.payload) {
-        Ok(r) => r,
+    let entries = match unframe(&m.payload) {
+        Ok(entries) => entries,
         Err(e) => {
             tracing::error!(seq, channel = %channel, error = %e, "skipping a log entry that does not decode");
             return None;
         }
     };
-    let idempotency_key = m
-        .headers
-        .as_ref()
-        .and_then(|h| h.get(IDEMPOTENCY_HEADER))
-        .and_then(|v| header_unescape(v.as_str()));
-    Some(Ok(LogEvent {
-        seq,
-        channel,
-        record,
-        idempotency_key,
-    }))
+    let entries = entries
+        .into_iter()
+        .enumerate()
+        .map(|(index, e)| LogEntry {
+            id: entry_id(seq, index),
+            record: e.record,
+            idempotency_key: e.idempotency_key,
+        })
+        .collect();
+    Some(Ok(LogEvent { seq, channel, entries }))
+}
+
+/// A message's payload: each entry after its length (4 bytes, little-endian).
+fn frame(entries: &[Bytes]) -> Bytes {
+    let mut out = Vec::with_capacity(entries.iter().map(|e| 4 + e.len()).sum());
+    for e in entries {
+        out.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        out.extend_from_slice(e);
+    }
+    Bytes::from(out)
+}
+
+fn unframe(mut payload: &[u8]) -> Result<Vec<EntryIn>, String> {
+    let mut entries = Vec::new();
+    while !payload.is_empty() {
+        let Some((len, rest)) = payload.split_first_chunk::<4>() else {
+            return Err(format!("{} bytes where an entry's length belongs", payload.len()));
+        };
+        let len = u32::from_le_bytes(*len) as usize;
+        let Some(entry) = rest.get(..len) else {
+            return Err(format!("an entry of {len} bytes with {} left", rest.len()));
+        };
+        entries.push(codec::decode::<EntryIn>(entry).map_err(|e| e.to_string())?);
+        payload = &rest[len..];
+    }
+    match entries.len() {
+        0 => Err("no entries".into()),
+        n if n > MAX_ENTRIES => Err(format!("{n} entries, more than {MAX_ENTRIES}")),
+        _ => Ok(entries),
+    }
 }
 
 #[cfg(test)]
@@ -297,11 +329,32 @@ mod tests {
     }
 
     #[test]
-    fn idempotency_keys_survive_headers() {
-        for key in ["plain-key_1", "with space", "line\r\nbreak", "100%", "ünïcode ✓"] {
-            let h = header_safe(key);
-            assert!(h.bytes().all(|b| b.is_ascii_graphic()), "{h}");
-            assert_eq!(header_unescape(&h).as_deref(), Some(key));
+    fn a_message_carries_its_entries_and_keys_in_order() {
+        let records: Vec<Record> = (0..3)
+            .map(|n| Record::Described {
+                description: format!("d{n}"),
+                at: Default::default(),
+            })
+            .collect();
+        let keys = [Some("line\r\nbreak ünïcode ✓"), None, Some("100%")];
+        let entries: Vec<Bytes> = records.iter().zip(keys).map(|(r, k)| Log::entry(r, k)).collect();
+        let back = unframe(&frame(&entries)).unwrap();
+        assert_eq!(back.len(), 3);
+        for ((e, r), k) in back.iter().zip(&records).zip(keys) {
+            assert_eq!(codec::encode(&e.record), codec::encode(r));
+            assert_eq!(e.idempotency_key.as_deref(), k);
         }
+        // A payload cut short, or one of the layout before messages held several events.
+        let whole = frame(&entries);
+        assert!(unframe(&whole[..whole.len() - 1]).is_err());
+        assert!(unframe(&codec::encode(&records[0])).is_err());
+        assert!(unframe(&[]).is_err());
+    }
+
+    #[test]
+    fn ids_number_events_within_their_message_and_increase_along_the_log() {
+        assert_eq!(entry_id(1, 0), 1024);
+        assert_eq!(message_of(entry_id(7, 1023)), 7);
+        assert!(entry_id(7, MAX_ENTRIES - 1) < entry_id(8, 0));
     }
 }

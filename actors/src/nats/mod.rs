@@ -1,6 +1,7 @@
 //! A relay cluster on NATS JetStream: the [`Cluster`] whose nodes share one stream and its
 //! key-value buckets. Every channel's events are in the stream, one subject per channel
-//! ([`log`]); a node appends an event and learns its id from the stream (its sequence), and
+//! ([`log`]); a node appends a channel's events, gathered into one message while the previous
+//! one is on its way ([`appends`]), and learns their ids from the message's stream sequence, and
 //! every node, the writer included, folds the stream in order into its own projection (the
 //! channel actors, their views and the node's own sled store) through [`follow`]. What every
 //! node must agree on besides is in buckets, one file each: shared data ([`data`]),
@@ -8,13 +9,15 @@
 //! active waits ([`waits`]), all through one typed bucket helper ([`kv`]).
 //!
 //! Invariants:
-//! - an event's id is its stream sequence: unique across the cluster and increasing within a
+//! - an event's id comes from its place in the stream (its message's sequence and its place
+//!   in the message, [`log::entry_id`]): unique across the cluster and increasing within a
 //!   channel, so `since_id` and `Last-Event-ID` mean the same on every node;
 //! - an append is answered only after JetStream's publish acknowledgement (with the servers'
 //!   `sync_interval: always`, after the write is on disk on a majority of replicas);
 //! - what an event means (stored, refused, a duplicate) is decided by the fold alone, in stream
 //!   order, so every node reaches the same state whichever node took the write.
 
+mod appends;
 mod cursors;
 mod cuts;
 mod data;
@@ -135,6 +138,36 @@ async fn until_ready<T, E: std::fmt::Display, F: std::future::Future<Output = Re
     }
 }
 
+/// The stream's metadata that says its events are numbered as this release numbers them
+/// ([`log::entry_id`]: several events to a message). Before it, an event's id was its stream
+/// sequence, and each message held one.
+const IDS_KEY: &str = "crosstalk_ids";
+const IDS_VALUE: &str = "entries-v1";
+
+/// Checks that the stream's events are numbered as this release numbers them, marking an
+/// empty stream that is not marked yet. A stream written by an earlier release is refused:
+/// its events would fold under other ids than the nodes' copies hold.
+async fn numbered_as_now(js: &jetstream::Context, info: &stream::Info) -> Result<(), RelayError> {
+    if info.config.metadata.get(IDS_KEY).map(String::as_str) == Some(IDS_VALUE) {
+        return Ok(());
+    }
+    if info.state.last_sequence > 0 {
+        return Err(RelayError::StoreUnavailable(format!(
+            "NATS: stream {} was written by a crosstalk release before 2026-12-03, whose events \
+             were numbered by their stream sequence; this release numbers several events to a \
+             message. Run the cluster on a new stream (--nats-stream NAME) with fresh data \
+             directories, or keep the earlier release",
+            info.config.name
+        )));
+    }
+    let mut config = info.config.clone();
+    config.metadata.insert(IDS_KEY.to_owned(), IDS_VALUE.to_owned());
+    js.update_stream(&config)
+        .await
+        .map_err(|e| unavailable("marking the stream's numbering", e))?;
+    Ok(())
+}
+
 /// Whether stream `name` has a leader (a stream on a single server always has).
 async fn has_leader(js: &jetstream::Context, name: &str) -> Result<(), String> {
     let stream = js.get_stream(name).await.map_err(|e| e.to_string())?;
@@ -232,6 +265,8 @@ pub struct NatsCluster {
     client: async_nats::Client,
     link: Link,
     log: log::Log,
+    /// Events on their way to the log, gathered per channel.
+    appends: Arc<appends::Appends>,
     /// The context the relay's own requests go on (bucket opening after start-up too).
     js: jetstream::Context,
     replicas: usize,
@@ -293,6 +328,7 @@ impl NatsCluster {
             num_replicas: config.replicas.max(1),
             duplicate_window: Duration::from_secs(120),
             allow_direct: true,
+            metadata: [(IDS_KEY.to_owned(), IDS_VALUE.to_owned())].into(),
             ..Default::default()
         };
         // A new cluster answers "no suitable peers" or times out until it has a leader; a
@@ -308,13 +344,14 @@ impl NatsCluster {
                 .await
                 .map_err(|e| unavailable("connecting", e))?,
         );
-        until_ready(
+        let stream = until_ready(
             "creating the stream",
             deadline,
             || setup.get_or_create_stream(wanted.clone()),
             permanent,
         )
         .await?;
+        numbered_as_now(&setup, stream.cached_info()).await?;
         until_ready(
             "waiting for the stream's leader",
             deadline,
@@ -352,6 +389,7 @@ impl NatsCluster {
                 stream: config.stream.clone(),
                 prefix,
             },
+            appends: Default::default(),
             js,
             replicas,
             shared,
@@ -407,13 +445,11 @@ impl Cluster for NatsCluster {
     }
 
     fn sequence(&self, channel: &ChannelName, record: &Record, idempotency_key: Option<&str>) -> Sequenced {
-        let health = self.health();
-        let (log, channel, payload) = (self.log.clone(), channel.clone(), log::Log::payload(record));
-        let key = idempotency_key.map(str::to_owned);
-        Sequenced::Log(Box::pin(async move {
-            health.map_err(RelayError::StoreUnavailable)?;
-            log.append(channel, payload, key).await
-        }))
+        if let Err(why) = self.health() {
+            return Sequenced::Log(Box::pin(std::future::ready(Err(RelayError::StoreUnavailable(why)))));
+        }
+        let entry = log::Log::entry(record, idempotency_key);
+        Sequenced::Log(Box::pin(self.appends.append(&self.log, channel, entry)))
     }
 
     fn refused_batch(&self, channel: &ChannelName, error: &StoreError) {

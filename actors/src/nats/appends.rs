@@ -1,0 +1,119 @@
+//! A node's appends to the log, gathered per channel. While one message of a channel's events
+//! is on its way to the log, the channel's next events wait, and then go together as the next
+//! message: one publish, one replication and one write on each server for all of them. An
+//! event that finds nothing on its way goes at once, so gathering adds no wait; under load a
+//! message carries as many events as arrived during the previous append.
+//!
+//! One message of a channel at a time from each node keeps a node's events of a channel in
+//! the order it put them in. Events from different nodes were never ordered among themselves
+//! but by the log.
+
+use super::log::{entry_id, Log, MAX_ENTRIES, MAX_MESSAGE_BYTES};
+use crate::error::RelayError;
+use bytes::Bytes;
+use crosstalk_schema::ChannelName;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// The events of each channel waiting for the message on its way; a channel is present while
+/// one is.
+#[derive(Default)]
+pub(super) struct Appends {
+    waiting: Mutex<HashMap<ChannelName, Vec<Waiting>>>,
+}
+
+struct Waiting {
+    entry: Bytes,
+    id: oneshot::Sender<Result<u64, RelayError>>,
+}
+
+impl Appends {
+    /// Appends `entry` ([`Log::entry`]) to `channel`'s events; answers its id once JetStream
+    /// has acknowledged the message that holds it.
+    pub(super) fn append(
+        self: &Arc<Self>,
+        log: &Log,
+        channel: &ChannelName,
+        entry: Bytes,
+    ) -> impl Future<Output = Result<u64, RelayError>> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        let first = {
+            let mut waiting = self.waiting.lock();
+            match waiting.get_mut(channel) {
+                Some(queue) => {
+                    queue.push(Waiting { entry, id: tx });
+                    false
+                }
+                None => {
+                    waiting.insert(channel.clone(), vec![Waiting { entry, id: tx }]);
+                    true
+                }
+            }
+        };
+        if first {
+            tokio::spawn(self.clone().send(log.clone(), channel.clone()));
+        }
+        async move {
+            rx.await
+                .unwrap_or(Err(RelayError::Unavailable("the append to the log was dropped")))
+        }
+    }
+
+    /// Sends `channel`'s waiting events, a message at a time, until none is left.
+    async fn send(self: Arc<Self>, log: Log, channel: ChannelName) {
+        loop {
+            let batch: Vec<Waiting> = {
+                let mut waiting = self.waiting.lock();
+                let Some(queue) = waiting.get_mut(&channel) else {
+                    return;
+                };
+                if queue.is_empty() {
+                    waiting.remove(&channel);
+                    return;
+                }
+                let take = fitting(queue.iter().map(|w| w.entry.len()));
+                queue.drain(..take).collect()
+            };
+            let entries: Vec<Bytes> = batch.iter().map(|w| w.entry.clone()).collect();
+            let appended = log.append(&channel, &entries).await;
+            for (index, w) in batch.into_iter().enumerate() {
+                let _ = w.id.send(appended.clone().map(|seq| entry_id(seq, index)));
+            }
+        }
+    }
+}
+
+/// How many of the entries of these sizes, from the first, go in one message: at most
+/// [`MAX_ENTRIES`] and [`MAX_MESSAGE_BYTES`], and at least one.
+fn fitting(sizes: impl Iterator<Item = usize>) -> usize {
+    let mut bytes = 0;
+    let mut count = 0;
+    for size in sizes.take(MAX_ENTRIES) {
+        bytes += 4 + size;
+        if count > 0 && bytes > MAX_MESSAGE_BYTES {
+            break;
+        }
+        count += 1;
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_takes_what_fits_and_always_one() {
+        assert_eq!(fitting([10; 3].into_iter()), 3);
+        assert_eq!(fitting(std::iter::repeat_n(1, 5000)), MAX_ENTRIES);
+        assert_eq!(fitting([MAX_MESSAGE_BYTES * 2, 1].into_iter()), 1);
+        assert_eq!(
+            fitting([MAX_MESSAGE_BYTES / 2, MAX_MESSAGE_BYTES / 2, 1].into_iter()),
+            1
+        );
+        assert_eq!(fitting(std::iter::empty()), 0);
+    }
+}
