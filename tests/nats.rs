@@ -861,6 +861,16 @@ async fn posts_through(server: &Single, args: &[&str]) {
     assert_eq!(m["body"], "through");
 }
 
+/// The relay's stream as the server describes it now.
+async fn stream_info(js: &async_nats::jetstream::Context) -> async_nats::jetstream::stream::Info {
+    js.get_stream("CROSSTALK").await.unwrap().info().await.unwrap().clone()
+}
+
+/// The stream's newest sequence.
+async fn last_sequence(js: &async_nats::jetstream::Context) -> u64 {
+    stream_info(js).await.state.last_sequence
+}
+
 /// A post whose event reaches no stream (NATS's "no responders": here the stream's subjects are
 /// taken away for a moment, as on a new cluster before a new stream's subjects reach every
 /// server) is sent again until the stream takes it: the post succeeds, and is stored once.
@@ -873,15 +883,7 @@ async fn a_post_that_reaches_no_stream_is_sent_again_until_one_takes_it() {
     let c = client();
     post(&c, &node, "dev", msg("a", "first")).await;
     let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
-    let config = js
-        .get_stream("CROSSTALK")
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .config
-        .clone();
+    let config = stream_info(&js).await.config;
     assert_eq!(config.subjects, vec!["crosstalk.ch.>".to_string()]);
     let elsewhere = jetstream::stream::Config {
         subjects: vec!["elsewhere.>".into()],
@@ -907,18 +909,6 @@ async fn a_post_that_reaches_no_stream_is_sent_again_until_one_takes_it() {
     assert_eq!(all[1]["id"], second["id"]);
 }
 
-/// The stream's newest sequence.
-async fn last_sequence(js: &async_nats::jetstream::Context) -> u64 {
-    js.get_stream("CROSSTALK")
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .state
-        .last_sequence
-}
-
 /// Posts to one channel that arrive at a node while its previous append to the log is on its
 /// way go to the log together, as one message. Here the stream is kept from taking the first
 /// post for a second (its subjects taken away, as above); the nine posts made meanwhile, one of
@@ -934,15 +924,7 @@ async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
     let c = client();
     post(&c, &a, "dev", msg("a", "first")).await;
     let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
-    let config = js
-        .get_stream("CROSSTALK")
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .config
-        .clone();
+    let config = stream_info(&js).await.config;
     assert_eq!(
         config.metadata.get("crosstalk_ids").map(String::as_str),
         Some("entries-v1"),
@@ -1022,7 +1004,7 @@ async fn a_stream_an_earlier_release_wrote_is_refused_and_left_alone() {
     assert!(!status.success(), "started on an earlier release's stream");
     assert!(err.contains("was written by a crosstalk release before"), "{err}");
     assert!(err.contains("--nats-stream"), "{err}");
-    let info = js.get_stream("CROSSTALK").await.unwrap().info().await.unwrap().clone();
+    let info = stream_info(&js).await;
     assert_eq!(info.state.messages, 1);
     assert!(!info.config.metadata.contains_key("crosstalk_ids"));
 }

@@ -295,12 +295,15 @@ impl ChannelActor {
         Ok(self.view.get(parent)?.is_some())
     }
 
-    /// The id an idempotency key already has on this channel, committed or not.
+    /// The id an idempotency key already has on this channel, committed or not. An original
+    /// behind the shared log's retention cut is forgotten alike on every node, whether or not
+    /// this copy still holds it: a retry that late is a new post.
     fn idempotent(&self, key: &str) -> Result<Option<u64>, RelayError> {
-        if let Some(id) = self.idem_uncommitted.get(key) {
-            return Ok(Some(*id));
-        }
-        Ok(self.store.idempotent(self.view.name(), key)?)
+        let original = match self.idem_uncommitted.get(key) {
+            Some(id) => Some(*id),
+            None => self.store.idempotent(self.view.name(), key)?,
+        };
+        Ok(original.filter(|&id| id > self.trimmed_through()))
     }
 }
 
@@ -358,9 +361,7 @@ impl ChannelActor {
         let limits = self.config.limits;
         let idem = post.idempotency_key(&limits)?;
         if let Some(k) = &idem {
-            // An original behind the shared log's retention cut is forgotten (the fold's rule,
-            // [`logged`]), even where this copy still holds it: such a retry goes to the log.
-            if let Some(existing) = self.idempotent(k)?.filter(|&id| id > self.trimmed_through()) {
+            if let Some(existing) = self.idempotent(k)? {
                 // An idempotent retry: answer with the original once it is durable.
                 return Ok(Accepted::Once(
                     existing,

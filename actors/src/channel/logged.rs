@@ -61,9 +61,8 @@ type Verdict = oneshot::Sender<Result<Outcome, RelayError>>;
 pub(super) struct Proposals {
     /// Appends sent to the log and not yet acknowledged.
     appending: usize,
-    /// Acknowledged, waiting for the fold to reach their id (a list, so that a proposal whose
-    /// acknowledgement came late never displaces another).
-    waiting: HashMap<u64, Vec<Verdict>>,
+    /// Acknowledged, waiting for the fold to reach their id (each proposal's own).
+    waiting: HashMap<u64, Verdict>,
     recent: VecDeque<(u64, Folded)>,
 }
 
@@ -171,7 +170,7 @@ impl ChannelActor {
             let outcome = self.outcome(folded);
             let _ = verdict.send(Ok(outcome));
         } else {
-            self.proposals.waiting.entry(id).or_default().push(verdict);
+            self.proposals.waiting.insert(id, verdict);
         }
     }
 
@@ -203,9 +202,6 @@ impl ChannelActor {
                 // order, since another node may have taken the key meanwhile.
                 if let (Some(key), Some(_)) = (&idempotency_key, seq) {
                     match self.idempotent(key) {
-                        // An original the log's retention cut removed is forgotten alike
-                        // on every node, whether or not this copy still holds it.
-                        Ok(Some(original)) if original <= self.trimmed_through() => {}
                         Ok(Some(original)) => return Folded::Duplicate(original),
                         Ok(None) => {}
                         Err(e) => return Folded::Rejected(e),
@@ -283,7 +279,7 @@ impl Handler<Apply> for ChannelActor {
             if let Folded::Stored(id, _) = &folded {
                 stored = Some(*id);
             }
-            for verdict in self.proposals.waiting.remove(&id).unwrap_or_default() {
+            if let Some(verdict) = self.proposals.waiting.remove(&id) {
                 let outcome = self.outcome(folded.clone());
                 let _ = verdict.send(Ok(outcome));
             }

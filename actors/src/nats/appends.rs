@@ -18,10 +18,10 @@ use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-/// The events of each channel waiting for the message on its way; a channel is present while
-/// one is.
-#[derive(Default)]
+/// The log, and the events of each channel waiting for the message on its way; a channel is
+/// present while one is.
 pub(super) struct Appends {
+    log: Log,
     waiting: Mutex<HashMap<ChannelName, Vec<Waiting>>>,
 }
 
@@ -31,11 +31,17 @@ struct Waiting {
 }
 
 impl Appends {
+    pub(super) fn new(log: Log) -> Self {
+        Appends {
+            log,
+            waiting: Default::default(),
+        }
+    }
+
     /// Appends `entry` ([`Log::entry`]) to `channel`'s events; answers its id once JetStream
     /// has acknowledged the message that holds it.
     pub(super) fn append(
         self: &Arc<Self>,
-        log: &Log,
         channel: &ChannelName,
         entry: Bytes,
     ) -> impl Future<Output = Result<u64, RelayError>> + Send + 'static {
@@ -54,7 +60,7 @@ impl Appends {
             }
         };
         if first {
-            tokio::spawn(self.clone().send(log.clone(), channel.clone()));
+            tokio::spawn(self.clone().send(channel.clone()));
         }
         async move {
             rx.await
@@ -63,7 +69,7 @@ impl Appends {
     }
 
     /// Sends `channel`'s waiting events, a message at a time, until none is left.
-    async fn send(self: Arc<Self>, log: Log, channel: ChannelName) {
+    async fn send(self: Arc<Self>, channel: ChannelName) {
         loop {
             let batch: Vec<Waiting> = {
                 let mut waiting = self.waiting.lock();
@@ -77,8 +83,7 @@ impl Appends {
                 let take = fitting(queue.iter().map(|w| w.entry.len()));
                 queue.drain(..take).collect()
             };
-            let entries: Vec<Bytes> = batch.iter().map(|w| w.entry.clone()).collect();
-            let appended = log.append(&channel, &entries).await;
+            let appended = self.log.append(&channel, batch.iter().map(|w| &w.entry[..])).await;
             for (index, w) in batch.into_iter().enumerate() {
                 let _ = w.id.send(appended.clone().map(|seq| entry_id(seq, index)));
             }

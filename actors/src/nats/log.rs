@@ -97,7 +97,11 @@ impl Log {
     /// Appends `entries` (from [`Log::entry`]), events of `channel`, as one message; answers
     /// its stream sequence once JetStream has acknowledged it. Its events' ids follow from it
     /// ([`entry_id`]).
-    pub async fn append(&self, channel: &ChannelName, entries: &[Bytes]) -> Result<u64, RelayError> {
+    pub async fn append<'a>(
+        &self,
+        channel: &ChannelName,
+        entries: impl Iterator<Item = &'a [u8]> + Clone,
+    ) -> Result<u64, RelayError> {
         let publish = jetstream::message::PublishMessage::build().payload(frame(entries));
         let append = async {
             let mut pause = Duration::from_millis(10);
@@ -282,8 +286,8 @@ fn log_event(prefix: &str, m: Result<jetstream::Message, RelayError>) -> Option<
 }
 
 /// A message's payload: each entry after its length (4 bytes, little-endian).
-fn frame(entries: &[Bytes]) -> Bytes {
-    let mut out = Vec::with_capacity(entries.iter().map(|e| 4 + e.len()).sum());
+fn frame<'a>(entries: impl Iterator<Item = &'a [u8]> + Clone) -> Bytes {
+    let mut out = Vec::with_capacity(entries.clone().map(|e| 4 + e.len()).sum());
     for e in entries {
         out.extend_from_slice(&(e.len() as u32).to_le_bytes());
         out.extend_from_slice(e);
@@ -338,14 +342,14 @@ mod tests {
             .collect();
         let keys = [Some("line\r\nbreak ünïcode ✓"), None, Some("100%")];
         let entries: Vec<Bytes> = records.iter().zip(keys).map(|(r, k)| Log::entry(r, k)).collect();
-        let back = unframe(&frame(&entries)).unwrap();
+        let back = unframe(&frame(entries.iter().map(|e| &e[..]))).unwrap();
         assert_eq!(back.len(), 3);
         for ((e, r), k) in back.iter().zip(&records).zip(keys) {
             assert_eq!(codec::encode(&e.record), codec::encode(r));
             assert_eq!(e.idempotency_key.as_deref(), k);
         }
         // A payload cut short, or one of the layout before messages held several events.
-        let whole = frame(&entries);
+        let whole = frame(entries.iter().map(|e| &e[..]));
         assert!(unframe(&whole[..whole.len() - 1]).is_err());
         assert!(unframe(&codec::encode(&records[0])).is_err());
         assert!(unframe(&[]).is_err());

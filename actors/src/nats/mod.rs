@@ -381,15 +381,16 @@ impl NatsCluster {
             bucket: kv::Bucket::open(&at, "CUTS", Duration::ZERO, "retention cuts").await?,
         };
         let (waits, news) = waits::ClusterWaits::new();
+        let log = log::Log {
+            js: js.clone(),
+            stream: config.stream.clone(),
+            prefix,
+        };
         Ok(NatsCluster {
             client,
             link,
-            log: log::Log {
-                js: js.clone(),
-                stream: config.stream.clone(),
-                prefix,
-            },
-            appends: Default::default(),
+            appends: Arc::new(appends::Appends::new(log.clone())),
+            log,
             js,
             replicas,
             shared,
@@ -449,7 +450,7 @@ impl Cluster for NatsCluster {
             return Sequenced::Log(Box::pin(std::future::ready(Err(RelayError::StoreUnavailable(why)))));
         }
         let entry = log::Log::entry(record, idempotency_key);
-        Sequenced::Log(Box::pin(self.appends.append(&self.log, channel, entry)))
+        Sequenced::Log(Box::pin(self.appends.append(channel, entry)))
     }
 
     fn refused_batch(&self, channel: &ChannelName, error: &StoreError) {
