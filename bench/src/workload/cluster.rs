@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 const CHANNEL: &str = "bench-cluster";
 /// Time given to the waiter's request to reach node B and park before the post is sent.
 const PARK: Duration = Duration::from_millis(20);
+/// A cluster POST rate counts as sustained while its p99 stays within this (the target's).
+pub const SUSTAINED_P99_MS: f64 = 10.0;
 
 /// The nats-server to run: `$NATS_SERVER`, else the test command's, else the bench's.
 fn nats_server() -> Option<PathBuf> {
@@ -112,8 +114,12 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
                 .await?;
             nodes.push(n);
         }
+        // A node that joins folds the whole log first; the steps before wrote hundreds of
+        // thousands of posts, and posts sent to it meanwhile would wait behind them. Measure
+        // the cluster once every node holds what node A holds.
+        caught_up(&nodes).await?;
         let all: Vec<&Server> = nodes.iter().collect();
-        result = spread_posts(plan, &all).await.map(|(rate, _, s)| {
+        result = spread_posts(plan, &all, plan.connections).await.map(|(rate, _, s)| {
             rec.set(key, rate);
             rec.note(format!(
                 "cluster: durable POST over {count} relay nodes ({} connections each, one channel): {rate:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
@@ -136,10 +142,42 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     result
 }
 
-/// Durable POST from the usual connections split evenly over `nodes`, on one channel: the
+/// The channel's newest id on `node` (`0` before its first message).
+async fn last_id(node: &Server) -> anyhow::Result<u64> {
+    let reply = crate::client::get_once(node.addr, "/api/channels").await?;
+    let channels: serde_json::Value = serde_json::from_slice(&reply.body).context("GET /api/channels")?;
+    Ok(channels
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["channel"] == CHANNEL))
+        .and_then(|c| c["last_id"].as_u64())
+        .unwrap_or(0))
+}
+
+/// Waits until every node holds the channel as far as the first node did when asked, for at
+/// most the longest start-up the launcher allows.
+async fn caught_up(nodes: &[Server]) -> anyhow::Result<()> {
+    let Some(first) = nodes.first() else { return Ok(()) };
+    let want = last_id(first).await?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for n in &nodes[1..] {
+        while last_id(n).await? < want {
+            if Instant::now() > deadline {
+                bail!("a joining node did not fold the log within 120 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Durable POST from `connections` connections split evenly over `nodes`, on one channel: the
 /// rate over all of them, each node's, and the posts' latencies.
-async fn spread_posts(plan: &Plan, nodes: &[&Server]) -> anyhow::Result<(f64, Vec<f64>, crate::stats::Summary)> {
-    let each = (plan.connections / nodes.len()).max(1);
+async fn spread_posts(
+    plan: &Plan,
+    nodes: &[&Server],
+    connections: usize,
+) -> anyhow::Result<(f64, Vec<f64>, crate::stats::Summary)> {
+    let each = (connections / nodes.len()).max(1);
     let results = futures_util::future::join_all(nodes.iter().map(|n| post_load(plan, n, CHANNEL, each))).await;
     let mut rates = Vec::new();
     let mut latencies = Vec::new();
@@ -232,6 +270,9 @@ async fn bare_publisher(plan: &Plan, urls: &str, rec: &mut Record) -> anyhow::Re
     let (flight, rate, s) = best.context("no run")?;
     rec.set("cluster_bare_per_s", rate);
     rec.set("cluster_bare_p99_ms", s.p99_ms);
+    if let Some(relay) = rec.values.get("cluster_cap_per_s").copied() {
+        rec.set("cluster_cap_share_pct", 100.0 * relay / rate);
+    }
     rec.note(format!(
         "cluster: a bare JetStream publisher on the same three servers with the relays stopped (R3, {size} B payloads, one relay event as its log carries it): {}; best {rate:.0}/s with {flight} in flight, p50 {:.2} ms, p99 {:.2} ms",
         seen.join(", "),
@@ -317,24 +358,38 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
     rec.set("cluster_wake_p99_ms", lp.p99_ms);
     rec.set("cluster_sse_p99_ms", st.p99_ms);
 
-    // Durable POST, half the connections to each node.
-    let (rate, each, all) = spread_posts(plan, &[a, b]).await?;
-    rec.set("cluster_post_per_s", rate);
-    rec.set("cluster_post_p99_ms", all.p99_ms);
+    // Durable POST, half the connections to each node: from the usual connections, then
+    // from each of the sweep's, as workload 1 does on one node.
+    let mut runs = Vec::new();
+    for connections in plan.post_connections() {
+        let (rate, each, all) = spread_posts(plan, &[a, b], connections).await?;
+        rec.set(&format!("cluster_post_{connections}c_per_s"), rate);
+        rec.set(&format!("cluster_post_{connections}c_p99_ms"), all.p99_ms);
+        if connections == plan.connections {
+            rec.set("cluster_post_per_s", rate);
+            rec.set("cluster_post_p99_ms", all.p99_ms);
+        }
+        rec.note(format!(
+            "cluster: durable POST over both nodes from {connections} connections: {rate:.0}/s (A {:.0}/s, B {:.0}/s), p50 {:.2} ms, p99 {:.2} ms",
+            each[0], each[1], all.p50_ms, all.p99_ms
+        ));
+        runs.push((connections, rate, all.p99_ms));
+    }
+    // The best rate whose p99 stays within the target's (if none does, the lowest p99).
+    let sustained = runs
+        .iter()
+        .filter(|r| r.2 <= SUSTAINED_P99_MS)
+        .max_by(|x, y| x.1.total_cmp(&y.1))
+        .or_else(|| runs.iter().min_by(|x, y| x.2.total_cmp(&y.2)));
+    if let Some(&(connections, rate, p99)) = sustained {
+        rec.set("cluster_cap_per_s", rate);
+        rec.set("cluster_cap_p99_ms", p99);
+        rec.set("cluster_cap_conns", connections as f64);
+    }
     rec.note(format!(
         "cluster: wake on node B from a post on node A, {} rounds: long-poll p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; \
-         SSE p50 {:.2} ms, p99 {:.2} ms; durable POST over both nodes {:.0}/s (A {:.0}/s, B {:.0}/s), p50 {:.2} ms, p99 {:.2} ms",
-        lp.count,
-        lp.p50_ms,
-        lp.p99_ms,
-        lp.max_ms,
-        st.p50_ms,
-        st.p99_ms,
-        rate,
-        each[0],
-        each[1],
-        all.p50_ms,
-        all.p99_ms
+         SSE p50 {:.2} ms, p99 {:.2} ms",
+        lp.count, lp.p50_ms, lp.p99_ms, lp.max_ms, st.p50_ms, st.p99_ms,
     ));
     Ok(Done::Ran)
 }
