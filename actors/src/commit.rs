@@ -31,6 +31,11 @@ use tokio::sync::oneshot;
 /// abandoned: never acknowledged, undone if it lands. Shorter than the faces' own timeout, so
 /// the client's error always comes from here.
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a relay node on a shared log waits for its store to commit a batch of the fold.
+/// Giving up on one leaves the node's copy with a hole, so the node stops to replay the log
+/// from its store on restart; a store that is only slow (a box far past its cores) is waited
+/// for instead. The posters waiting on such a batch keep their own bound (the faces' 10 s).
+pub const FOLD_COMMIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// A round (apply + flush) running longer than this means the store is not answering:
 /// writers are refused at once until it returns.
 pub const STALL: Duration = Duration::from_secs(2);
@@ -171,12 +176,20 @@ impl Ticket {
     /// (a flush that hangs) gets the write abandoned, so no waiter (a channel's batch, the
     /// fold's watermark, a registration) is held by the store for longer.
     pub async fn durable(self) -> Result<(), StoreError> {
+        self.durable_within(COMMIT_TIMEOUT).await
+    }
+
+    /// As [`Ticket::durable`], giving the store `limit` to answer. For a write whose waiters
+    /// have bounds of their own and which costs more to give up on than to wait for: a relay
+    /// node's fold of the shared log, where an abandoned batch means the node must stop
+    /// ([`FOLD_COMMIT_TIMEOUT`]).
+    pub async fn durable_within(self, limit: Duration) -> Result<(), StoreError> {
         let Ticket { mut rx, fate } = self;
-        match tokio::time::timeout(COMMIT_TIMEOUT, &mut rx).await {
+        match tokio::time::timeout(limit, &mut rx).await {
             Ok(verdict) => verdict.unwrap_or_else(|_| Err(stopped())),
             Err(_) if abandon(&fate) => Err(StoreError::Io(format!(
                 "the store did not answer within {} s",
-                COMMIT_TIMEOUT.as_secs()
+                limit.as_secs()
             ))),
             // It decided just now: the verdict is on its way.
             Err(_) => rx.await.unwrap_or_else(|_| Err(stopped())),

@@ -455,3 +455,47 @@ fn what_was_acknowledged_is_there_after_a_restart() {
         again.shutdown().unwrap();
     });
 }
+
+/// A node whose store is slow, not failing (a commit of the fold taking longer than the 5 s a
+/// relay of its own gives a write), waits for it: the post is answered once the store has it,
+/// and the node goes on. Giving up on the batch would leave the node's copy with a hole, so it
+/// used to stop the whole process (exit 75), as seen in the benchmark's five-node step on two
+/// cores. A single relay still abandons such a write after 5 s (`store_faults`).
+#[test]
+fn a_node_waits_for_a_slow_store_instead_of_stopping() {
+    let setup = Setup::new(Kind::Nats);
+    let within = actix_rt::System::new().block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            let dir = tempfile::tempdir().unwrap();
+            let store = crate::store_faults::Faulty::new(dir.path());
+            let cluster = setup.cluster().await;
+            cluster.claim_store(store.as_ref()).unwrap();
+            let config = RelayConfig {
+                cluster,
+                ..RelayConfig::default()
+            };
+            let relay = Relay::start(store.clone(), config).unwrap().0;
+            let dev = ch("dev");
+            relay.post(&dev, msg("a", "before")).await.unwrap();
+
+            store.hang_flush.store(true, Ordering::SeqCst);
+            let started = Instant::now();
+            let release = async {
+                tokio::time::sleep(Duration::from_secs(7)).await;
+                store.hang_flush.store(false, Ordering::SeqCst);
+            };
+            let (slow, ()) = tokio::join!(relay.post(&dev, msg("a", "slow")), release);
+            let slow = slow.expect("answered once the store has it");
+            assert!(started.elapsed() >= Duration::from_secs(7), "{:?}", started.elapsed());
+            assert_eq!(bodies(&relay, "dev").await, ["before", "slow"]);
+            assert_eq!(stored_bodies(store.as_ref(), "dev"), ["before", "slow"]);
+
+            let after = relay.post(&dev, msg("a", "after")).await.unwrap();
+            assert!(after.id() > slow.id());
+            assert_eq!(stored_bodies(store.as_ref(), "dev"), ["before", "slow", "after"]);
+            relay.shutdown().unwrap();
+        })
+        .await
+    });
+    assert!(within.is_ok(), "the test did not finish within 60 s");
+}

@@ -18,15 +18,15 @@ use std::time::{Duration, Instant};
 const HANG_LIMIT: Duration = Duration::from_secs(30);
 
 /// A sled store with switches: writes fail, flushes fail, flushes hang.
-struct Faulty {
+pub(crate) struct Faulty {
     inner: SledStore,
     fail_writes: AtomicBool,
     fail_flush: AtomicBool,
-    hang_flush: AtomicBool,
+    pub(crate) hang_flush: AtomicBool,
 }
 
 impl Faulty {
-    fn new(dir: &std::path::Path) -> Arc<Faulty> {
+    pub(crate) fn new(dir: &std::path::Path) -> Arc<Faulty> {
         Arc::new(Faulty {
             inner: SledStore::open(dir).unwrap(),
             fail_writes: AtomicBool::new(false),
