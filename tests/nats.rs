@@ -1601,6 +1601,84 @@ async fn a_node_that_joins_after_the_log_dropped_old_events_folds_the_same_chann
     );
 }
 
+/// A retention cut that falls inside a message of several events (posts gathered while the
+/// append before them was on its way): the purge keeps that message, since its newer events
+/// are kept, and a node that joins later starts from the cut and skips the events of that
+/// message up to it, so it holds what the others hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_inside_a_message_of_several_posts_is_kept_to_the_event_for_a_late_joiner() {
+    use async_nats::jetstream;
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Single::start("");
+    let url = nats.url();
+    let c = client();
+    let a = keeping_three(&url, true);
+    // The node made the stream as it started; nothing else is on it yet, so its first
+    // sequence after the purge says which of this test's messages the purge kept.
+    let js = jetstream::new(async_nats::connect(url.clone()).await.unwrap());
+    let config = stream_info(&js).await.config;
+    // Hold the stream back: the first post's append waits for it, and the five after it
+    // queue behind that append and go to the log as one message.
+    let elsewhere = jetstream::stream::Config {
+        subjects: vec!["elsewhere.>".into()],
+        ..config.clone()
+    };
+    js.update_stream(&elsewhere).await.expect("take the subjects away");
+    let send = |body: Value| {
+        let (c, url) = (c.clone(), a.url("/api/channels/logs/messages"));
+        tokio::spawn(async move {
+            let r = c.post(url).json(&body).send().await.expect("post");
+            assert!(r.status().is_success(), "{}", r.status());
+            r.json::<Value>().await.unwrap()["id"].as_u64().unwrap()
+        })
+    };
+    let first = send(msg("w", "m0"));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let rest: Vec<_> = (1..6).map(|i| send(msg("w", &format!("m{i}")))).collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    js.update_stream(&config).await.expect("give the subjects back");
+    let mut posted = vec![first.await.unwrap()];
+    for r in rest {
+        posted.push(r.await.unwrap());
+    }
+    posted.sort_unstable();
+    let together = posted[1] >> 10;
+    assert!(
+        posted[1..].iter().all(|id| id >> 10 == together) && posted[0] >> 10 < together,
+        "the five posts after the first share one message: {posted:?}"
+    );
+    // The cut keeps the newest three: it reaches the second event of that message.
+    let newest = posted[3..].to_vec();
+    assert_eq!(until_ids(&c, &a, "logs", &newest).await, newest);
+    let deadline = Instant::now() + T;
+    while !a.stderr().contains("the log no longer holds what it removed") {
+        assert!(Instant::now() < deadline, "A never recorded its cut:\n{}", a.stderr());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let info = stream_info(&js).await;
+    assert!(
+        info.state.first_sequence > posted[0] >> 10 && info.state.first_sequence <= together,
+        "the purge removed the first message and kept the one the cut falls in: first {} of {posted:?}",
+        info.state.first_sequence
+    );
+
+    let b = Server::start_logging(&["--store", &url, "--retention-interval-secs", "1"]);
+    assert_eq!(until_ids(&c, &b, "logs", &newest).await, newest, "B holds what A holds");
+    assert!(
+        b.stderr().contains("started the channel from the log's retention cut"),
+        "B did not start from the cut:\n{}",
+        b.stderr()
+    );
+    assert_eq!(
+        messages(&c, &b, "logs", 0).await,
+        messages(&c, &a, "logs", 0).await,
+        "the same messages, to the field"
+    );
+    // Behind the cut a parent is gone on B, though its message is still in the log.
+    assert_eq!(reply_status(&c, &b, posted[2]).await, 400);
+    assert_eq!(reply_status(&c, &b, posted[3]).await, 200, "a reply to a kept message");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parties_waiting_on_different_nodes_are_released_as_on_one() {
     let _one = ONE_CLUSTER.lock().await;
