@@ -175,6 +175,13 @@ pub async fn healthz(cx: web::Data<Ctx>) -> HttpResponse {
             "sessions": sessions, "sessions_initializing": initializing,
         }));
     }
+    if let Err(reason) = cx.relay.readiness() {
+        // Serving, but behind the shared log: a balancer should send its requests elsewhere.
+        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "status": "catching_up", "reason": reason, "streams": streams, "waits": waits,
+            "sessions": sessions, "sessions_initializing": initializing,
+        }));
+    }
     let status = if cx.relay.shutdown_token().is_cancelled() {
         "stopping"
     } else {

@@ -871,6 +871,33 @@ async fn last_sequence(js: &async_nats::jetstream::Context) -> u64 {
     stream_info(js).await.state.last_sequence
 }
 
+/// Takes the relay stream's subjects away, so that a node's appends reach no stream and wait
+/// (it sends them again until one takes them); answers the configuration that gives them back.
+async fn hold_the_stream(js: &async_nats::jetstream::Context) -> async_nats::jetstream::stream::Config {
+    let config = stream_info(js).await.config;
+    let elsewhere = async_nats::jetstream::stream::Config {
+        subjects: vec!["elsewhere.>".into()],
+        ..config.clone()
+    };
+    js.update_stream(&elsewhere).await.expect("take the subjects away");
+    config
+}
+
+/// Posts `body` to `channel` on `node` on a task of its own, which answers the stored message.
+fn post_in_background(
+    c: &reqwest::Client,
+    node: &Server,
+    channel: &str,
+    body: Value,
+) -> tokio::task::JoinHandle<Value> {
+    let (c, url) = (c.clone(), node.url(&format!("/api/channels/{channel}/messages")));
+    tokio::spawn(async move {
+        let r = c.post(url).json(&body).send().await.expect("post");
+        assert!(r.status().is_success(), "{}", r.status());
+        r.json::<Value>().await.unwrap()
+    })
+}
+
 /// A post whose event reaches no stream (NATS's "no responders": here the stream's subjects are
 /// taken away for a moment, as on a new cluster before a new stream's subjects reach every
 /// server) is sent again until the stream takes it: the post succeeds, and is stored once.
@@ -883,13 +910,8 @@ async fn a_post_that_reaches_no_stream_is_sent_again_until_one_takes_it() {
     let c = client();
     post(&c, &node, "dev", msg("a", "first")).await;
     let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
-    let config = stream_info(&js).await.config;
+    let config = hold_the_stream(&js).await;
     assert_eq!(config.subjects, vec!["crosstalk.ch.>".to_string()]);
-    let elsewhere = jetstream::stream::Config {
-        subjects: vec!["elsewhere.>".into()],
-        ..config.clone()
-    };
-    js.update_stream(&elsewhere).await.expect("take the subjects away");
     let back = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(400)).await;
         js.update_stream(&config).await.expect("give the subjects back");
@@ -931,19 +953,8 @@ async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
         "the stream says how its events are numbered"
     );
     let before = last_sequence(&js).await;
-    let elsewhere = jetstream::stream::Config {
-        subjects: vec!["elsewhere.>".into()],
-        ..config.clone()
-    };
-    js.update_stream(&elsewhere).await.expect("take the subjects away");
-    let send = |body: Value| {
-        let (c, url) = (c.clone(), a.url("/api/channels/dev/messages"));
-        tokio::spawn(async move {
-            let r = c.post(url).json(&body).send().await.expect("post");
-            assert!(r.status().is_success(), "{}", r.status());
-            r.json::<Value>().await.unwrap()
-        })
-    };
+    hold_the_stream(&js).await;
+    let send = |body: Value| post_in_background(&c, &a, "dev", body);
     let held = send(msg("a", "held"));
     tokio::time::sleep(Duration::from_millis(150)).await;
     let mut meanwhile: Vec<_> = (0..8)
@@ -1443,6 +1454,48 @@ async fn reply_status(c: &reqwest::Client, node: &Server, parent: u64) -> u16 {
     status
 }
 
+/// Waits until `a` (a node keeping three, logging) holds `newest` of `logs` and has recorded its
+/// cut, and so purged the stream.
+async fn until_cut_recorded(c: &reqwest::Client, a: &Server, newest: &[u64]) {
+    assert_eq!(until_ids(c, a, "logs", newest).await, newest);
+    let deadline = Instant::now() + T;
+    while !a.stderr().contains("the log no longer holds what it removed") {
+        assert!(Instant::now() < deadline, "A never recorded its cut:\n{}", a.stderr());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A node B started now, after `a`'s cut left the log: it starts `logs` from the cut and holds
+/// what `a` holds, field for field.
+async fn joins_after_the_cut(c: &reqwest::Client, url: &str, a: &Server, newest: &[u64]) -> Server {
+    let b = Server::start_logging(&["--store", url, "--retention-interval-secs", "1"]);
+    assert_eq!(until_ids(c, &b, "logs", newest).await, newest, "B holds what A holds");
+    assert!(
+        b.stderr().contains("started the channel from the log's retention cut"),
+        "B did not start from the cut, so the log still held everything:\n{}",
+        b.stderr()
+    );
+    assert_eq!(
+        messages(c, &b, "logs", 0).await,
+        messages(c, a, "logs", 0).await,
+        "the same messages, to the field"
+    );
+    // Ready for a balancer once its store holds what the log held when it connected (the
+    // log's newest message then was past the purged ones).
+    let deadline = Instant::now() + T;
+    loop {
+        let (status, health) = get_json(c, &b.url("/healthz")).await;
+        if status == 200 {
+            assert_eq!(health["status"], "ok", "{health}");
+            break;
+        }
+        assert_eq!(health["status"], "catching_up", "{health}");
+        assert!(Instant::now() < deadline, "B never said it was ready: {health}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retention_cut_is_logged_once_and_every_node_judges_by_it() {
     let _one = ONE_CLUSTER.lock().await;
@@ -1548,27 +1601,10 @@ async fn a_node_that_joins_after_the_log_dropped_old_events_folds_the_same_chann
     let reply = json!({"sender": "x", "body": "re: m0", "reply_to": posted[0]});
     posted.push(post(&c, &a, "logs", reply).await["id"].as_u64().unwrap());
     let newest = posted[3..].to_vec();
-    assert_eq!(until_ids(&c, &a, "logs", &newest).await, newest);
-    let deadline = Instant::now() + T;
-    while !a.stderr().contains("the log no longer holds what it removed") {
-        assert!(Instant::now() < deadline, "A never recorded its cut:\n{}", a.stderr());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_cut_recorded(&c, &a, &newest).await;
 
     // B joins now: the log starts after the cut.
-    let b = Server::start_logging(&["--store", &url, "--retention-interval-secs", "1"]);
-    assert_eq!(until_ids(&c, &b, "logs", &newest).await, newest, "B holds what A holds");
-    assert!(
-        b.stderr().contains("started the channel from the log's retention cut"),
-        "B did not start from the cut, so the log still held everything:\n{}",
-        b.stderr()
-    );
-    let on_b = messages(&c, &b, "logs", 0).await;
-    assert_eq!(
-        on_b,
-        messages(&c, &a, "logs", 0).await,
-        "the same messages, to the field"
-    );
+    let b = joins_after_the_cut(&c, &url, &a, &newest).await;
     let (_, state_b) = get_json(&c, &b.url("/api/channels/logs/session")).await;
     assert_eq!(
         (&state_b["session_id"], state_b["turn_count"].as_u64()),
@@ -1616,30 +1652,18 @@ async fn a_cut_inside_a_message_of_several_posts_is_kept_to_the_event_for_a_late
     // The node made the stream as it started; nothing else is on it yet, so its first
     // sequence after the purge says which of this test's messages the purge kept.
     let js = jetstream::new(async_nats::connect(url.clone()).await.unwrap());
-    let config = stream_info(&js).await.config;
     // Hold the stream back: the first post's append waits for it, and the five after it
     // queue behind that append and go to the log as one message.
-    let elsewhere = jetstream::stream::Config {
-        subjects: vec!["elsewhere.>".into()],
-        ..config.clone()
-    };
-    js.update_stream(&elsewhere).await.expect("take the subjects away");
-    let send = |body: Value| {
-        let (c, url) = (c.clone(), a.url("/api/channels/logs/messages"));
-        tokio::spawn(async move {
-            let r = c.post(url).json(&body).send().await.expect("post");
-            assert!(r.status().is_success(), "{}", r.status());
-            r.json::<Value>().await.unwrap()["id"].as_u64().unwrap()
-        })
-    };
+    let config = hold_the_stream(&js).await;
+    let send = |body: Value| post_in_background(&c, &a, "logs", body);
     let first = send(msg("w", "m0"));
     tokio::time::sleep(Duration::from_millis(150)).await;
     let rest: Vec<_> = (1..6).map(|i| send(msg("w", &format!("m{i}")))).collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
     js.update_stream(&config).await.expect("give the subjects back");
-    let mut posted = vec![first.await.unwrap()];
-    for r in rest {
-        posted.push(r.await.unwrap());
+    let mut posted = Vec::new();
+    for r in std::iter::once(first).chain(rest) {
+        posted.push(r.await.unwrap()["id"].as_u64().unwrap());
     }
     posted.sort_unstable();
     let together = posted[1] >> 10;
@@ -1649,12 +1673,7 @@ async fn a_cut_inside_a_message_of_several_posts_is_kept_to_the_event_for_a_late
     );
     // The cut keeps the newest three: it reaches the second event of that message.
     let newest = posted[3..].to_vec();
-    assert_eq!(until_ids(&c, &a, "logs", &newest).await, newest);
-    let deadline = Instant::now() + T;
-    while !a.stderr().contains("the log no longer holds what it removed") {
-        assert!(Instant::now() < deadline, "A never recorded its cut:\n{}", a.stderr());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_cut_recorded(&c, &a, &newest).await;
     let info = stream_info(&js).await;
     assert!(
         info.state.first_sequence > posted[0] >> 10 && info.state.first_sequence <= together,
@@ -1662,18 +1681,7 @@ async fn a_cut_inside_a_message_of_several_posts_is_kept_to_the_event_for_a_late
         info.state.first_sequence
     );
 
-    let b = Server::start_logging(&["--store", &url, "--retention-interval-secs", "1"]);
-    assert_eq!(until_ids(&c, &b, "logs", &newest).await, newest, "B holds what A holds");
-    assert!(
-        b.stderr().contains("started the channel from the log's retention cut"),
-        "B did not start from the cut:\n{}",
-        b.stderr()
-    );
-    assert_eq!(
-        messages(&c, &b, "logs", 0).await,
-        messages(&c, &a, "logs", 0).await,
-        "the same messages, to the field"
-    );
+    let b = joins_after_the_cut(&c, &url, &a, &newest).await;
     // Behind the cut a parent is gone on B, though its message is still in the log.
     assert_eq!(reply_status(&c, &b, posted[2]).await, 400);
     assert_eq!(reply_status(&c, &b, posted[3]).await, 200, "a reply to a kept message");

@@ -101,6 +101,14 @@ pub trait Cluster: Send + Sync + 'static {
     /// Why writes are refused now, if they are.
     fn health(&self) -> Result<(), String>;
 
+    /// Why this node should not be sent requests yet, if it should not: on a shared log, until
+    /// its store holds what the log held when the node began to follow it (a node that joins,
+    /// or comes back, folds the log first; a post sent to it meanwhile waits behind that).
+    /// Writes are not refused for it; `/healthz` says it, for load balancers.
+    fn readiness(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Whether channels are shared with other nodes through a log. Retention is then decided
     /// once, as an event of the log ([`crosstalk_schema::Record::Trimmed`]), so every node
     /// removes the same events and judges later events alike.

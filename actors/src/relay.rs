@@ -416,6 +416,12 @@ impl Relay {
         self.inner.committer.health().check()
     }
 
+    /// Whether this relay should be sent requests yet (`Err(why)` if not): a cluster node that
+    /// is still folding what the shared log held when it started says so.
+    pub fn readiness(&self) -> Result<(), String> {
+        self.inner.cluster.readiness()
+    }
+
     /// After [`shutdown`](Self::shutdown), on a cluster node: lets the tasks following the
     /// shared log end while the runtime still runs (their NATS subscriptions unsubscribe on
     /// tasks of their own as they are dropped), for at most a second.

@@ -20,6 +20,7 @@ use crosstalk_schema::{ChannelName, CutState};
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -30,7 +31,7 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// Attempts to hand an event to its channel (an actor stopping as it arrives is reopened).
 const DELIVERY_ATTEMPTS: usize = 20;
 
-pub(super) async fn project(node: Arc<dyn Node>, log: Log, cuts: Cuts) {
+pub(super) async fn project(node: Arc<dyn Node>, log: Log, cuts: Cuts, caught_up: Arc<CaughtUp>) {
     let shutdown = node.shutdown();
     let mut mark = match Watermark::read(&*node) {
         Ok(mark) => mark,
@@ -42,6 +43,7 @@ pub(super) async fn project(node: Arc<dyn Node>, log: Log, cuts: Cuts) {
     };
     let mut next = mark.recorded + 1;
     tracing::info!(from = next, "following the shared log");
+    caught_up.check(mark.recorded);
     let mut backoff = RETRY_FIRST;
     let mut known = KnownCuts::default();
     let mut every = tokio::time::interval(WATERMARK_EVERY);
@@ -58,6 +60,7 @@ pub(super) async fn project(node: Arc<dyn Node>, log: Log, cuts: Cuts) {
                         e = events.next() => e,
                         _ = every.tick() => {
                             mark.advance(&*node).await;
+                            caught_up.check(mark.recorded);
                             if heard.elapsed() >= STALL_AFTER {
                                 heard = Instant::now();
                                 let delivered = through.load(std::sync::atomic::Ordering::Relaxed);
@@ -105,6 +108,60 @@ pub(super) async fn project(node: Arc<dyn Node>, log: Log, cuts: Cuts) {
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(RETRY_MAX);
+    }
+}
+
+/// Whether a node's store holds what the shared log held when the node connected to it
+/// ([`crate::cluster::Cluster::readiness`]). Judged by the fold's recorded watermark, which
+/// covers an event only once every channel it touched has committed it, so a ready node's
+/// reads show the log as of its start.
+pub(super) struct CaughtUp {
+    done: AtomicBool,
+    /// The log's newest message when the node connected.
+    target: u64,
+    /// The watermark at the last look.
+    recorded: AtomicU64,
+}
+
+impl CaughtUp {
+    pub(super) fn new(target: u64) -> CaughtUp {
+        CaughtUp {
+            done: AtomicBool::new(target == 0),
+            target,
+            recorded: AtomicU64::new(0),
+        }
+    }
+
+    /// Before the node serves anything: how far its store held the fold when it stopped last.
+    pub(super) fn check_stored(&self, node: &dyn Node) {
+        if let Ok(mark) = Watermark::read(node) {
+            self.check(mark.recorded);
+        }
+    }
+
+    /// `recorded`: how far the store holds the fold now.
+    fn check(&self, recorded: u64) {
+        if self.done.load(Ordering::Acquire) {
+            return;
+        }
+        self.recorded.store(recorded, Ordering::Relaxed);
+        if recorded >= self.target && !self.done.swap(true, Ordering::AcqRel) {
+            tracing::info!(
+                through = recorded,
+                "this node holds what the shared log held when it connected"
+            );
+        }
+    }
+
+    pub(super) fn readiness(&self) -> Result<(), String> {
+        if self.done.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        Err(format!(
+            "catching up on the shared log: folded through message {} of {}",
+            self.recorded.load(Ordering::Relaxed),
+            self.target
+        ))
     }
 }
 

@@ -279,6 +279,8 @@ pub struct NatsCluster {
     news: Arc<parking_lot::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<waits::WaitNews>>>>,
     /// This node, among the cluster's (a random id for the process's lifetime).
     node: String,
+    /// Whether this node's store holds what the log held when it began to follow it.
+    caught_up: Arc<follow::CaughtUp>,
 }
 
 impl std::fmt::Debug for NatsCluster {
@@ -352,6 +354,8 @@ impl NatsCluster {
         )
         .await?;
         numbered_as_now(&setup, stream.cached_info()).await?;
+        // A node is ready once its store holds what the log holds now.
+        let caught_up = Arc::new(follow::CaughtUp::new(stream.cached_info().state.last_sequence));
         until_ready(
             "waiting for the stream's leader",
             deadline,
@@ -400,6 +404,7 @@ impl NatsCluster {
             waits: Arc::new(waits),
             news: Arc::new(parking_lot::Mutex::new(Some(news))),
             node: uuid::Uuid::new_v4().simple().to_string(),
+            caught_up,
         })
     }
 
@@ -434,6 +439,10 @@ impl Cluster for NatsCluster {
                 None => format!("NATS is unreachable ({state:?}); reconnecting"),
             }),
         }
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        self.caught_up.readiness()
     }
 
     fn shared_log(&self) -> bool {
@@ -517,6 +526,8 @@ impl Cluster for NatsCluster {
     }
 
     fn start(&self, node: Arc<dyn Node>) -> Vec<tokio::task::JoinHandle<()>> {
+        // A node restarted with its copy up to date is ready before it serves a request.
+        self.caught_up.check_stored(&*node);
         let mut tasks = Vec::new();
         if let Some(news) = self.news.lock().take() {
             let this = self.clone();
@@ -552,7 +563,12 @@ impl Cluster for NatsCluster {
             }
         };
         tasks.extend([
-            actix::spawn(follow::project(node.clone(), self.log.clone(), self.cuts.clone())),
+            actix::spawn(follow::project(
+                node.clone(),
+                self.log.clone(),
+                self.cuts.clone(),
+                self.caught_up.clone(),
+            )),
             actix::spawn(follow::share_identities(node.clone(), self.registrations.clone())),
             actix::spawn(follow::share_presence(node.clone(), presence)),
             actix::spawn(follow::share_cursors(node, self.cursors.clone())),

@@ -499,3 +499,41 @@ fn a_node_waits_for_a_slow_store_instead_of_stopping() {
     });
     assert!(within.is_ok(), "the test did not finish within 60 s");
 }
+
+/// A node that joins a log of many events says it is not ready (`/healthz`'s `catching_up`)
+/// until its store holds all of them, and once it says it is, every one of them reads back
+/// from it. A relay of its own is ready from the start.
+#[test]
+fn a_joining_node_is_ready_only_once_it_holds_the_log() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let a = setup.relay(dir.path()).await;
+        let dev = ch("dev");
+        let mut posted = 0;
+        for round in 0..40 {
+            let posts = (0..50).map(|i| a.post(&dev, msg("a", &format!("m{round}-{i}"))));
+            for p in futures_util::future::join_all(posts).await {
+                p.unwrap();
+                posted += 1;
+            }
+        }
+        let other = tempfile::tempdir().unwrap();
+        let b = setup.relay(other.path()).await;
+        if let Kind::Embedded = setup.kind {
+            assert_eq!(b.readiness(), Ok(()));
+            return;
+        }
+        // The log held 2,000 events when B connected, and B has folded none of them yet.
+        let why = b.readiness().expect_err("not ready before it has folded anything");
+        assert!(why.contains("catching up on the shared log"), "{why}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while b.readiness().is_err() {
+            assert!(Instant::now() < deadline, "never ready: {:?}", b.readiness());
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let read = b.read(&dev, 0, 10_000, None).await.unwrap();
+        assert_eq!(read.len(), posted, "ready, and holding every event the log held");
+        b.shutdown().unwrap();
+        a.shutdown().unwrap();
+    });
+}
