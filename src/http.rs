@@ -168,17 +168,14 @@ pub async fn healthz(cx: web::Data<Ctx>) -> HttpResponse {
     let waits = cx.waits.load(Ordering::Relaxed);
     let sessions = cx.mcp_sessions.load(Ordering::Relaxed);
     let initializing = cx.mcp_initializing.load(Ordering::Relaxed);
-    if let Err(reason) = cx.relay.store_health() {
-        // A load balancer or orchestrator takes a 503 as "not ready".
+    // A load balancer or orchestrator takes a 503 as "not ready": the store (or NATS) failing,
+    // or a cluster node still folding what the shared log held when it connected (it serves
+    // meanwhile, but a post waits behind the catch-up).
+    let not_ready = (cx.relay.store_health().map_err(|why| ("unhealthy", why)))
+        .and_then(|()| cx.relay.readiness().map_err(|why| ("catching_up", why)));
+    if let Err((status, reason)) = not_ready {
         return HttpResponse::ServiceUnavailable().json(serde_json::json!({
-            "status": "unhealthy", "reason": reason, "streams": streams, "waits": waits,
-            "sessions": sessions, "sessions_initializing": initializing,
-        }));
-    }
-    if let Err(reason) = cx.relay.readiness() {
-        // Serving, but behind the shared log: a balancer should send its requests elsewhere.
-        return HttpResponse::ServiceUnavailable().json(serde_json::json!({
-            "status": "catching_up", "reason": reason, "streams": streams, "waits": waits,
+            "status": status, "reason": reason, "streams": streams, "waits": waits,
             "sessions": sessions, "sessions_initializing": initializing,
         }));
     }

@@ -43,7 +43,6 @@ pub(super) async fn project(node: Arc<dyn Node>, log: Log, cuts: Cuts, caught_up
     };
     let mut next = mark.recorded + 1;
     tracing::info!(from = next, "following the shared log");
-    caught_up.check(mark.recorded);
     let mut backoff = RETRY_FIRST;
     let mut known = KnownCuts::default();
     let mut every = tokio::time::interval(WATERMARK_EVERY);

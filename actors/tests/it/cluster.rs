@@ -440,6 +440,11 @@ fn what_was_acknowledged_is_there_after_a_restart() {
         // The same store again (a restart); on NATS, also a second node with a store of its
         // own, which fills it from the stream.
         let again = setup.relay(copy.path()).await;
+        // A node that comes back is ready once its store holds the log as of its start.
+        let deadline = in_10s();
+        while again.readiness().is_err() {
+            not_past(deadline, "the restarted node is ready").await;
+        }
         let read = again.read(&dev, 0, 100, None).await.unwrap();
         assert_eq!(read.iter().map(|p| p.id()).collect::<Vec<_>>(), ids);
         assert_eq!(again.get_shared_data("notes", None).await.unwrap().content, "kept");

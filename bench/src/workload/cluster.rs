@@ -107,6 +107,10 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
         if result.is_err() {
             break;
         }
+        // A joining node folds the whole log first (the steps before wrote hundreds of
+        // thousands of posts): the launcher waits for its `/healthz` to say 200, which a node
+        // says once it holds what the log held when it connected, so posts never wait behind
+        // the catch-up.
         while nodes.len() < count {
             let name = format!("node-{}", nodes.len());
             let (n, _) = launcher
@@ -114,10 +118,6 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
                 .await?;
             nodes.push(n);
         }
-        // A node that joins folds the whole log first; the steps before wrote hundreds of
-        // thousands of posts, and posts sent to it meanwhile would wait behind them. Measure
-        // the cluster once every node holds what node A holds.
-        caught_up(&nodes).await?;
         let all: Vec<&Server> = nodes.iter().collect();
         result = spread_posts(plan, &all, plan.connections).await.map(|(rate, _, s)| {
             rec.set(key, rate);
@@ -140,34 +140,6 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     }
     drop(cluster);
     result
-}
-
-/// The channel's newest id on `node` (`0` before its first message).
-async fn last_id(node: &Server) -> anyhow::Result<u64> {
-    let reply = crate::client::get_once(node.addr, "/api/channels").await?;
-    let channels: serde_json::Value = serde_json::from_slice(&reply.body).context("GET /api/channels")?;
-    Ok(channels
-        .as_array()
-        .and_then(|all| all.iter().find(|c| c["channel"] == CHANNEL))
-        .and_then(|c| c["last_id"].as_u64())
-        .unwrap_or(0))
-}
-
-/// Waits until every node holds the channel as far as the first node did when asked, for at
-/// most the longest start-up the launcher allows.
-async fn caught_up(nodes: &[Server]) -> anyhow::Result<()> {
-    let Some(first) = nodes.first() else { return Ok(()) };
-    let want = last_id(first).await?;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    for n in &nodes[1..] {
-        while last_id(n).await? < want {
-            if Instant::now() > deadline {
-                bail!("a joining node did not fold the log within 120 s");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    Ok(())
 }
 
 /// Durable POST from `connections` connections split evenly over `nodes`, on one channel: the
@@ -375,13 +347,7 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
         ));
         runs.push((connections, rate, all.p99_ms));
     }
-    // The best rate whose p99 stays within the target's (if none does, the lowest p99).
-    let sustained = runs
-        .iter()
-        .filter(|r| r.2 <= SUSTAINED_P99_MS)
-        .max_by(|x, y| x.1.total_cmp(&y.1))
-        .or_else(|| runs.iter().min_by(|x, y| x.2.total_cmp(&y.2)));
-    if let Some(&(connections, rate, p99)) = sustained {
+    if let Some((connections, rate, p99)) = super::post::sustained(&runs, SUSTAINED_P99_MS) {
         rec.set("cluster_cap_per_s", rate);
         rec.set("cluster_cap_p99_ms", p99);
         rec.set("cluster_cap_conns", connections as f64);
