@@ -407,8 +407,12 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
             if durability != Durability::Relaxed {
                 heal.flushed();
             }
-            // Health first: a writer told "durable" must find the store healthy.
+            // Health first: a writer told "durable" must find the store healthy, neither
+            // failed nor stuck (the stall clock restarts: the store has just answered; a
+            // flush that took longer than `STALL` would otherwise still read as a stall
+            // until the thread leaves the round).
             *health.last_error.lock() = failed;
+            health.round_started.store(health.now_us(), Ordering::Release);
             let mut take_back = Vec::new();
             for job in applied {
                 let mut f = job.fate.lock();

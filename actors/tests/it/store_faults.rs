@@ -301,3 +301,36 @@ async fn the_inbox_hands_nothing_out_unless_its_cursors_are_durable() {
     assert!(relay.inbox("me", 100).await.unwrap().is_empty());
     relay.shutdown().unwrap();
 }
+
+/// A write that waited out a slow flush (longer than the stall threshold) is acknowledged
+/// to a store that says it is writable: the next write goes through instead of being told
+/// the store "has not answered". Checked where the answer is made (the hook runs on the
+/// store thread just before the ticket resolves), so it does not depend on which thread
+/// wins a race.
+#[test]
+fn a_write_answered_after_a_slow_flush_finds_the_store_writable() {
+    use crosstalk_actors::commit::{Committer, STALL};
+    use crosstalk_actors::Durability;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Faulty::new(dir.path());
+    let committer = Committer::start(store.clone(), Durability::Flush).unwrap();
+    store.hang_flush.store(true, Ordering::SeqCst);
+    let health = committer.health().clone();
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+    let ticket = committer.write_then(
+        Box::new(|_| Ok(Undo::default())),
+        Box::new(move || {
+            let _ = seen_tx.send(health.writable());
+        }),
+    );
+    std::thread::sleep(STALL + Duration::from_millis(500));
+    assert!(committer.health().writable().is_err(), "stuck for longer than STALL");
+    store.hang_flush.store(false, Ordering::SeqCst);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(ticket.durable()).unwrap();
+    let seen = seen_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(seen, Ok(()), "the store read as stuck when the write was acknowledged");
+}
