@@ -883,6 +883,20 @@ async fn hold_the_stream(js: &async_nats::jetstream::Context) -> async_nats::jet
     config
 }
 
+/// Waits until `node` (started logging) says an append of its found the stream held back, so
+/// posts sent after this queue behind that append.
+async fn until_an_append_is_held(node: &Server) {
+    let deadline = Instant::now() + T;
+    while !node.stderr().contains("no stream takes the channel's subject yet") {
+        assert!(
+            Instant::now() < deadline,
+            "no append waited for the stream:\n{}",
+            node.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Posts `body` to `channel` on `node` on a task of its own, which answers the stored message.
 fn post_in_background(
     c: &reqwest::Client,
@@ -941,7 +955,7 @@ async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
     use async_nats::jetstream;
     let _one = ONE_CLUSTER.lock().await;
     let server = Single::start("");
-    let a = Server::process(&["--store", server.url().as_str()]);
+    let a = Server::start_logging(&["--store", server.url().as_str()]);
     let b = Server::process(&["--store", server.url().as_str()]);
     let c = client();
     post(&c, &a, "dev", msg("a", "first")).await;
@@ -956,7 +970,7 @@ async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
     hold_the_stream(&js).await;
     let send = |body: Value| post_in_background(&c, &a, "dev", body);
     let held = send(msg("a", "held"));
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    until_an_append_is_held(&a).await;
     let mut meanwhile: Vec<_> = (0..8)
         .map(|n| send(json!({"sender": "a", "body": format!("meanwhile {n}"), "idempotency_key": format!("k-{n}")})))
         .collect();
@@ -1645,33 +1659,46 @@ async fn a_node_that_joins_after_the_log_dropped_old_events_folds_the_same_chann
 async fn a_cut_inside_a_message_of_several_posts_is_kept_to_the_event_for_a_late_joiner() {
     use async_nats::jetstream;
     let _one = ONE_CLUSTER.lock().await;
-    let nats = Single::start("");
-    let url = nats.url();
     let c = client();
-    let a = keeping_three(&url, true);
-    // The node made the stream as it started; nothing else is on it yet, so its first
-    // sequence after the purge says which of this test's messages the purge kept.
-    let js = jetstream::new(async_nats::connect(url.clone()).await.unwrap());
-    // Hold the stream back: the first post's append waits for it, and the five after it
-    // queue behind that append and go to the log as one message.
-    let config = hold_the_stream(&js).await;
-    let send = |body: Value| post_in_background(&c, &a, "logs", body);
-    let first = send(msg("w", "m0"));
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let rest: Vec<_> = (1..6).map(|i| send(msg("w", &format!("m{i}")))).collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    js.update_stream(&config).await.expect("give the subjects back");
-    let mut posted = Vec::new();
-    for r in std::iter::once(first).chain(rest) {
-        posted.push(r.await.unwrap()["id"].as_u64().unwrap());
-    }
-    posted.sort_unstable();
-    let together = posted[1] >> 10;
-    assert!(
-        posted[1..].iter().all(|id| id >> 10 == together) && posted[0] >> 10 < together,
-        "the five posts after the first share one message: {posted:?}"
-    );
-    // The cut keeps the newest three: it reaches the second event of that message.
+    // How the posts fall into messages is the box's timing; an attempt whose cut falls between
+    // two messages does not test the point, and is made again on a fresh log.
+    let mut attempt = 0;
+    let (nats, url, a, js, posted) = loop {
+        attempt += 1;
+        let nats = Single::start("");
+        let url = nats.url();
+        let a = keeping_three(&url, true);
+        // The node made the stream as it started; nothing else is on it yet, so its first
+        // sequence after the purge says which of this test's messages the purge kept.
+        let js = jetstream::new(async_nats::connect(url.clone()).await.unwrap());
+        // Hold the stream back: the first post's append waits for it, and the five after it
+        // queue behind that append and go to the log as one message.
+        let config = hold_the_stream(&js).await;
+        let send = |body: Value| post_in_background(&c, &a, "logs", body);
+        let first = send(msg("w", "m0"));
+        until_an_append_is_held(&a).await;
+        let rest: Vec<_> = (1..6).map(|i| send(msg("w", &format!("m{i}")))).collect();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        js.update_stream(&config).await.expect("give the subjects back");
+        let mut posted = Vec::new();
+        for r in std::iter::once(first).chain(rest) {
+            posted.push(r.await.unwrap()["id"].as_u64().unwrap());
+        }
+        posted.sort_unstable();
+        // The cut keeps the newest three, so it falls inside a message when the third and
+        // fourth posts share one, and an older message goes whole.
+        let inside = posted[2] >> 10 == posted[3] >> 10 && posted[0] >> 10 < posted[3] >> 10;
+        if inside {
+            break (nats, url, a, js, posted);
+        }
+        assert!(
+            attempt < 4,
+            "in {attempt} tries the posts never shared a message across the cut: {posted:?}"
+        );
+    };
+    let _nats = nats;
+    let together = posted[3] >> 10;
+    // The cut keeps the newest three: it reaches inside that message.
     let newest = posted[3..].to_vec();
     until_cut_recorded(&c, &a, &newest).await;
     let info = stream_info(&js).await;
