@@ -49,14 +49,21 @@ async fn settle(relay: &Relay, n: usize) -> usize {
 async fn idle_channels_close_and_reopen_with_nothing_lost() {
     let dir = tempfile::tempdir().unwrap();
     let relay = start(dir.path(), 1000);
-    let mut ids = Vec::new();
-    for i in 0..50 {
-        let p = relay
-            .post(&ch(&format!("c{i}")), msg("a", None, &format!("needle{i} body")))
-            .await
-            .unwrap();
-        ids.push(p.id());
-    }
+    // All at once, so they are answered within the quiet period of each other even on a
+    // loaded machine (one after another, 50 commits took longer than it under CI's load, and
+    // the first channels had closed before the last opened).
+    let posts = (0..50).map(|i| {
+        let relay = relay.clone();
+        async move {
+            let c = ch(&format!("c{i}"));
+            relay.post(&c, msg("a", None, &format!("needle{i} body"))).await
+        }
+    });
+    let ids: Vec<u64> = futures_util::future::join_all(posts)
+        .await
+        .into_iter()
+        .map(|p| p.unwrap().id())
+        .collect();
     assert_eq!(relay.open_channels(), 50);
     assert_eq!(settle(&relay, 0).await, 0, "idle channels stayed open");
 
@@ -71,7 +78,10 @@ async fn idle_channels_close_and_reopen_with_nothing_lost() {
         )
         .await
         .unwrap();
-    assert!(reply.id() > *ids.last().unwrap(), "ids went backwards after a reopen");
+    assert!(
+        reply.id() > *ids.iter().max().unwrap(),
+        "ids went backwards after a reopen"
+    );
     assert_eq!(settle(&relay, 0).await, 0);
     let got = relay.read(&ch("c7"), 0, 100, None).await.unwrap();
     assert_eq!(got.len(), 2);
