@@ -119,6 +119,10 @@ fn describe() {
         "Bytes of the allocator's pages in memory, in use or not yet returned to the system (jemalloc's stats.resident)"
     );
     describe_gauge!(
+        "crosstalk_cluster_folded_through",
+        "A cluster node: the shared log's sequence up to which its store durably holds the fold (a restart follows the log from the next one)"
+    );
+    describe_gauge!(
         "crosstalk_store_healthy",
         "1 when the store answers and its last write succeeded"
     );

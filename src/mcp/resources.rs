@@ -184,7 +184,9 @@ async fn watch_commits<F, Fut>(
         return;
     }
     loop {
+        // Biased: once unsubscribed, a commit already pending is not notified.
         tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             changed = commits.changed() => {
                 if changed.is_err() || !notify(uri.clone()).await {

@@ -466,6 +466,21 @@ pub async fn get_json(c: &reqwest::Client, url: &str) -> (u16, Value) {
     (status, v)
 }
 
+/// Waits (at most 10 s) until the relay at `base` counts `want` parked waits (`/healthz`'s
+/// `waits`): a test that needs a wait to be parked before it posts, or gone after a cancel,
+/// waits for it to be so instead of sleeping a guess.
+pub async fn until_waits(c: &reqwest::Client, base: &str, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, h) = get_json(c, &format!("{base}/healthz")).await;
+        if h["waits"].as_u64() == Some(want) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "waits never became {want}: {h}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Any request, with an optional JSON body and an optional identity session token
 /// (`X-Crosstalk-Session`); answers the status and the JSON body (`null` when empty).
 pub async fn request(

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{client, get_json, post, Server};
+use common::{client, get_json, post, until_waits, Server};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
@@ -99,7 +99,8 @@ async fn send_tail_and_wait_work_for_scripts() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    // Parked before the post (a wait started after it would take "wake up" as old news).
+    until_waits(&client(), &s.url(""), 1).await;
     let out = run(crosstalk(&s, &["send", "dev", "wake up", "--as", "carol"]));
     assert!(out.status.success());
     let woke = waiter.wait_with_output().unwrap();

@@ -123,7 +123,7 @@ async fn a_wait_skips_the_callers_own_messages_and_a_newer_wait_supersedes_it() 
         let (c, url) = (c.clone(), wait_url("alice", since, 20));
         tokio::spawn(async move { get_json(&c, &url).await.1 })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_waits(&c, &s.url(""), 1).await;
     let newer = {
         let (c, url) = (c.clone(), wait_url("alice", since, 2));
         tokio::spawn(async move { get_json(&c, &url).await.1 })

@@ -216,7 +216,8 @@ async fn sigterm_ends_open_mcp_sessions_quickly() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (took, clean) = s.terminate();
     assert!(clean, "exit status is success");
-    assert!(took < Duration::from_secs(2), "SIGTERM to exit took {took:?}");
+    // The relay gives in-flight requests 1 s; held ones (actix's default) would keep it 30 s.
+    assert!(took < Duration::from_secs(5), "SIGTERM to exit took {took:?}");
     // Every stream ended with the process.
     while stream.next(Duration::from_secs(2)).await.is_some() {}
     let _ = tokio::time::timeout(Duration::from_secs(2), waiter).await;
@@ -259,9 +260,10 @@ async fn transport_errors_are_json_like_every_other_error() {
 #[tokio::test]
 async fn session_calls_on_a_reused_connection_do_not_stall() {
     // Nagle on the server's socket held the second write of every streamed answer until the
-    // client's delayed ACK: a deterministic ~40 ms per call on a kept-alive connection. The
-    // median of twenty sequential calls on one connection catches it without being a timing
-    // test of the machine's speed.
+    // client's delayed ACK: a deterministic ~40 ms added to every call on a kept-alive
+    // connection. The fastest of twenty sequential calls on one connection catches it without
+    // being a timing test of the machine's speed (under load some calls are slow; with Nagle,
+    // none is fast).
     let s = Server::start();
     let m = Mcp::connect(&s).await;
     let mut took = Vec::new();
@@ -271,8 +273,11 @@ async fn session_calls_on_a_reused_connection_do_not_stall() {
         took.push(t.elapsed());
     }
     took.sort();
-    let median = took[took.len() / 2];
-    assert!(median < Duration::from_millis(20), "median {median:?} of {took:?}");
+    assert!(
+        took[0] < Duration::from_millis(35),
+        "the fastest took {:?}: {took:?}",
+        took[0]
+    );
 }
 
 /// A relay without OAuth answers the OAuth discovery paths 404 with or without a token, as

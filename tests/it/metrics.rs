@@ -58,7 +58,8 @@ async fn metrics_count_what_the_relay_did_and_need_the_token() {
         let url = s.url("/api/channels/w/wait?since_id=0&timeout=10");
         tokio::spawn(async move { http.get(url).bearer_auth(TOKEN).send().await.unwrap().status() })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Parked before the post: a wait that arrives after it answers at once, with no sample.
+    common::until_waits(&common::client_with_token(TOKEN), &s.url(""), 1).await;
     http.post(s.url("/api/channels/w/messages"))
         .bearer_auth(TOKEN)
         .json(&json!({"sender": "b", "body": "wake"}))

@@ -42,6 +42,7 @@ pub(super) async fn project(node: Arc<dyn Node>, log: Log, cuts: Cuts, caught_up
         }
     };
     let mut next = mark.recorded + 1;
+    metrics::gauge!("crosstalk_cluster_folded_through").set(mark.recorded as f64);
     tracing::info!(from = next, "following the shared log");
     let mut backoff = RETRY_FIRST;
     let mut known = KnownCuts::default();
@@ -249,6 +250,7 @@ impl Watermark {
             Ok(()) => {
                 self.recorded = at;
                 self.candidate = None;
+                metrics::gauge!("crosstalk_cluster_folded_through").set(at as f64);
             }
             // Tried again next time; until then a restart reads a little more of the log.
             Err(e) => tracing::debug!(error = %e, "recording the fold's watermark failed"),
