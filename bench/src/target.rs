@@ -60,6 +60,8 @@ pub struct Server {
     pub kind: Kind,
     pub addr: SocketAddr,
     child: Child,
+    /// Where its stderr goes.
+    log_path: PathBuf,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -166,6 +168,7 @@ impl Launcher {
                 kind: self.kind,
                 addr,
                 child,
+                log_path,
             },
             ready,
         ))
@@ -202,7 +205,12 @@ impl Server {
                 use std::os::unix::process::ExitStatusExt;
                 let clean = status.success() || (self.kind == Kind::Peer && status.signal() == Some(libc::SIGTERM));
                 if !clean {
-                    bail!("{} exited with {status} after SIGTERM", self.kind.name());
+                    bail!(
+                        "{} exited with {status} after SIGTERM; the end of {}:\n{}",
+                        self.kind.name(),
+                        self.log_path.display(),
+                        log_tail(&self.log_path)
+                    );
                 }
                 Ok(())
             }
@@ -228,4 +236,16 @@ pub fn disk_usage(dir: &Path) -> anyhow::Result<u64> {
         };
     }
     Ok(total)
+}
+
+/// The last lines of a server's log, for an error that the log may explain.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+    if tail.is_empty() {
+        "(empty)".into()
+    } else {
+        tail
+    }
 }

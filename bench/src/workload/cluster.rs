@@ -130,9 +130,19 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
             Done::Ran
         });
     }
+    // Every node is stopped, and a failure to stop is reported with whatever failed before it
+    // (a failed step above must not be hidden by the stop that follows it).
+    let mut stopped = Ok(());
     for n in nodes {
-        n.stop().await?;
+        if let Err(e) = n.stop().await {
+            stopped = Err(match (&result, stopped) {
+                (Err(before), _) => e.context(format!("after the workload failed: {before:#}")),
+                (_, Err(earlier)) => e.context(format!("{earlier:#}")),
+                _ => e,
+            });
+        }
     }
+    stopped?;
     if result.is_ok() {
         bare_publisher(plan, &cluster.urls, rec)
             .await
