@@ -917,11 +917,18 @@ async fn hold_the_stream(js: &async_nats::jetstream::Context) -> async_nats::jet
     config
 }
 
-/// Waits until `node` (started logging) says an append of its found the stream held back, so
-/// posts sent after this queue behind that append.
+/// Waits until `node` (started logging) says again that an append of its found the stream
+/// held back, so posts sent after this queue behind that append. A new line, not one logged
+/// before the call: the node logs it at most once a second while appends wait, so one comes
+/// within about a second while the append is held.
 async fn until_an_append_is_held(node: &Server) {
-    let deadline = Instant::now() + T;
-    while !node.stderr().contains("no stream takes the channel's subject yet") {
+    let held = || {
+        node.stderr()
+            .matches("no stream takes the channel's subject yet")
+            .count()
+    };
+    let (before, deadline) = (held(), Instant::now() + T);
+    while held() <= before {
         assert!(
             Instant::now() < deadline,
             "no append waited for the stream:\n{}",
@@ -2118,15 +2125,8 @@ async fn an_mcp_task_is_the_clusters_and_outlives_its_node() {
     // The task's wait parks once its runner starts, a moment after the call is answered.
     until_waits(&c, &a.url(""), 1).await;
     with_tasks(&on_b, "tasks/cancel", json!({"taskId": cancelled})).await;
-    let deadline = Instant::now() + T;
-    loop {
-        let (_, health) = get_json(&c, &a.url("/healthz")).await;
-        if health["waits"] == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "a's wait outlived the cancel: {health}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // a's wait does not outlive the cancel.
+    until_waits(&c, &a.url(""), 0).await;
     let t = with_tasks(&on_a, "tasks/get", json!({"taskId": cancelled})).await;
     assert_eq!(t["result"]["status"], "cancelled", "{t}");
 

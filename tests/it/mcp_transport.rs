@@ -390,22 +390,8 @@ async fn a_cut_tool_stream_resumes_with_its_answer() {
         .json()
         .await
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let h: Value = common::client()
-            .get(s.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if h["waits"] == 0 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the wait did not end: {h}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The wait ends.
+    common::until_waits(&common::client(), &s.url(""), 0).await;
     // The client comes back within the grace, with the last event id it saw.
     let mut resumed = SseReader::from_response(resume(&m, &last_seen).await);
     let (id, answer) = next_json(&mut resumed).await.expect("the answer on the resumed stream");

@@ -51,8 +51,6 @@ struct EntryIn {
 
 /// Longest an append waits for JetStream's acknowledgement.
 const APPEND_TIMEOUT: Duration = Duration::from_secs(5);
-/// The first pause before an append that reached no stream is sent again; it doubles to 200 ms.
-const FIRST_PAUSE: Duration = Duration::from_millis(10);
 /// How often the server tells a node following the log that it is still there when it has
 /// nothing to deliver; two missed ones and the node follows again on a new consumer.
 const FOLLOW_HEARTBEAT: Duration = Duration::from_secs(1);
@@ -106,7 +104,7 @@ impl Log {
     ) -> Result<u64, RelayError> {
         let publish = jetstream::message::PublishMessage::build().payload(frame(entries));
         let append = async {
-            let mut pause = FIRST_PAUSE;
+            let mut pause = Duration::from_millis(10);
             loop {
                 let ack = self
                     .js
@@ -118,12 +116,13 @@ impl Log {
                     // no stream, so sending it again cannot store it twice. A new stream's
                     // subjects reach every server of a cluster a moment after it has a leader.
                     Err(e) if e.kind() == jetstream::context::PublishErrorKind::StreamNotFound => {
-                        if pause == FIRST_PAUSE {
-                            tracing::info!(
-                                channel = channel.as_str(),
-                                "no stream takes the channel's subject yet; sending its events again until one does"
-                            );
-                        }
+                        // At most a line a second however many appends wait (a stream taken
+                        // away holds every post of the node).
+                        crate::throttled!(
+                            info,
+                            channel = channel.as_str(),
+                            "no stream takes the channel's subject yet; sending its events again until one does"
+                        );
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(Duration::from_millis(200));
                     }

@@ -132,17 +132,18 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     }
     // Every node is stopped, and a failure to stop is reported with whatever failed before it
     // (a failed step above must not be hidden by the stop that follows it).
-    let mut stopped = Ok(());
+    let mut failures = Vec::new();
     for n in nodes {
         if let Err(e) = n.stop().await {
-            stopped = Err(match (&result, stopped) {
-                (Err(before), _) => e.context(format!("after the workload failed: {before:#}")),
-                (_, Err(earlier)) => e.context(format!("{earlier:#}")),
-                _ => e,
-            });
+            failures.push(format!("{e:#}"));
         }
     }
-    stopped?;
+    if !failures.is_empty() {
+        if let Err(before) = &result {
+            failures.insert(0, format!("the workload failed: {before:#}"));
+        }
+        bail!("{}", failures.join("; then "));
+    }
     if result.is_ok() {
         bare_publisher(plan, &cluster.urls, rec)
             .await
