@@ -54,6 +54,9 @@ struct Args {
     /// Posting connections of the throughput workloads [default: 16].
     #[arg(long)]
     connections: Option<usize>,
+    /// Comma-separated channel counts the cluster's POST load is also spread over [default: 4,16].
+    #[arg(long, value_delimiter = ',')]
+    cluster_channels: Option<Vec<usize>>,
     #[arg(long)]
     fanout_subscribers: Option<usize>,
     #[arg(long)]
@@ -293,6 +296,9 @@ async fn run(args: Args) -> anyhow::Result<usize> {
     }
     if let Some(n) = args.connections {
         plan.connections = n.max(1);
+    }
+    if let Some(c) = args.cluster_channels {
+        plan.cluster_channels = c.into_iter().filter(|&n| n > 1).collect();
     }
     if let Some(n) = args.fanout_subscribers {
         plan.fanout_subscribers = n;

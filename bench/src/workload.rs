@@ -63,6 +63,10 @@ pub struct Plan {
     pub waiters_per_channel: usize,
     /// Messages of the `search` workload's store.
     pub search_messages: u64,
+    /// After the cluster's one-channel POST runs, the same load from the largest connection
+    /// count spread evenly over this many channels each (one channel is the cluster's
+    /// worst case: a node has one append of a channel on its way at a time).
+    pub cluster_channels: Vec<usize>,
 }
 
 impl Plan {
@@ -88,6 +92,7 @@ impl Plan {
             waiter_channels: 1000,
             waiters_per_channel: 10,
             search_messages: 1_000_000,
+            cluster_channels: vec![4, 16],
         }
     }
 
@@ -114,6 +119,7 @@ impl Plan {
             waiter_channels: 20,
             waiters_per_channel: 10,
             search_messages: 2_000,
+            cluster_channels: vec![2],
         }
     }
 

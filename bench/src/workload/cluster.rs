@@ -2,7 +2,8 @@
 //! (`scripts/nats-cluster`: `sync_interval: always`; the relays with `--nats-replicas 3`),
 //! crosstalk only. A post on node A wakes a long-poll waiter and an SSE subscriber on node B:
 //! time from just before the POST is sent until each has the message. Then durable POST from
-//! the usual connections, half to each node, on one channel; then the same split over three
+//! the usual connections, half to each node, on one channel; then the largest load again spread
+//! over several channels (`--cluster-channels`); then the same split over three
 //! and over five relay nodes (more started on the same servers). Last, with the relays stopped, a
 //! bare JetStream publisher on the same three servers (the same client library, a stream of
 //! three replicas, one relay event's size a message, 16 and then 256 publishes in flight): what this
@@ -160,22 +161,51 @@ async fn spread_posts(
     nodes: &[&Server],
     connections: usize,
 ) -> anyhow::Result<(f64, Vec<f64>, crate::stats::Summary)> {
-    let each = (connections / nodes.len()).max(1);
-    let results = futures_util::future::join_all(nodes.iter().map(|n| post_load(plan, n, CHANNEL, each))).await;
+    spread_over_channels(plan, nodes, connections, 1).await
+}
+
+/// `connections` split evenly over `nodes` and, on each node, over `channels` channels (the
+/// bench's channel when one, else `bench-0`… on every node alike): the total rate, each
+/// node's, and every post's latency.
+async fn spread_over_channels(
+    plan: &Plan,
+    nodes: &[&Server],
+    connections: usize,
+    channels: usize,
+) -> anyhow::Result<(f64, Vec<f64>, crate::stats::Summary)> {
+    let channels = channels.max(1);
+    let each = (connections / nodes.len() / channels).max(1);
+    let names: Vec<String> = match channels {
+        1 => vec![CHANNEL.to_owned()],
+        n => (0..n).map(|k| format!("bench-{k}")).collect(),
+    };
+    let loads = nodes.iter().map(|n| {
+        let names = &names;
+        async move {
+            let results = futures_util::future::join_all(names.iter().map(|c| post_load(plan, n, c, each))).await;
+            let (mut rate, mut latencies) = (0.0, Vec::new());
+            for r in results {
+                let r = r?;
+                if r.errors > 0 {
+                    bail!(
+                        "{} cluster posts failed over {} nodes: {}",
+                        r.errors,
+                        nodes.len(),
+                        r.first_error.as_deref().unwrap_or("-")
+                    );
+                }
+                rate += r.rate();
+                latencies.extend(r.latencies);
+            }
+            anyhow::Ok((rate, latencies))
+        }
+    });
     let mut rates = Vec::new();
     let mut latencies = Vec::new();
-    for r in results {
-        let r = r?;
-        if r.errors > 0 {
-            bail!(
-                "{} cluster posts failed over {} nodes: {}",
-                r.errors,
-                nodes.len(),
-                r.first_error.as_deref().unwrap_or("-")
-            );
-        }
-        rates.push(r.rate());
-        latencies.extend(r.latencies);
+    for r in futures_util::future::join_all(loads).await {
+        let (rate, l) = r?;
+        rates.push(rate);
+        latencies.extend(l);
     }
     Ok((rates.iter().sum(), rates, summarize(&latencies)))
 }
@@ -357,6 +387,22 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
             each[0], each[1], all.p50_ms, all.p99_ms
         ));
         runs.push((connections, rate, all.p99_ms));
+    }
+    // The largest of those loads again, spread over several channels: each node then has an
+    // append of every channel on its way at once, which the servers replicate and write
+    // together.
+    let most = plan.post_connections().max().unwrap_or(plan.connections);
+    for &channels in &plan.cluster_channels {
+        // At least one connection for each channel on each node.
+        let channels = channels.min((most / 2).max(1));
+        let most = (most / 2 / channels).max(1) * 2 * channels;
+        let (rate, each, all) = spread_over_channels(plan, &[a, b], most, channels).await?;
+        rec.set(&format!("cluster_post_{channels}ch_per_s"), rate);
+        rec.set(&format!("cluster_post_{channels}ch_p99_ms"), all.p99_ms);
+        rec.note(format!(
+            "cluster: durable POST over both nodes from {most} connections spread over {channels} channels: {rate:.0}/s (A {:.0}/s, B {:.0}/s), p50 {:.2} ms, p99 {:.2} ms",
+            each[0], each[1], all.p50_ms, all.p99_ms
+        ));
     }
     if let Some((connections, rate, p99)) = super::post::sustained(&runs, SUSTAINED_P99_MS) {
         rec.set("cluster_cap_per_s", rate);
