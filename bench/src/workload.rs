@@ -64,8 +64,9 @@ pub struct Plan {
     /// Messages of the `search` workload's store.
     pub search_messages: u64,
     /// After the cluster's one-channel POST runs, the same load from the largest connection
-    /// count spread evenly over this many channels each (one channel is the cluster's
-    /// worst case: a node has one append of a channel on its way at a time).
+    /// count spread evenly over this many channels each: whether posts sharing fewer
+    /// messages, with more appends on their way at once, carry more (on this box they carry
+    /// less; docs/scaling.md).
     pub cluster_channels: Vec<usize>,
 }
 
