@@ -20,7 +20,8 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 const LATENCY_BUCKETS: &[f64] = &[
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
-/// Buckets of the writes a commit round makes durable with one flush.
+/// Buckets of the writes a commit round makes durable with one flush, and of the events one
+/// message of a cluster's log carries.
 const ROUND_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
 
 /// The process's recorder, installed on first use. One per process: the metrics facade has
@@ -33,6 +34,9 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full("crosstalk_commit_round_writes".into()), ROUND_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full("crosstalk_cluster_append_events".into()), ROUND_BUCKETS)
                 })
                 .and_then(|b| b.install_recorder());
             match built {
@@ -121,6 +125,34 @@ fn describe() {
     describe_gauge!(
         "crosstalk_cluster_folded_through",
         "A cluster node: the shared log's sequence up to which its store durably holds the fold (a restart follows the log from the next one)"
+    );
+    describe_histogram!(
+        "crosstalk_cluster_append_gather_seconds",
+        Unit::Seconds,
+        "A cluster node: how long an event waited for the message of its channel already on its way to the log before its own went"
+    );
+    describe_histogram!(
+        "crosstalk_cluster_append_events",
+        "A cluster node: events one message it appended to the log carried"
+    );
+    describe_histogram!(
+        "crosstalk_cluster_append_seconds",
+        Unit::Seconds,
+        "A cluster node: one message of the log, from its publish to JetStream's acknowledgement"
+    );
+    describe_histogram!(
+        "crosstalk_cluster_fold_wait_seconds",
+        Unit::Seconds,
+        "A cluster node: from the acknowledgement of a proposal's message to this node's fold reaching it (0 when the fold was there first)"
+    );
+    describe_histogram!(
+        "crosstalk_cluster_commit_wait_seconds",
+        Unit::Seconds,
+        "A cluster node: a post stored as a new message, from the fold's verdict to this node's store holding it durably"
+    );
+    describe_gauge!(
+        "crosstalk_cluster_appends_waiting",
+        "A cluster node: events waiting for their channel's message on its way to the log before theirs can go"
     );
     describe_gauge!(
         "crosstalk_store_healthy",

@@ -988,9 +988,12 @@ async fn a_post_that_reaches_no_stream_is_sent_again_until_one_takes_it() {
 
 /// Posts to one channel that arrive at a node while its previous append to the log is on its
 /// way go to the log together, as one message. Here the stream is kept from taking the first
-/// post for a second (its subjects taken away, as above); the nine posts made meanwhile, one of
-/// them a retry, become the next message. Their ids count within that message, the retry gets
-/// its original's id, and both nodes hold the same ten messages.
+/// post (its subjects taken away, as above) until the node says nine posts wait behind it
+/// (`crosstalk_cluster_appends_waiting`); those nine, one of them a retry, become the next
+/// message. Their ids count within that message, the retry gets its original's id, and both
+/// nodes hold the same ten messages. The node's `/metrics` account for it: three messages of
+/// eleven events, each event's wait for the message before its own and each message's time to
+/// its acknowledgement at least as long as the test held them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
     use async_nats::jetstream;
@@ -1012,13 +1015,18 @@ async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
     let send = |body: Value| post_in_background(&c, &a, "dev", body);
     let held = send(msg("a", "held"));
     until_an_append_is_held(&a).await;
+    let held_from = Instant::now();
     let mut meanwhile: Vec<_> = (0..8)
         .map(|n| send(json!({"sender": "a", "body": format!("meanwhile {n}"), "idempotency_key": format!("k-{n}")})))
         .collect();
     meanwhile.push(send(
         json!({"sender": "a", "body": "meanwhile 3", "idempotency_key": "k-3"}),
     ));
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    until_metric(&c, &a, "crosstalk_cluster_appends_waiting", 9.0).await;
+    let all_waiting = Instant::now();
+    // Long enough for the node's measured waits to be told from none.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
     js.update_stream(&config).await.expect("give the subjects back");
     let held = held.await.unwrap();
     let mut answers = Vec::new();
@@ -1043,6 +1051,65 @@ async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
     let on_a = until_count(&c, &a, "dev", 10).await;
     assert_eq!(on_a.len(), 10, "{on_a:?}");
     assert_eq!(until_count(&c, &b, "dev", 10).await, on_a, "both nodes hold the same");
+
+    // What the node measured of it.
+    let scrape = metrics_of(&c, &a).await;
+    let value = |name: &str| metric(&scrape, name).unwrap_or_else(|| panic!("no {name} in\n{scrape}"));
+    assert_eq!(value("crosstalk_cluster_appends_waiting"), 0.0);
+    assert_eq!(value("crosstalk_cluster_append_events_count"), 3.0, "three messages");
+    assert_eq!(value("crosstalk_cluster_append_events_sum"), 11.0, "of eleven events");
+    assert_eq!(value("crosstalk_cluster_append_gather_seconds_count"), 11.0);
+    // The nine waited for the held message at least from when all of them were waiting to
+    // when its stream was given back; the held message's append, from before the first of
+    // them was sent.
+    let gathered = value("crosstalk_cluster_append_gather_seconds_sum");
+    assert!(
+        gathered >= 9.0 * (released - all_waiting).as_secs_f64(),
+        "{gathered} s waited"
+    );
+    let appending = value("crosstalk_cluster_append_seconds_sum");
+    assert!(
+        appending >= (released - held_from).as_secs_f64(),
+        "{appending} s appending"
+    );
+    // Every proposal waited for the fold once acknowledged (the retry too); every post
+    // stored anew waited for the node's store.
+    assert_eq!(value("crosstalk_cluster_fold_wait_seconds_count"), 11.0);
+    assert_eq!(value("crosstalk_cluster_commit_wait_seconds_count"), 10.0);
+    // B appended nothing, and answered no proposal.
+    let on_b = metrics_of(&c, &b).await;
+    for name in [
+        "crosstalk_cluster_append_events_count",
+        "crosstalk_cluster_fold_wait_seconds_count",
+    ] {
+        assert!(metric(&on_b, name).is_none_or(|v| v == 0.0), "{name} on B:\n{on_b}");
+    }
+}
+
+/// A node's `/metrics`.
+async fn metrics_of(c: &reqwest::Client, node: &Server) -> String {
+    c.get(node.url("/metrics")).send().await.unwrap().text().await.unwrap()
+}
+
+/// The value of the unlabelled metric `name` in a scrape.
+fn metric(scrape: &str, name: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Waits until `node`'s metric `name` reads `want`.
+async fn until_metric(c: &reqwest::Client, node: &Server, name: &str, want: f64) {
+    let deadline = Instant::now() + T;
+    loop {
+        let seen = metric(&metrics_of(c, node).await, name);
+        if seen == Some(want) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name} never read {want}: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A stream an earlier release wrote (one event a message, its id the stream sequence) is
@@ -1440,12 +1507,7 @@ async fn a_restarted_node_follows_the_log_from_where_it_had_folded() {
     // until A says it holds the fold past the 50 posts (`crosstalk_cluster_folded_through`).
     let deadline = Instant::now() + T;
     loop {
-        let scrape = c.get(a.url("/metrics")).send().await.unwrap().text().await.unwrap();
-        let through = scrape
-            .lines()
-            .find_map(|l| l.strip_prefix("crosstalk_cluster_folded_through "))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
+        let through = metric(&metrics_of(&c, &a).await, "crosstalk_cluster_folded_through").unwrap_or(0.0);
         if through >= 50.0 {
             break;
         }

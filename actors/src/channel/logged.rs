@@ -22,6 +22,7 @@ use crosstalk_schema::{ChannelState, InvalidInput, Record};
 use futures_util::future::BoxFuture;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// Verdicts kept for proposals whose acknowledgement arrives after the fold reached them.
@@ -61,8 +62,8 @@ type Verdict = oneshot::Sender<Result<Outcome, RelayError>>;
 pub(super) struct Proposals {
     /// Appends sent to the log and not yet acknowledged.
     appending: usize,
-    /// Acknowledged, waiting for the fold to reach their id (each proposal's own).
-    waiting: HashMap<u64, Verdict>,
+    /// Acknowledged, waiting for the fold to reach their id (each proposal's own), since when.
+    waiting: HashMap<u64, (Verdict, Instant)>,
     recent: VecDeque<(u64, Folded)>,
 }
 
@@ -83,7 +84,9 @@ pub(super) async fn posted(
     let id = match outcome.folded {
         Folded::Rejected(e) => return Err(e),
         Folded::Stored(_, Some(posted)) => {
+            let folded = Instant::now();
             durable(outcome.durable).await?;
+            metrics::histogram!("crosstalk_cluster_commit_wait_seconds").record(folded.elapsed());
             return Ok(posted);
         }
         Folded::Stored(_, None) | Folded::Unchanged => return Err(RelayError::Unavailable("not a message")),
@@ -148,30 +151,33 @@ impl ChannelActor {
         })
     }
 
-    /// Answers `verdict` once the fold has reached `id` (at once if it has).
+    /// Answers `verdict` once the fold has reached `id` (at once if it has). The wait, from the
+    /// acknowledgement to the fold, is `crosstalk_cluster_fold_wait_seconds` (0 when the fold
+    /// was there first).
     fn await_fold(&mut self, id: u64, verdict: Verdict) {
-        if let Some(folded) = self
+        let recent = self
             .proposals
             .recent
             .iter()
             .rev()
             .find(|(s, _)| *s == id)
-            .map(|(_, f)| f.clone())
-        {
-            let outcome = self.outcome(folded);
-            let _ = verdict.send(Ok(outcome));
-        } else if id <= self.meta.last_id {
+            .map(|(_, f)| f.clone());
+        let folded = match recent {
+            Some(folded) => folded,
             // Folded long ago (its verdict is no longer kept): what the store holds.
-            let folded = match self.view.get(id) {
+            None if id <= self.meta.last_id => match self.view.get(id) {
                 Ok(Some(posted)) => Folded::Stored(id, Some(posted)),
                 Ok(None) => Folded::Unchanged,
                 Err(e) => Folded::Rejected(e),
-            };
-            let outcome = self.outcome(folded);
-            let _ = verdict.send(Ok(outcome));
-        } else {
-            self.proposals.waiting.insert(id, verdict);
-        }
+            },
+            None => {
+                self.proposals.waiting.insert(id, (verdict, Instant::now()));
+                return;
+            }
+        };
+        metrics::histogram!("crosstalk_cluster_fold_wait_seconds").record(0.0);
+        let outcome = self.outcome(folded);
+        let _ = verdict.send(Ok(outcome));
     }
 
     fn outcome(&mut self, folded: Folded) -> Outcome {
@@ -279,7 +285,8 @@ impl Handler<Apply> for ChannelActor {
             if let Folded::Stored(id, _) = &folded {
                 stored = Some(*id);
             }
-            if let Some(verdict) = self.proposals.waiting.remove(&id) {
+            if let Some((verdict, since)) = self.proposals.waiting.remove(&id) {
+                metrics::histogram!("crosstalk_cluster_fold_wait_seconds").record(since.elapsed());
                 let outcome = self.outcome(folded.clone());
                 let _ = verdict.send(Ok(outcome));
             }

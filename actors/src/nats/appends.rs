@@ -7,6 +7,12 @@
 //! One message of a channel at a time from each node keeps a node's events of a channel in
 //! the order it put them in. Events from different nodes were never ordered among themselves
 //! but by the log.
+//!
+//! What it costs is measured here (`/metrics`, docs/operations.md): how long an event waited
+//! for the message before its own (`crosstalk_cluster_append_gather_seconds`), how many events
+//! a message carried (`crosstalk_cluster_append_events`), its publish to JetStream's
+//! acknowledgement (`crosstalk_cluster_append_seconds`), and the events waiting now
+//! (`crosstalk_cluster_appends_waiting`).
 
 use super::log::{entry_id, Log, MAX_ENTRIES, MAX_MESSAGE_BYTES};
 use crate::error::RelayError;
@@ -16,6 +22,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// The log, and the events of each channel waiting for the message on its way; a channel is
@@ -28,6 +35,7 @@ pub(super) struct Appends {
 struct Waiting {
     entry: Bytes,
     id: oneshot::Sender<Result<u64, RelayError>>,
+    since: Instant,
 }
 
 impl Appends {
@@ -46,15 +54,21 @@ impl Appends {
         entry: Bytes,
     ) -> impl Future<Output = Result<u64, RelayError>> + Send + 'static {
         let (tx, rx) = oneshot::channel();
+        let waiting_one = Waiting {
+            entry,
+            id: tx,
+            since: Instant::now(),
+        };
+        metrics::gauge!("crosstalk_cluster_appends_waiting").increment(1.0);
         let first = {
             let mut waiting = self.waiting.lock();
             match waiting.get_mut(channel) {
                 Some(queue) => {
-                    queue.push(Waiting { entry, id: tx });
+                    queue.push(waiting_one);
                     false
                 }
                 None => {
-                    waiting.insert(channel.clone(), vec![Waiting { entry, id: tx }]);
+                    waiting.insert(channel.clone(), vec![waiting_one]);
                     true
                 }
             }
@@ -83,7 +97,15 @@ impl Appends {
                 let take = fitting(queue.iter().map(|w| w.entry.len()));
                 queue.drain(..take).collect()
             };
+            let sent = Instant::now();
+            metrics::gauge!("crosstalk_cluster_appends_waiting").decrement(batch.len() as f64);
+            metrics::histogram!("crosstalk_cluster_append_events").record(batch.len() as f64);
+            let gathered = metrics::histogram!("crosstalk_cluster_append_gather_seconds");
+            for w in &batch {
+                gathered.record(sent.saturating_duration_since(w.since));
+            }
             let appended = self.log.append(&channel, batch.iter().map(|w| &w.entry[..])).await;
+            metrics::histogram!("crosstalk_cluster_append_seconds").record(sent.elapsed());
             for (index, w) in batch.into_iter().enumerate() {
                 let _ = w.id.send(appended.clone().map(|seq| entry_id(seq, index)));
             }
