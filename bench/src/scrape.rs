@@ -46,6 +46,26 @@ pub fn quantile_bound(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Op
     delta.iter().find(|(_, n)| *n >= q * total).map(|(le, _)| *le)
 }
 
+/// `(sum, count)` of histogram `name` (unlabelled), or `None` when the scrape has none.
+pub fn sum_count(text: &str, name: &str) -> Option<(f64, f64)> {
+    let value = |suffix: &str| {
+        let key = format!("{name}_{suffix} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    Some((value("sum")?, value("count")?))
+}
+
+/// The mean of what histogram `name` recorded between the `before` and `after` scrapes, and
+/// how many it recorded; `None` when nothing was.
+pub fn mean_between(before: &str, after: &str, name: &str) -> Option<(f64, f64)> {
+    let (sum, count) = sum_count(after, name)?;
+    let (was_sum, was_count) = sum_count(before, name).unwrap_or((0.0, 0.0));
+    let n = count - was_count;
+    (n > 0.0).then(|| ((sum - was_sum) / n, n))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +81,16 @@ mod tests {
         let before = [(0.001, 90.0), (0.01, 90.0), (f64::INFINITY, 90.0)];
         assert_eq!(quantile_bound(&before, &b, 0.9), Some(0.01));
         assert_eq!(quantile_bound(&b, &b, 0.5), None);
+    }
+
+    #[test]
+    fn reads_means_between_scrapes() {
+        let before = "y_sum 2\ny_count 4\ny_bucket{le=\"1\"} 4\n";
+        let after = "y_sum 11\ny_count 7\nyy_sum 100\nyy_count 1\n";
+        assert_eq!(sum_count(after, "y"), Some((11.0, 7.0)));
+        assert_eq!(mean_between(before, after, "y"), Some((3.0, 3.0)));
+        assert_eq!(mean_between("", after, "yy"), Some((100.0, 1.0)));
+        assert_eq!(mean_between(after, after, "y"), None);
+        assert_eq!(mean_between(before, after, "z"), None);
     }
 }

@@ -375,7 +375,14 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
     // from each of the sweep's, as workload 1 does on one node.
     let mut runs = Vec::new();
     for connections in plan.post_connections() {
+        let before = match connections == plan.connections {
+            true => crate::scrape::scrape(a.addr).await,
+            false => None,
+        };
         let (rate, each, all) = spread_posts(plan, &[a, b], connections).await?;
+        if let (Some(before), Some(after)) = (before, crate::scrape::scrape(a.addr).await) {
+            where_the_time_goes(&before, &after, connections, &all, rec);
+        }
         rec.set(&format!("cluster_post_{connections}c_per_s"), rate);
         rec.set(&format!("cluster_post_{connections}c_p99_ms"), all.p99_ms);
         if connections == plan.connections {
@@ -415,4 +422,44 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
         lp.count, lp.p50_ms, lp.p99_ms, lp.max_ms, st.p50_ms, st.p99_ms,
     ));
     Ok(Done::Ran)
+}
+
+/// Where a post's time went on node A over one step, from its `/metrics` before and after it:
+/// the four steps a post waits for on a cluster, as the node measured them (mean, and the p99's
+/// histogram bucket), beside the client's own figures.
+fn where_the_time_goes(
+    before: &str,
+    after: &str,
+    connections: usize,
+    client: &crate::stats::Summary,
+    rec: &mut Record,
+) {
+    use crate::scrape::{buckets, mean_between, quantile_bound};
+    let step = |name: &str| match mean_between(before, after, name) {
+        Some((mean, _)) => {
+            let p99 = quantile_bound(&buckets(before, name, ""), &buckets(after, name, ""), 0.99)
+                .map_or("-".to_owned(), |b| format!("≤ {:.2} ms", b * 1e3));
+            format!("mean {:.2} ms, p99 {p99}", mean * 1e3)
+        }
+        None => "not recorded".to_owned(),
+    };
+    let events = mean_between(before, after, "crosstalk_cluster_append_events");
+    if let Some((per_message, _)) = events {
+        rec.set("cluster_events_per_message", per_message);
+    }
+    rec.note(format!(
+        "cluster, where a post's time goes (node A's /metrics over the {connections}-connection step): waiting for the \
+         message of its channel already on its way {}; its message's publish → JetStream's acknowledgement {} ({}); \
+         acknowledgement → the node's fold reaching it {}; fold → durable in the node's store {}; the client saw p50 \
+         {:.2} ms, p99 {:.2} ms. The rest is HTTP and the hops between the node's threads",
+        step("crosstalk_cluster_append_gather_seconds"),
+        step("crosstalk_cluster_append_seconds"),
+        events.map_or("events a message not recorded".to_owned(), |(per, n)| format!(
+            "{n:.0} messages of {per:.1} events on average"
+        )),
+        step("crosstalk_cluster_fold_wait_seconds"),
+        step("crosstalk_cluster_commit_wait_seconds"),
+        client.p50_ms,
+        client.p99_ms
+    ));
 }
