@@ -1054,7 +1054,7 @@ async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
 
     // What the node measured of it.
     let scrape = metrics_of(&c, &a).await;
-    let value = |name: &str| metric(&scrape, name).unwrap_or_else(|| panic!("no {name} in\n{scrape}"));
+    let value = |name: &str| common::sample(&scrape, name).unwrap_or_else(|| panic!("no {name} in\n{scrape}"));
     assert_eq!(value("crosstalk_cluster_appends_waiting"), 0.0);
     assert_eq!(value("crosstalk_cluster_append_events_count"), 3.0, "three messages");
     assert_eq!(value("crosstalk_cluster_append_events_sum"), 11.0, "of eleven events");
@@ -1082,7 +1082,10 @@ async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
         "crosstalk_cluster_append_events_count",
         "crosstalk_cluster_fold_wait_seconds_count",
     ] {
-        assert!(metric(&on_b, name).is_none_or(|v| v == 0.0), "{name} on B:\n{on_b}");
+        assert!(
+            common::sample(&on_b, name).is_none_or(|v| v == 0.0),
+            "{name} on B:\n{on_b}"
+        );
     }
 }
 
@@ -1091,19 +1094,11 @@ async fn metrics_of(c: &reqwest::Client, node: &Server) -> String {
     c.get(node.url("/metrics")).send().await.unwrap().text().await.unwrap()
 }
 
-/// The value of the unlabelled metric `name` in a scrape.
-fn metric(scrape: &str, name: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// Waits until `node`'s metric `name` reads `want`.
 async fn until_metric(c: &reqwest::Client, node: &Server, name: &str, want: f64) {
     let deadline = Instant::now() + T;
     loop {
-        let seen = metric(&metrics_of(c, node).await, name);
+        let seen = common::sample(&metrics_of(c, node).await, name);
         if seen == Some(want) {
             return;
         }
@@ -1507,7 +1502,7 @@ async fn a_restarted_node_follows_the_log_from_where_it_had_folded() {
     // until A says it holds the fold past the 50 posts (`crosstalk_cluster_folded_through`).
     let deadline = Instant::now() + T;
     loop {
-        let through = metric(&metrics_of(&c, &a).await, "crosstalk_cluster_folded_through").unwrap_or(0.0);
+        let through = common::sample(&metrics_of(&c, &a).await, "crosstalk_cluster_folded_through").unwrap_or(0.0);
         if through >= 50.0 {
             break;
         }

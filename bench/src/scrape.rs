@@ -46,6 +46,13 @@ pub fn quantile_bound(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Op
     delta.iter().find(|(_, n)| *n >= q * total).map(|(le, _)| *le)
 }
 
+/// Quantile 0.99 of histogram `name` (with `labels`) between two scrapes, as text: "≤ x ms",
+/// the bound of its bucket, or "-" when nothing was recorded.
+pub fn p99_text(before: &str, after: &str, name: &str, labels: &str) -> String {
+    quantile_bound(&buckets(before, name, labels), &buckets(after, name, labels), 0.99)
+        .map_or("-".to_owned(), |b| format!("≤ {:.2} ms", b * 1e3))
+}
+
 /// `(sum, count)` of histogram `name` (unlabelled), or `None` when the scrape has none.
 pub fn sum_count(text: &str, name: &str) -> Option<(f64, f64)> {
     let value = |suffix: &str| {

@@ -632,3 +632,14 @@ impl SseReader {
         }
     }
 }
+
+/// The value of the `/metrics` sample whose name and labels start with `series`, e.g.
+/// `crosstalk_operations_total{face="rest",operation="post_message",outcome="ok"}`, or an
+/// unlabelled `crosstalk_cluster_appends_waiting`.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

@@ -4,21 +4,11 @@
 use crate::common;
 
 use common::mcp::Mcp;
-use common::{client, request, Server};
+use common::{client, request, sample, Server};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "m3trics";
-
-/// The value of the sample whose name and labels start with `series`, e.g.
-/// `crosstalk_operations_total{face="rest",operation="post_message",outcome="ok"}`.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
 
 async fn scrape(s: &Server) -> String {
     let r = client().get(s.url("/metrics")).bearer_auth(TOKEN).send().await.unwrap();

@@ -374,18 +374,21 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
     // Durable POST, half the connections to each node: from the usual connections, then
     // from each of the sweep's, as workload 1 does on one node.
     let mut runs = Vec::new();
-    for connections in plan.post_connections() {
-        let before = match connections == plan.connections {
+    // The first run is the plan's own connections; the sweep may hold the same count again,
+    // and the row's figures (`cluster_post_per_s`) and node A's breakdown are the first run's.
+    for (run, connections) in plan.post_connections().enumerate() {
+        let first = run == 0;
+        let before = match first {
             true => crate::scrape::scrape(a.addr).await,
             false => None,
         };
         let (rate, each, all) = spread_posts(plan, &[a, b], connections).await?;
         if let (Some(before), Some(after)) = (before, crate::scrape::scrape(a.addr).await) {
-            where_the_time_goes(&before, &after, connections, &all, rec);
+            where_the_time_goes(&before, &after, connections, &all, rec)?;
         }
         rec.set(&format!("cluster_post_{connections}c_per_s"), rate);
         rec.set(&format!("cluster_post_{connections}c_p99_ms"), all.p99_ms);
-        if connections == plan.connections {
+        if first {
             rec.set("cluster_post_per_s", rate);
             rec.set("cluster_post_p99_ms", all.p99_ms);
         }
@@ -433,33 +436,29 @@ fn where_the_time_goes(
     connections: usize,
     client: &crate::stats::Summary,
     rec: &mut Record,
-) {
-    use crate::scrape::{buckets, mean_between, quantile_bound};
+) -> anyhow::Result<()> {
+    use crate::scrape::{mean_between, p99_text};
     let step = |name: &str| match mean_between(before, after, name) {
-        Some((mean, _)) => {
-            let p99 = quantile_bound(&buckets(before, name, ""), &buckets(after, name, ""), 0.99)
-                .map_or("-".to_owned(), |b| format!("≤ {:.2} ms", b * 1e3));
-            format!("mean {:.2} ms, p99 {p99}", mean * 1e3)
-        }
+        Some((mean, _)) => format!("mean {:.2} ms, p99 {}", mean * 1e3, p99_text(before, after, name, "")),
         None => "not recorded".to_owned(),
     };
-    let events = mean_between(before, after, "crosstalk_cluster_append_events");
-    if let Some((per_message, _)) = events {
-        rec.set("cluster_events_per_message", per_message);
-    }
+    // The step posted to node A, so its append metrics must have moved: a node that stopped
+    // recording them (or renamed them) fails the run, the smoke one included.
+    let Some((per_message, messages)) = mean_between(before, after, "crosstalk_cluster_append_events") else {
+        anyhow::bail!("node A's /metrics recorded no append over the {connections}-connection step");
+    };
+    rec.set("cluster_events_per_message", per_message);
     rec.note(format!(
         "cluster, where a post's time goes (node A's /metrics over the {connections}-connection step): waiting for the \
-         message of its channel already on its way {}; its message's publish → JetStream's acknowledgement {} ({}); \
+         message of its channel already on its way {}; its message's publish → JetStream's acknowledgement {} ({messages:.0} messages of {per_message:.1} events on average); \
          acknowledgement → the node's fold reaching it {}; fold → durable in the node's store {}; the client saw p50 \
          {:.2} ms, p99 {:.2} ms. The rest is HTTP and the hops between the node's threads",
         step("crosstalk_cluster_append_gather_seconds"),
         step("crosstalk_cluster_append_seconds"),
-        events.map_or("events a message not recorded".to_owned(), |(per, n)| format!(
-            "{n:.0} messages of {per:.1} events on average"
-        )),
         step("crosstalk_cluster_fold_wait_seconds"),
         step("crosstalk_cluster_commit_wait_seconds"),
         client.p50_ms,
         client.p99_ms
     ));
+    Ok(())
 }

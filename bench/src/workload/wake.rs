@@ -61,11 +61,7 @@ pub async fn wake(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Res
     rec.set("wake_p99_ms", s.p99_ms);
     rec.note(format!("wake: {} rounds, max {:.2} ms", s.count, s.max_ms));
     if let (Some(before), Some(after)) = (before, crate::scrape::scrape(server.addr).await) {
-        use crate::scrape::{buckets, quantile_bound};
-        let bound = |name: &str, labels: &str| {
-            quantile_bound(&buckets(&before, name, labels), &buckets(&after, name, labels), 0.99)
-                .map_or("-".to_owned(), |b| format!("≤ {:.2} ms", b * 1e3))
-        };
+        let bound = |name: &str, labels: &str| crate::scrape::p99_text(&before, &after, name, labels);
         // Over the same rounds: the slowest flush among the posts, and the time from a batch
         // becoming visible to the waiter having it, as the relay itself measured them.
         rec.note(format!(
