@@ -379,6 +379,15 @@ const ROWS: &[Row] = &[
         target_text: "≥ ½ the bare publisher",
     },
     Row {
+        key: "cluster1_post_per_s",
+        label: "13. one relay node alone on the servers",
+        unit: "/s",
+        higher_is_better: true,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
+    Row {
         key: "cluster3_post_per_s",
         label: "13. … over three relay nodes",
         unit: "/s",
@@ -776,8 +785,9 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
             ch = p.waiter_channels, w = p.waiters_per_channel, c = p.connections),
         format!("12. stdio push: a server of its own; one `crosstalk mcp --relay … --listen ch` child, initialized over its stdin as a host does; a REST post; time from just before the POST is sent until the child has written the `notifications/claude/channel` line for it on its stdout (read by the bench), up to {r} rounds. Then 100 children listening to one channel ({f} posts, one at a time): time from just before each POST until each child has written its line. A first, untimed post proves every child's stream is open. crosstalk only.",
             r = p.wake_rounds, f = p.fanout_rounds),
-        format!("13. Two relay nodes on NATS JetStream: three nats-server 2.15 on this machine as one cluster (`scripts/nats-cluster`: `sync_interval: always`, every write on disk before it is acknowledged), two relays with `--store nats://… --nats-replicas 3`, each with its own data directory. A long-poll waiter and an SSE subscriber on node B; a post on node A; time from just before the POST is sent until each has the message, up to {r} rounds. Then durable POST as (1), half the connections to each node, on one channel, from {c} connections and then from each of {more} as in 1b: the sustained rate is the best run whose p99 stays within {p99} ms (every run is in results.json, `cluster_post_<N>c_per_s`); over the {c}-connection run node A's `/metrics` tell how many events a message of the log carried and where a post's time went (the wait for the channel's message already on its way, the publish → acknowledgement, the acknowledgement → the node's fold, the fold → durable; in the notes); {chs}then {c} connections split evenly over three and over five relay nodes (more started on the same servers). Last, with the relays stopped, a bare JetStream publisher (async-nats, the same servers, a stream of three replicas, one relay event's size a message (a relay message holds one or more events), 16 and then 256 publishes in flight, each awaiting its acknowledgement): the best rate and its publish → ack p99, the reference for the relay's cluster POST. crosstalk only.",
+        format!("13. Two relay nodes on NATS JetStream: three nats-server 2.15 on this machine as one cluster (`scripts/nats-cluster`: `sync_interval: always`, every write on disk before it is acknowledged), two relays with `--store nats://… --nats-replicas 3`, each with its own data directory. First node A alone (node B not started yet): durable POST as (1) from {most} connections on one channel, one node folding each post where two nodes each fold every post (`cluster1_post_per_s`). Then a long-poll waiter and an SSE subscriber on node B; a post on node A; time from just before the POST is sent until each has the message, up to {r} rounds. Then durable POST as (1), half the connections to each node, on one channel, from {c} connections and then from each of {more} as in 1b: the sustained rate is the best run whose p99 stays within {p99} ms (every run is in results.json, `cluster_post_<N>c_per_s`); over the {c}-connection run node A's `/metrics` tell how many events a message of the log carried and where a post's time went (the wait for the channel's message already on its way, the publish → acknowledgement, the acknowledgement → the node's fold, the fold → durable; in the notes); {chs}then {c} connections split evenly over three and over five relay nodes (more started on the same servers). Last, with the relays stopped, a bare JetStream publisher (async-nats, the same servers, a stream of three replicas, one relay event's size a message (a relay message holds one or more events), 16 and then 256 publishes in flight, each awaiting its acknowledgement): the best rate and its publish → ack p99, the reference for the relay's cluster POST. crosstalk only.",
             c = p.connections, more = counted(p.sweep_connections.iter().copied()),
+            most = p.post_connections().max().unwrap_or(p.connections),
             chs = if p.cluster_channels.is_empty() {
                 String::new()
             } else {

@@ -1,6 +1,7 @@
 //! Workload 13: two relay nodes on a three-server NATS JetStream cluster on this machine
 //! (`scripts/nats-cluster`: `sync_interval: always`; the relays with `--nats-replicas 3`),
-//! crosstalk only. A post on node A wakes a long-poll waiter and an SSE subscriber on node B:
+//! crosstalk only. First durable POST on node A alone, from the sweep's largest connection
+//! count on one channel. Then, with node B started, a post on node A wakes a long-poll waiter and an SSE subscriber on node B:
 //! time from just before the POST is sent until each has the message. Then durable POST from
 //! the usual connections, half to each node, on one channel; then the largest load again spread
 //! over several channels (`--cluster-channels`); then the same split over three
@@ -100,6 +101,36 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     let cluster = Cluster::start(&dir.join("nats"), &nats)?;
     let args = ["--store", cluster.urls.as_str(), "--nats-replicas", "3"];
     let (a, _) = launcher.start(&dir.join("node-a"), &args, "cluster-a").await?;
+    // First node A alone, from the largest connection count of the sweep: the same servers and
+    // the same path for a post (publish, follow back, fold, commit), but one node folding each
+    // post instead of every node. What the relay's own work on a node costs, beside what a
+    // second node's copy of every post adds.
+    let most = plan.post_connections().max().unwrap_or(plan.connections);
+    let alone = async {
+        // The stream's first message holds one event, posted alone: the bare publisher
+        // publishes that message's size.
+        let mut first = Conn::connect(a.addr).await?;
+        let reply = first
+            .post_json(&format!("/api/channels/{CHANNEL}/messages"), message_json(0))
+            .await?;
+        first_id(&reply.body).context("the first post names no id")?;
+        spread_posts(plan, &[&a], most).await
+    };
+    match alone.await {
+        Ok((rate, _, s)) => {
+            rec.set("cluster1_post_per_s", rate);
+            rec.note(format!(
+                "cluster: durable POST on one relay node alone on the servers ({most} connections, one channel): {rate:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
+                s.p50_ms, s.p99_ms
+            ));
+        }
+        Err(e) => {
+            if let Err(stop) = a.stop().await {
+                bail!("the workload failed: {e:#}; then {stop:#}");
+            }
+            return Err(e);
+        }
+    }
     let (b, _) = launcher.start(&dir.join("node-b"), &args, "cluster-b").await?;
     let mut result = measure(plan, &a, &b, rec).await;
     // The same POST load spread over three and then five relay nodes on the same servers.
@@ -258,7 +289,7 @@ async fn bare_publisher(plan: &Plan, urls: &str, rec: &mut Record) -> anyhow::Re
     let client = async_nats::connect(servers).await?;
     let js = async_nats::jetstream::new(client);
     // One relay event as the log carries it: the stream's first message holds one event (the
-    // first post, made alone). A relay message may hold several events; the bare publisher
+    // first post, made alone before the one-node step). A relay message may hold several events; the bare publisher
     // publishes one event's worth a message.
     let mut relay = js.get_stream("CROSSTALK").await?;
     let first = relay.info().await?.state.first_sequence;
