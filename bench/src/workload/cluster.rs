@@ -1,11 +1,11 @@
 //! Workload 13: two relay nodes on a three-server NATS JetStream cluster on this machine
 //! (`scripts/nats-cluster`: `sync_interval: always`; the relays with `--nats-replicas 3`),
-//! crosstalk only. First durable POST on node A alone, from the sweep's largest connection
-//! count on one channel. Then, with node B started, a post on node A wakes a long-poll waiter and an SSE subscriber on node B:
+//! crosstalk only. A post on node A wakes a long-poll waiter and an SSE subscriber on node B:
 //! time from just before the POST is sent until each has the message. Then durable POST from
 //! the usual connections, half to each node, on one channel; then the largest load again spread
 //! over several channels (`--cluster-channels`); then the same split over three
-//! and over five relay nodes (more started on the same servers). Last, with the relays stopped, a
+//! and over five relay nodes (more started on the same servers); then on node A alone, the
+//! others stopped, from the sweep's largest connection count. Last, with the relays stopped, a
 //! bare JetStream publisher on the same three servers (the same client library, a stream of
 //! three replicas, one relay event's size a message, 16 and then 256 publishes in flight): what this
 //! box's JetStream takes, the reference for the relay's cluster POST.
@@ -101,36 +101,6 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     let cluster = Cluster::start(&dir.join("nats"), &nats)?;
     let args = ["--store", cluster.urls.as_str(), "--nats-replicas", "3"];
     let (a, _) = launcher.start(&dir.join("node-a"), &args, "cluster-a").await?;
-    // First node A alone, from the largest connection count of the sweep: the same servers and
-    // the same path for a post (publish, follow back, fold, commit), but one node folding each
-    // post instead of every node. What the relay's own work on a node costs, beside what a
-    // second node's copy of every post adds.
-    let most = plan.post_connections().max().unwrap_or(plan.connections);
-    let alone = async {
-        // The stream's first message holds one event, posted alone: the bare publisher
-        // publishes that message's size.
-        let mut first = Conn::connect(a.addr).await?;
-        let reply = first
-            .post_json(&format!("/api/channels/{CHANNEL}/messages"), message_json(0))
-            .await?;
-        first_id(&reply.body).context("the first post names no id")?;
-        spread_posts(plan, &[&a], most).await
-    };
-    match alone.await {
-        Ok((rate, _, s)) => {
-            rec.set("cluster1_post_per_s", rate);
-            rec.note(format!(
-                "cluster: durable POST on one relay node alone on the servers ({most} connections, one channel): {rate:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
-                s.p50_ms, s.p99_ms
-            ));
-        }
-        Err(e) => {
-            if let Err(stop) = a.stop().await {
-                bail!("the workload failed: {e:#}; then {stop:#}");
-            }
-            return Err(e);
-        }
-    }
     let (b, _) = launcher.start(&dir.join("node-b"), &args, "cluster-b").await?;
     let mut result = measure(plan, &a, &b, rec).await;
     // The same POST load spread over three and then five relay nodes on the same servers.
@@ -163,12 +133,32 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
         });
     }
     // Every node is stopped, and a failure to stop is reported with whatever failed before it
-    // (a failed step above must not be hidden by the stop that follows it).
+    // (a failed step above must not be hidden by the stop that follows it). Node A last: the
+    // load once more on it alone, from the sweep's largest connection count. The same servers
+    // and the same path for a post (published, followed back, folded, committed), but one node
+    // folding each post where the steps before had every node fold it: what the relay's own
+    // work on a node costs, beside what each further node's copy adds. Last, so no step before
+    // shares the box with a joining node's catch-up.
     let mut failures = Vec::new();
+    let a = nodes.remove(0);
     for n in nodes {
         if let Err(e) = n.stop().await {
             failures.push(format!("{e:#}"));
         }
+    }
+    if result.is_ok() && failures.is_empty() {
+        let most = plan.post_connections().max().unwrap_or(plan.connections);
+        result = spread_posts(plan, &[&a], most).await.map(|(rate, _, s)| {
+            rec.set("cluster1_post_per_s", rate);
+            rec.note(format!(
+                "cluster: durable POST on node A alone on the servers, the others stopped ({most} connections, one channel): {rate:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
+                s.p50_ms, s.p99_ms
+            ));
+            Done::Ran
+        });
+    }
+    if let Err(e) = a.stop().await {
+        failures.push(format!("{e:#}"));
     }
     if !failures.is_empty() {
         if let Err(before) = &result {
@@ -289,7 +279,7 @@ async fn bare_publisher(plan: &Plan, urls: &str, rec: &mut Record) -> anyhow::Re
     let client = async_nats::connect(servers).await?;
     let js = async_nats::jetstream::new(client);
     // One relay event as the log carries it: the stream's first message holds one event (the
-    // first post, made alone before the one-node step). A relay message may hold several events; the bare publisher
+    // first post, made alone). A relay message may hold several events; the bare publisher
     // publishes one event's worth a message.
     let mut relay = js.get_stream("CROSSTALK").await?;
     let first = relay.info().await?.state.first_sequence;
