@@ -137,8 +137,8 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     // load once more on it alone, from the sweep's largest connection count. The same servers
     // and the same path for a post (published, followed back, folded, committed), but one node
     // folding each post where the steps before had every node fold it: what the relay's own
-    // work on a node costs, beside what each further node's copy adds. Last, so no step before
-    // shares the box with a joining node's catch-up.
+    // work on a node costs, beside what each further node's copy adds. Last, so the steps before
+    // it run as they did without it.
     let mut failures = Vec::new();
     let a = nodes.remove(0);
     for n in nodes {
