@@ -128,6 +128,11 @@ impl Plan {
     pub fn post_connections(&self) -> impl Iterator<Item = usize> + '_ {
         std::iter::once(self.connections).chain(self.sweep_connections.iter().copied())
     }
+
+    /// The largest of [`Plan::post_connections`].
+    pub fn most_connections(&self) -> usize {
+        self.post_connections().max().unwrap_or(self.connections)
+    }
 }
 
 /// A message body of exactly this many bytes: the size the targets are stated for.

@@ -147,7 +147,7 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
         }
     }
     if result.is_ok() && failures.is_empty() {
-        let most = plan.post_connections().max().unwrap_or(plan.connections);
+        let most = plan.most_connections();
         result = spread_posts(plan, &[&a], most).await.map(|(rate, _, s)| {
             rec.set("cluster1_post_per_s", rate);
             rec.note(format!(
@@ -422,7 +422,7 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
     // The largest of those loads again, spread over several channels: each node then has an
     // append of every channel on its way at once, which the servers replicate and write
     // together.
-    let most = plan.post_connections().max().unwrap_or(plan.connections);
+    let most = plan.most_connections();
     for &channels in &plan.cluster_channels {
         // At least one connection for each channel on each node.
         let channels = channels.min((most / 2).max(1));
