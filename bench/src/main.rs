@@ -383,11 +383,7 @@ async fn run(args: Args) -> anyhow::Result<usize> {
     let _ = std::fs::remove_dir(&data_root);
     machine.loadavg_after = report::loadavg();
 
-    let lines = report::lines(
-        &systems[Kind::Crosstalk.name()],
-        systems.get(Kind::Peer.name()),
-        !plan.smoke,
-    );
+    let lines = report::lines(&systems[Kind::Crosstalk.name()], systems.get(Kind::Peer.name()), &plan);
     println!("\n{}", report::table(&lines));
     for (name, rec) in &systems {
         for n in &rec.notes {

@@ -29,7 +29,7 @@ struct Row {
 const ROWS: &[Row] = &[
     Row {
         key: "post_per_s",
-        label: "1. durable POST, 16 connections",
+        label: "1. durable POST, {c} connections",
         unit: "/s",
         higher_is_better: true,
         goal: None,
@@ -74,7 +74,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "tail_per_s",
-        label: "2. tail reads (10 newest), 16 conns",
+        label: "2. tail reads (10 newest), {c} conns",
         unit: "/s",
         higher_is_better: true,
         goal: Some(Goal::AtLeast(40_000.0)),
@@ -200,7 +200,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "channels_peak_rss_mb",
-        label: "10. 100k channels touched: peak RSS",
+        label: "10. {touch} channels touched: peak RSS",
         unit: "MiB",
         higher_is_better: false,
         goal: Some(Goal::AtMost(300.0)),
@@ -236,7 +236,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "channels_live_p99_touch_ms",
-        label: "10. … while 16 conns touch channels",
+        label: "10. … while {c} conns touch channels",
         unit: "ms",
         higher_is_better: false,
         goal: None,
@@ -254,7 +254,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "waiters_p99_ms",
-        label: "11. 10,000 waiters woken: p99",
+        label: "11. {waiters} waiters woken: p99",
         unit: "ms",
         higher_is_better: false,
         goal: Some(Goal::AtMost(100.0)),
@@ -263,7 +263,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "waiters_rss_mb",
-        label: "11. RSS of the 10,000 waiters",
+        label: "11. RSS of the {waiters} waiters",
         unit: "MiB",
         higher_is_better: false,
         goal: Some(Goal::AtMost(200.0)),
@@ -317,7 +317,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "cluster_post_per_s",
-        label: "13. durable POST over both nodes, 16 c.",
+        label: "13. durable POST over both nodes, {c} c.",
         unit: "/s",
         higher_is_better: true,
         goal: None,
@@ -425,7 +425,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "search_p50_ms",
-        label: "14. search, 1,000,000 messages: query p50",
+        label: "14. search, {search} messages: query p50",
         unit: "ms",
         higher_is_better: false,
         goal: None,
@@ -513,7 +513,22 @@ pub struct Line {
     pub verdict: String,
 }
 
-pub fn lines(ours: &Record, peer: Option<&Record>, judge: bool) -> Vec<Line> {
+/// A row's label with the plan's counts in place of its `{c}` (connections), `{touch}`,
+/// `{waiters}` and `{search}`: a run with other counts (`--connections 64`, `--smoke`) must
+/// not be labelled with the defaults'.
+fn label(text: &str, p: &crate::workload::Plan) -> String {
+    let touch = match p.touch_channels {
+        n if n >= 1000 && n % 1000 == 0 => format!("{}k", n / 1000),
+        n => n.to_string(),
+    };
+    text.replace("{c}", &p.connections.to_string())
+        .replace("{touch}", &touch)
+        .replace("{waiters}", &num((p.waiter_channels * p.waiters_per_channel) as f64))
+        .replace("{search}", &num(p.search_messages as f64))
+}
+
+pub fn lines(ours: &Record, peer: Option<&Record>, plan: &crate::workload::Plan) -> Vec<Line> {
+    let judge = !plan.smoke;
     ROWS.iter()
         .map(|row| {
             let o = ours.values.get(row.key).copied();
@@ -559,7 +574,7 @@ pub fn lines(ours: &Record, peer: Option<&Record>, judge: bool) -> Vec<Line> {
             };
             Line {
                 key: row.key.into(),
-                label: row.label.into(),
+                label: label(row.label, plan),
                 unit: row.unit.into(),
                 higher_is_better: row.higher_is_better,
                 crosstalk: o,
@@ -816,7 +831,35 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::counted;
+    use super::{counted, label, ROWS};
+    use crate::workload::Plan;
+
+    #[test]
+    fn labels_name_the_plans_counts() {
+        let full = Plan::full();
+        let labels: Vec<String> = ROWS.iter().map(|r| label(r.label, &full)).collect();
+        for want in [
+            "1. durable POST, 16 connections",
+            "10. 100k channels touched: peak RSS",
+            "11. 10,000 waiters woken: p99",
+            "13. durable POST over both nodes, 16 c.",
+            "14. search, 1,000,000 messages: query p50",
+        ] {
+            assert!(labels.iter().any(|l| l == want), "no row {want:?}");
+        }
+        assert!(labels.iter().all(|l| !l.contains('{')), "{labels:?}");
+        let more = Plan {
+            connections: 64,
+            ..Plan::full()
+        };
+        let labels: Vec<String> = ROWS.iter().map(|r| label(r.label, &more)).collect();
+        assert!(labels.iter().any(|l| l == "13. durable POST over both nodes, 64 c."));
+        assert!(labels.iter().all(|l| !l.contains("16 c")), "{labels:?}");
+        let smoke = Plan::smoke();
+        assert!(ROWS
+            .iter()
+            .any(|r| label(r.label, &smoke) == "10. 2k channels touched: peak RSS"));
+    }
 
     #[test]
     fn counts_read_as_a_list() {
