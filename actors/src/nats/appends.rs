@@ -6,7 +6,7 @@
 //!
 //! Under heavier load the node also lingers: when the channel's last message carried at least
 //! [`LINGER_AFTER`] events and fewer than [`LINGER_BELOW`] wait now, the next message waits
-//! [`LINGER`] for more before it goes. Every message costs each server a replication round and
+//! [`LINGER`] for more before it goes, or until [`LINGER_BELOW`] wait. Every message costs each server a replication round and
 //! an fsync whatever it carries (about 1 ms of the three servers' CPU on the development box,
 //! docs/scaling.md), so when the servers share the nodes' cores, fewer and fuller messages leave
 //! more of them to everything else: an A/B on two cores read 12–16% more posts a second from 32
@@ -39,7 +39,8 @@ pub(super) const LINGER: Duration = Duration::from_millis(2);
 /// A channel is loaded when its last message carried at least this many events.
 pub(super) const LINGER_AFTER: usize = 8;
 /// ... and it lingers only while fewer than this many wait: a message this full already
-/// spreads a server round over as many posts as lingering longer would gain.
+/// spreads a server round over as many posts as lingering longer would gain, so a linger also
+/// ends as soon as this many wait.
 pub(super) const LINGER_BELOW: usize = 24;
 
 /// Whether the next message of a channel waits [`LINGER`] for more events before it goes, given
@@ -52,13 +53,50 @@ fn lingers(last: usize, waiting: usize) -> bool {
 /// present while one is.
 pub(super) struct Appends {
     log: Log,
-    waiting: Mutex<HashMap<ChannelName, Vec<Waiting>>>,
+    waiting: Mutex<HashMap<ChannelName, Queue>>,
 }
 
 struct Waiting {
     entry: Bytes,
     id: oneshot::Sender<Result<u64, RelayError>>,
     since: Instant,
+}
+
+/// A channel's events waiting for the message on its way, and the sender's linger, if it
+/// lingers, to end once enough of them wait.
+#[derive(Default)]
+struct Queue {
+    events: Vec<Waiting>,
+    filled: Option<oneshot::Sender<()>>,
+}
+
+impl Queue {
+    fn push(&mut self, waiting: Waiting) {
+        self.events.push(waiting);
+        if self.events.len() >= LINGER_BELOW {
+            if let Some(filled) = self.filled.take() {
+                let _ = filled.send(());
+            }
+        }
+    }
+
+    /// If the next message lingers ([`lingers`], after a message of `last` events): what ends
+    /// the linger early, once [`LINGER_BELOW`] events wait.
+    fn linger(&mut self, last: usize) -> Option<oneshot::Receiver<()>> {
+        if !lingers(last, self.events.len()) {
+            return None;
+        }
+        let (filled, rx) = oneshot::channel();
+        self.filled = Some(filled);
+        Some(rx)
+    }
+
+    /// The events of the next message, from the first (at least one unless none waits).
+    fn take(&mut self) -> Vec<Waiting> {
+        self.filled = None;
+        let take = fitting(self.events.iter().map(|w| w.entry.len()));
+        self.events.drain(..take).collect()
+    }
 }
 
 impl Appends {
@@ -91,7 +129,9 @@ impl Appends {
                     false
                 }
                 None => {
-                    waiting.insert(channel.clone(), vec![waiting_one]);
+                    let mut queue = Queue::default();
+                    queue.push(waiting_one);
+                    waiting.insert(channel.clone(), queue);
                     true
                 }
             }
@@ -109,21 +149,24 @@ impl Appends {
     async fn send(self: Arc<Self>, channel: ChannelName) {
         let mut last = 0;
         loop {
-            let waiting = self.waiting.lock().get(&channel).map_or(0, Vec::len);
-            if lingers(last, waiting) {
-                tokio::time::sleep(LINGER).await;
+            let linger = self
+                .waiting
+                .lock()
+                .get_mut(&channel)
+                .and_then(|queue| queue.linger(last));
+            if let Some(filled) = linger {
+                let _ = tokio::time::timeout(LINGER, filled).await;
             }
             let batch: Vec<Waiting> = {
                 let mut waiting = self.waiting.lock();
                 let Some(queue) = waiting.get_mut(&channel) else {
                     return;
                 };
-                if queue.is_empty() {
+                if queue.events.is_empty() {
                     waiting.remove(&channel);
                     return;
                 }
-                let take = fitting(queue.iter().map(|w| w.entry.len()));
-                queue.drain(..take).collect()
+                queue.take()
             };
             let sent = Instant::now();
             last = batch.len();
@@ -184,5 +227,44 @@ mod tests {
         // ...but not when enough wait already, nor when none does (the sender stops).
         assert!(!lingers(40, LINGER_BELOW));
         assert!(!lingers(40, 0));
+    }
+
+    fn event() -> Waiting {
+        Waiting {
+            entry: Bytes::from_static(b"entry"),
+            id: oneshot::channel().0,
+            since: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn a_linger_ends_once_enough_events_wait() {
+        let mut queue = Queue::default();
+        queue.push(event());
+        assert!(queue.linger(LINGER_AFTER - 1).is_none(), "after a thin message");
+        let mut filled = queue.linger(LINGER_AFTER).expect("after a full one, it lingers");
+        for _ in 1..LINGER_BELOW - 1 {
+            queue.push(event());
+        }
+        assert_eq!(filled.try_recv(), Err(oneshot::error::TryRecvError::Empty));
+        queue.push(event());
+        assert_eq!(filled.try_recv(), Ok(()), "{LINGER_BELOW} wait: the linger ends");
+        assert_eq!(queue.take().len(), LINGER_BELOW);
+        assert!(queue.events.is_empty() && queue.filled.is_none());
+    }
+
+    #[test]
+    fn a_linger_that_timed_out_is_forgotten_with_its_message() {
+        let mut queue = Queue::default();
+        queue.push(event());
+        let filled = queue.linger(LINGER_AFTER).unwrap();
+        drop(filled);
+        assert_eq!(queue.take().len(), 1);
+        assert!(queue.filled.is_none());
+        // A later message's events fill nothing stale.
+        for _ in 0..LINGER_BELOW {
+            queue.push(event());
+        }
+        assert!(queue.filled.is_none());
     }
 }
