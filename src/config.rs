@@ -188,6 +188,10 @@ pub struct ServeArgs {
     /// Copies of the JetStream stream: 3 on a three-server cluster [env: CROSSTALK_NATS_REPLICAS] [default: 1]
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_replicas: Option<usize>,
+    /// Milliseconds a loaded channel's next log message waits to fill, 0 to 20; 0 sends each at
+    /// once [env: CROSSTALK_NATS_LINGER_MS] [default: 2]
+    #[arg(long, help_heading = "Cluster (NATS JetStream)")]
+    pub nats_linger_ms: Option<u64>,
     /// Name of the JetStream stream holding the channels [env: CROSSTALK_NATS_STREAM] [default: CROSSTALK]
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_stream: Option<String>,
@@ -333,6 +337,14 @@ fn nats_config(args: &ServeArgs) -> Result<Option<crosstalk_actors::nats::NatsCo
     c.replicas = pick(args.nats_replicas, &["CROSSTALK_NATS_REPLICAS"])?.unwrap_or(1);
     if !(1..=5).contains(&c.replicas) {
         return Err("--nats-replicas must be 1 to 5".into());
+    }
+    if let Some(ms) = pick(args.nats_linger_ms, &["CROSSTALK_NATS_LINGER_MS"])? {
+        if ms > 20 {
+            return Err(format!(
+                "--nats-linger-ms {ms}: at most 20 (every post of a loaded channel may wait this long)"
+            ));
+        }
+        c.linger = std::time::Duration::from_millis(ms);
     }
     if let Some(stream) = pick::<String>(args.nats_stream.clone(), &["CROSSTALK_NATS_STREAM"])? {
         if stream.is_empty() || stream.contains(|ch: char| ch.is_whitespace() || ".*>".contains(ch)) {
@@ -610,6 +622,33 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn serve(args: &[&str]) -> ServeArgs {
+        match Cli::try_parse_from(["crosstalk", "serve"].iter().chain(args))
+            .unwrap()
+            .command
+        {
+            Some(Command::Serve(a)) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn nats_linger_is_two_ms_unless_set_and_at_most_twenty() {
+        let store = ["--store", "nats://127.0.0.1:4222"];
+        let linger = |extra: &[&str]| {
+            let args: Vec<&str> = store.iter().chain(extra).copied().collect();
+            nats_config(&serve(&args)).map(|c| c.unwrap().linger)
+        };
+        assert_eq!(linger(&[]), Ok(std::time::Duration::from_millis(2)));
+        assert_eq!(linger(&["--nats-linger-ms", "0"]), Ok(std::time::Duration::ZERO));
+        assert_eq!(
+            linger(&["--nats-linger-ms", "20"]),
+            Ok(std::time::Duration::from_millis(20))
+        );
+        let err = linger(&["--nats-linger-ms", "21"]).unwrap_err();
+        assert!(err.contains("at most 20"), "{err}");
+    }
 
     #[test]
     fn public_url_is_one_canonical_origin() {

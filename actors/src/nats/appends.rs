@@ -34,7 +34,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// How long a loaded channel's next message waits for more events ([`lingers`]).
+/// How long a loaded channel's next message waits for more events ([`lingers`]) unless the
+/// node is told otherwise (`--nats-linger-ms`).
 pub(super) const LINGER: Duration = Duration::from_millis(2);
 /// A channel is loaded when its last message carried at least this many events.
 pub(super) const LINGER_AFTER: usize = 8;
@@ -53,6 +54,8 @@ fn lingers(last: usize, waiting: usize) -> bool {
 /// present while one is.
 pub(super) struct Appends {
     log: Log,
+    /// [`LINGER`] unless set; zero: no message lingers.
+    linger: Duration,
     waiting: Mutex<HashMap<ChannelName, Queue>>,
 }
 
@@ -80,10 +83,10 @@ impl Queue {
         }
     }
 
-    /// If the next message lingers ([`lingers`], after a message of `last` events): what ends
-    /// the linger early, once [`LINGER_BELOW`] events wait.
-    fn linger(&mut self, last: usize) -> Option<oneshot::Receiver<()>> {
-        if !lingers(last, self.events.len()) {
+    /// If the next message lingers (a linger of `linger` is set, and [`lingers`] after a
+    /// message of `last` events): what ends the linger early, once [`LINGER_BELOW`] events wait.
+    fn linger(&mut self, linger: Duration, last: usize) -> Option<oneshot::Receiver<()>> {
+        if linger.is_zero() || !lingers(last, self.events.len()) {
             return None;
         }
         let (filled, rx) = oneshot::channel();
@@ -100,9 +103,10 @@ impl Queue {
 }
 
 impl Appends {
-    pub(super) fn new(log: Log) -> Self {
+    pub(super) fn new(log: Log, linger: Duration) -> Self {
         Appends {
             log,
+            linger,
             waiting: Default::default(),
         }
     }
@@ -153,9 +157,9 @@ impl Appends {
                 .waiting
                 .lock()
                 .get_mut(&channel)
-                .and_then(|queue| queue.linger(last));
+                .and_then(|queue| queue.linger(self.linger, last));
             if let Some(filled) = linger {
-                let _ = tokio::time::timeout(LINGER, filled).await;
+                let _ = tokio::time::timeout(self.linger, filled).await;
             }
             let batch: Vec<Waiting> = {
                 let mut waiting = self.waiting.lock();
@@ -241,8 +245,11 @@ mod tests {
     fn a_linger_ends_once_enough_events_wait() {
         let mut queue = Queue::default();
         queue.push(event());
-        assert!(queue.linger(LINGER_AFTER - 1).is_none(), "after a thin message");
-        let mut filled = queue.linger(LINGER_AFTER).expect("after a full one, it lingers");
+        assert!(queue.linger(LINGER, LINGER_AFTER - 1).is_none(), "after a thin message");
+        assert!(queue.linger(Duration::ZERO, 40).is_none(), "--nats-linger-ms 0");
+        let mut filled = queue
+            .linger(LINGER, LINGER_AFTER)
+            .expect("after a full one, it lingers");
         for _ in 1..LINGER_BELOW - 1 {
             queue.push(event());
         }
@@ -257,7 +264,7 @@ mod tests {
     fn a_linger_that_timed_out_is_forgotten_with_its_message() {
         let mut queue = Queue::default();
         queue.push(event());
-        let filled = queue.linger(LINGER_AFTER).unwrap();
+        let filled = queue.linger(LINGER, LINGER_AFTER).unwrap();
         drop(filled);
         assert_eq!(queue.take().len(), 1);
         assert!(queue.filled.is_none());

@@ -66,6 +66,9 @@ pub struct NatsConfig {
     pub tls_cert: Option<(PathBuf, PathBuf)>,
     /// Refuse a connection without TLS.
     pub tls_required: bool,
+    /// How long a loaded channel's next message of the log waits to fill (`appends`);
+    /// zero sends each at once.
+    pub linger: Duration,
 }
 
 impl NatsConfig {
@@ -100,6 +103,7 @@ impl NatsConfig {
             tls_ca: None,
             tls_cert: None,
             tls_required: false,
+            linger: appends::LINGER,
         })
     }
 }
@@ -393,7 +397,7 @@ impl NatsCluster {
         Ok(NatsCluster {
             client,
             link,
-            appends: Arc::new(appends::Appends::new(log.clone())),
+            appends: Arc::new(appends::Appends::new(log.clone(), config.linger)),
             log,
             js,
             replicas,
