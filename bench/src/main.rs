@@ -5,6 +5,7 @@
 //! workload does not work. `bench/run` is the one command that wraps this.
 
 mod client;
+mod cpu;
 mod report;
 mod scrape;
 mod stats;

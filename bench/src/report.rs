@@ -379,10 +379,64 @@ const ROWS: &[Row] = &[
         target_text: "≥ ½ the bare publisher",
     },
     Row {
+        key: "cluster_cpu_servers_us",
+        label: "13. CPU a post, two nodes, {most} c.: NATS",
+        unit: "µs",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
+    Row {
+        key: "cluster_cpu_nodes_us",
+        label: "    … the two relay nodes together",
+        unit: "µs",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
+    Row {
+        key: "cluster_cpu_server_ms_per_message",
+        label: "    … the NATS servers, a log message",
+        unit: "ms",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
+    Row {
+        key: "cluster_cpu_idle_pct",
+        label: "    … the box's cores idle meanwhile",
+        unit: "%",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
+    Row {
         key: "cluster1_post_per_s",
         label: "13. … on node A alone, the others stopped",
         unit: "/s",
         higher_is_better: true,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
+    Row {
+        key: "cluster1_cpu_servers_us",
+        label: "    CPU a post there: NATS servers",
+        unit: "µs",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
+    Row {
+        key: "cluster1_cpu_nodes_us",
+        label: "    CPU a post there: node A",
+        unit: "µs",
+        higher_is_better: false,
         goal: None,
         min_advantage: None,
         target_text: "recorded",
@@ -513,15 +567,16 @@ pub struct Line {
     pub verdict: String,
 }
 
-/// A row's label with the plan's counts in place of its `{c}` (connections), `{touch}`,
-/// `{waiters}` and `{search}`: a run with other counts (`--connections 64`, `--smoke`) must
-/// not be labelled with the defaults'.
+/// A row's label with the plan's counts in place of its `{c}` (connections), `{most}` (the
+/// sweep's largest connection count), `{touch}`, `{waiters}` and `{search}`: a run with other
+/// counts (`--connections 64`, `--smoke`) must not be labelled with the defaults'.
 fn label(text: &str, p: &crate::workload::Plan) -> String {
     let touch = match p.touch_channels {
         n if n >= 1000 && n % 1000 == 0 => format!("{}k", n / 1000),
         n => n.to_string(),
     };
     text.replace("{c}", &p.connections.to_string())
+        .replace("{most}", &p.most_connections().to_string())
         .replace("{touch}", &touch)
         .replace("{waiters}", &num((p.waiter_channels * p.waiters_per_channel) as f64))
         .replace("{search}", &num(p.search_messages as f64))
@@ -800,7 +855,7 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
             ch = p.waiter_channels, w = p.waiters_per_channel, c = p.connections),
         format!("12. stdio push: a server of its own; one `crosstalk mcp --relay … --listen ch` child, initialized over its stdin as a host does; a REST post; time from just before the POST is sent until the child has written the `notifications/claude/channel` line for it on its stdout (read by the bench), up to {r} rounds. Then 100 children listening to one channel ({f} posts, one at a time): time from just before each POST until each child has written its line. A first, untimed post proves every child's stream is open. crosstalk only.",
             r = p.wake_rounds, f = p.fanout_rounds),
-        format!("13. Two relay nodes on NATS JetStream: three nats-server 2.15 on this machine as one cluster (`scripts/nats-cluster`: `sync_interval: always`, every write on disk before it is acknowledged), two relays with `--store nats://… --nats-replicas 3`, each with its own data directory. A long-poll waiter and an SSE subscriber on node B; a post on node A; time from just before the POST is sent until each has the message, up to {r} rounds. Then durable POST as (1), half the connections to each node, on one channel, from {c} connections and then from each of {more} as in 1b: the sustained rate is the best run whose p99 stays within {p99} ms (every run is in results.json, `cluster_post_<N>c_per_s`); over the {c}-connection run node A's `/metrics` tell how many events a message of the log carried and where a post's time went (the wait for the channel's message already on its way, the publish → acknowledgement, the acknowledgement → the node's fold, the fold → durable; in the notes); {chs}then {c} connections split evenly over three and over five relay nodes (more started on the same servers); then, the others stopped, node A alone from {most} connections on one channel, one node folding each post where every node folded it before (`cluster1_post_per_s`). Last, with the relays stopped, a bare JetStream publisher (async-nats, the same servers, a stream of three replicas, one relay event's size a message (a relay message holds one or more events), 16 and then 256 publishes in flight, each awaiting its acknowledgement): the best rate and its publish → ack p99, the reference for the relay's cluster POST. crosstalk only.",
+        format!("13. Two relay nodes on NATS JetStream: three nats-server 2.15 on this machine as one cluster (`scripts/nats-cluster`: `sync_interval: always`, every write on disk before it is acknowledged), two relays with `--store nats://… --nats-replicas 3`, each with its own data directory. A long-poll waiter and an SSE subscriber on node B; a post on node A; time from just before the POST is sent until each has the message, up to {r} rounds. Then durable POST as (1), half the connections to each node, on one channel, from {c} connections and then from each of {more} as in 1b: the sustained rate is the best run whose p99 stays within {p99} ms (every run is in results.json, `cluster_post_<N>c_per_s`); over the {c}-connection run node A's `/metrics` tell how many events a message of the log carried and where a post's time went (the wait for the channel's message already on its way, the publish → acknowledgement, the acknowledgement → the node's fold, the fold → durable; in the notes); over the first run from {most} connections, each process's user and system time from /proc (the three servers, each node, the load generator) ÷ the posts, the box's idle share, and the servers' CPU a log message (the CPU rows; the whole step's CPU over its measured rate); {chs}then {c} connections split evenly over three and over five relay nodes (more started on the same servers); then, the others stopped, node A alone from {most} connections on one channel, one node folding each post where every node folded it before (`cluster1_post_per_s`, with its CPU a post taken the same way). Last, with the relays stopped, a bare JetStream publisher (async-nats, the same servers, a stream of three replicas, one relay event's size a message (a relay message holds one or more events), 16 and then 256 publishes in flight, each awaiting its acknowledgement): the best rate and its publish → ack p99, the reference for the relay's cluster POST. crosstalk only.",
             c = p.connections, more = counted(p.sweep_connections.iter().copied()),
             most = p.most_connections(),
             chs = if p.cluster_channels.is_empty() {
@@ -843,6 +898,7 @@ mod tests {
             "10. 100k channels touched: peak RSS",
             "11. 10,000 waiters woken: p99",
             "13. durable POST over both nodes, 16 c.",
+            "13. CPU a post, two nodes, 64 c.: NATS",
             "14. search, 1,000,000 messages: query p50",
         ] {
             assert!(labels.iter().any(|l| l == want), "no row {want:?}");
@@ -859,6 +915,10 @@ mod tests {
         assert!(ROWS
             .iter()
             .any(|r| label(r.label, &smoke) == "10. 2k channels touched: peak RSS"));
+        let most = smoke.most_connections();
+        assert!(ROWS
+            .iter()
+            .any(|r| label(r.label, &smoke) == format!("13. CPU a post, two nodes, {most} c.: NATS")));
     }
 
     #[test]

@@ -68,6 +68,16 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// The servers' process ids (`scripts/nats-cluster` writes them as `n*.pid`).
+    fn pids(&self) -> Vec<u32> {
+        (1..=3)
+            .filter_map(|n| std::fs::read_to_string(self.dir.join(format!("n{n}.pid"))).ok())
+            .filter_map(|p| p.trim().parse().ok())
+            .collect()
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = std::process::Command::new("scripts/nats-cluster")
@@ -102,7 +112,8 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     let args = ["--store", cluster.urls.as_str(), "--nats-replicas", "3"];
     let (a, _) = launcher.start(&dir.join("node-a"), &args, "cluster-a").await?;
     let (b, _) = launcher.start(&dir.join("node-b"), &args, "cluster-b").await?;
-    let mut result = measure(plan, &a, &b, rec).await;
+    let servers = cluster.pids();
+    let mut result = measure(plan, &a, &b, &servers, rec).await;
     // The same POST load spread over three and then five relay nodes on the same servers.
     let mut nodes = vec![a, b];
     for (count, key) in [(3, "cluster3_post_per_s"), (5, "cluster5_post_per_s")] {
@@ -148,7 +159,19 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     }
     if result.is_ok() && failures.is_empty() {
         let most = plan.most_connections();
-        result = spread_posts(plan, &[&a], most).await.map(|(rate, _, s)| {
+        let budget = Budget::start(&servers, &[("node A", &a)]).await;
+        let alone = spread_posts(plan, &[&a], most).await;
+        if let Ok((rate, _, _)) = &alone {
+            budget
+                .end(
+                    *rate,
+                    "cluster1",
+                    &format!("node A alone on the servers from {most} connections"),
+                    rec,
+                )
+                .await;
+        }
+        result = alone.map(|(rate, _, s)| {
             rec.set("cluster1_post_per_s", rate);
             rec.note(format!(
                 "cluster: durable POST on node A alone on the servers, the others stopped ({most} connections, one channel): {rate:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
@@ -316,7 +339,7 @@ async fn bare_publisher(plan: &Plan, urls: &str, rec: &mut Record) -> anyhow::Re
     Ok(())
 }
 
-async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyhow::Result<Done> {
+async fn measure(plan: &Plan, a: &Server, b: &Server, servers: &[u32], rec: &mut Record) -> anyhow::Result<Done> {
     let post_path = format!("/api/channels/{CHANNEL}/messages");
     let mut poster = Conn::connect(a.addr).await?;
     let first = poster.post_json(&post_path, message_json(0)).await?;
@@ -395,15 +418,28 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
     // Durable POST, half the connections to each node: from the usual connections, then
     // from each of the sweep's, as workload 1 does on one node.
     let mut runs = Vec::new();
+    let most = plan.most_connections();
+    let mut budgeted = false;
     // The first run is the plan's own connections; the sweep may hold the same count again,
     // and the row's figures (`cluster_post_per_s`) and node A's breakdown are the first run's.
+    // What a post costs each process is taken over the first run from the most connections,
+    // where the box is busiest.
     for (run, connections) in plan.post_connections().enumerate() {
         let first = run == 0;
         let before = match first {
             true => crate::scrape::scrape(a.addr).await,
             false => None,
         };
+        let budget = match !budgeted && connections == most {
+            true => Some(Budget::start(servers, &[("node A", a), ("node B", b)]).await),
+            false => None,
+        };
         let (rate, each, all) = spread_posts(plan, &[a, b], connections).await?;
+        if let Some(budget) = budget {
+            budgeted = true;
+            let step = format!("the two-node step from {connections} connections");
+            budget.end(rate, "cluster", &step, rec).await;
+        }
         if let (Some(before), Some(after)) = (before, crate::scrape::scrape(a.addr).await) {
             where_the_time_goes(&before, &after, connections, &all, rec)?;
         }
@@ -422,7 +458,6 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, rec: &mut Record) -> anyho
     // The largest of those loads again, spread over several channels: each node then has an
     // append of every channel on its way at once, which the servers replicate and write
     // together.
-    let most = plan.most_connections();
     for &channels in &plan.cluster_channels {
         // At least one connection for each channel on each node.
         let channels = channels.min((most / 2).max(1));
@@ -482,4 +517,98 @@ fn where_the_time_goes(
         client.p99_ms
     ));
     Ok(())
+}
+
+/// What a post costs each process on the shared cores over one step: the relay nodes that take
+/// its posts, the three NATS servers and this load generator, from their CPU time in /proc
+/// around the step, and how many posts a message of the log carried, from the nodes' /metrics.
+/// The CPU is read over the whole step, its warm-up included, and divided by the rate of its
+/// measured seconds: the load is the same closed loop throughout.
+struct Budget<'a> {
+    nodes: Vec<(&'a str, &'a Server)>,
+    watch: crate::cpu::Watch,
+    before: crate::cpu::Sample,
+    metrics: Vec<Option<String>>,
+}
+
+impl<'a> Budget<'a> {
+    async fn start(servers: &[u32], nodes: &[(&'a str, &'a Server)]) -> Budget<'a> {
+        let mut watch = crate::cpu::Watch::new().group("servers", servers.to_vec());
+        for (name, node) in nodes {
+            watch = watch.group(name, node.pid().into_iter().collect());
+        }
+        watch = watch.group("load generator", vec![std::process::id()]);
+        let mut metrics = Vec::new();
+        for (_, node) in nodes {
+            metrics.push(crate::scrape::scrape(node.addr).await);
+        }
+        let before = watch.sample();
+        Budget {
+            nodes: nodes.to_vec(),
+            watch,
+            before,
+            metrics,
+        }
+    }
+
+    /// Records the step's figures under `prefix` (`<prefix>_cpu_servers_us`, …) and a note;
+    /// says in the note why not when a process or the metrics could not be read.
+    async fn end(self, rate: f64, prefix: &str, step: &str, rec: &mut Record) {
+        let after = self.watch.sample();
+        let usage = self.watch.usage(&self.before, &after);
+        let (mut events, mut messages) = (0.0, 0.0);
+        for ((_, node), before) in self.nodes.iter().zip(&self.metrics) {
+            let after = crate::scrape::scrape(node.addr).await;
+            if let (Some(before), Some(after)) = (before, after) {
+                if let Some((mean, n)) = crate::scrape::mean_between(before, &after, "crosstalk_cluster_append_events")
+                {
+                    events += mean * n;
+                    messages += n;
+                }
+            }
+        }
+        let (Some(usage), true, true) = (usage, rate > 0.0, self.watch_has_servers()) else {
+            rec.note(format!(
+                "cluster, CPU a post over {step}: not taken (a process's /proc could not be read, or nothing was posted)"
+            ));
+            return;
+        };
+        let us = |cores: f64| cores / rate * 1e6;
+        let servers = usage.cores("servers").unwrap_or(0.0);
+        let mut nodes = 0.0;
+        let mut each = Vec::new();
+        for (name, _) in &self.nodes {
+            let cores = usage.cores(name).unwrap_or(0.0);
+            nodes += cores;
+            each.push(format!("{name} {:.0} µs ({cores:.2} cores)", us(cores)));
+        }
+        let load = usage.cores("load generator").unwrap_or(0.0);
+        rec.set(&format!("{prefix}_cpu_servers_us"), us(servers));
+        rec.set(&format!("{prefix}_cpu_nodes_us"), us(nodes));
+        rec.set(&format!("{prefix}_cpu_load_us"), us(load));
+        let idle = usage.idle_share.map(|s| {
+            rec.set(&format!("{prefix}_cpu_idle_pct"), 100.0 * s);
+            format!("; the box's cores {:.0}% idle", 100.0 * s)
+        });
+        let per_message = (messages > 0.0).then(|| {
+            let posts = events / messages;
+            let server_ms = us(servers) * posts / 1e3;
+            rec.set(&format!("{prefix}_posts_per_message"), posts);
+            rec.set(&format!("{prefix}_cpu_server_ms_per_message"), server_ms);
+            format!("; {posts:.1} posts a log message, so the servers spent {server_ms:.2} ms of CPU a message")
+        });
+        rec.note(format!(
+            "cluster, CPU a post over {step} ({rate:.0}/s; each process's user + system time from /proc over the step): \
+             the three NATS servers {:.0} µs ({servers:.2} cores), {}, the load generator {:.0} µs ({load:.2} cores){}{}",
+            us(servers),
+            each.join(", "),
+            us(load),
+            idle.unwrap_or_default(),
+            per_message.unwrap_or_default(),
+        ));
+    }
+
+    fn watch_has_servers(&self) -> bool {
+        self.watch.has_pids("servers", 3)
+    }
 }
