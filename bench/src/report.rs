@@ -26,6 +26,19 @@ struct Row {
     target_text: &'static str,
 }
 
+/// A figure recorded with no target and no peer to compare, lower being better (a cost).
+const fn recorded_cost(key: &'static str, label: &'static str, unit: &'static str) -> Row {
+    Row {
+        key,
+        label,
+        unit,
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    }
+}
+
 const ROWS: &[Row] = &[
     Row {
         key: "post_per_s",
@@ -378,42 +391,18 @@ const ROWS: &[Row] = &[
         min_advantage: None,
         target_text: "≥ ½ the bare publisher",
     },
-    Row {
-        key: "cluster_cpu_servers_us",
-        label: "13. CPU a post, two nodes, {most} c.: NATS",
-        unit: "µs",
-        higher_is_better: false,
-        goal: None,
-        min_advantage: None,
-        target_text: "recorded",
-    },
-    Row {
-        key: "cluster_cpu_nodes_us",
-        label: "    … the two relay nodes together",
-        unit: "µs",
-        higher_is_better: false,
-        goal: None,
-        min_advantage: None,
-        target_text: "recorded",
-    },
-    Row {
-        key: "cluster_cpu_server_ms_per_message",
-        label: "    … the NATS servers, a log message",
-        unit: "ms",
-        higher_is_better: false,
-        goal: None,
-        min_advantage: None,
-        target_text: "recorded",
-    },
-    Row {
-        key: "cluster_cpu_idle_pct",
-        label: "    … the box's cores idle meanwhile",
-        unit: "%",
-        higher_is_better: false,
-        goal: None,
-        min_advantage: None,
-        target_text: "recorded",
-    },
+    recorded_cost(
+        "cluster_cpu_servers_us",
+        "13. CPU a post, two nodes, {most} c.: NATS",
+        "µs",
+    ),
+    recorded_cost("cluster_cpu_nodes_us", "    … the two relay nodes together", "µs"),
+    recorded_cost(
+        "cluster_cpu_server_ms_per_message",
+        "    … the NATS servers, a log message",
+        "ms",
+    ),
+    recorded_cost("cluster_cpu_idle_pct", "    … the box's cores idle meanwhile", "%"),
     Row {
         key: "cluster1_post_per_s",
         label: "13. … on node A alone, the others stopped",
@@ -423,24 +412,8 @@ const ROWS: &[Row] = &[
         min_advantage: None,
         target_text: "recorded",
     },
-    Row {
-        key: "cluster1_cpu_servers_us",
-        label: "    CPU a post there: NATS servers",
-        unit: "µs",
-        higher_is_better: false,
-        goal: None,
-        min_advantage: None,
-        target_text: "recorded",
-    },
-    Row {
-        key: "cluster1_cpu_nodes_us",
-        label: "    CPU a post there: node A",
-        unit: "µs",
-        higher_is_better: false,
-        goal: None,
-        min_advantage: None,
-        target_text: "recorded",
-    },
+    recorded_cost("cluster1_cpu_servers_us", "    CPU a post there: NATS servers", "µs"),
+    recorded_cost("cluster1_cpu_nodes_us", "    CPU a post there: node A", "µs"),
     Row {
         key: "cluster3_post_per_s",
         label: "13. … over three relay nodes",
