@@ -234,14 +234,16 @@ async fn deliver(cx: Ctx, s: web::Data<Settings>, id: String, node: String) {
         }
         // Removed meanwhile: send nothing more (the supervisor would end this task within a
         // second; a message posted in that second must not go out).
-        if batch.iter().any(|p| webhooks::wanted(&hook.types, &p.message.kind))
+        if batch
+            .iter()
+            .any(|p| webhooks::wanted(&hook.types, p.message.kind.as_str()))
             && !matches!(hooks.get(&id).await, Ok(Some(_)))
         {
             return;
         }
         let mut written = state.last_id;
         for posted in batch {
-            if webhooks::wanted(&hook.types, &posted.message.kind) {
+            if webhooks::wanted(&hook.types, posted.message.kind.as_str()) {
                 if let Err(why) = send(hook, &posted, s.allow_private).await {
                     let wait = webhooks::backoff(state.attempts);
                     state.attempts += 1;
@@ -293,7 +295,7 @@ fn body(hook: &Webhook, posted: &crosstalk_actors::Posted) -> Value {
         WebhookFormat::Json => json!({"webhook": hook.id, "channel": m.channel, "message": m}),
         WebhookFormat::Slack => {
             let mut text = format!("[#{}] {}", m.channel, m.sender);
-            if !m.kind.eq_ignore_ascii_case("message") {
+            if !m.kind.is(crosstalk_schema::Meaning::Message) {
                 text.push_str(&format!(" ({})", m.kind));
             }
             if let Some(to) = &m.recipient {

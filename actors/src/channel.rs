@@ -249,7 +249,7 @@ impl ChannelActor {
                     self.overlays.entry(q).or_default().answered_by = Some(id);
                     self.next_overlays.insert(q);
                 }
-                if effects.answered.is_some() || session_was_active || crosstalk_schema::message::asks(&m.kind) {
+                if effects.answered.is_some() || session_was_active || m.kind.asks() {
                     self.next_state_dirty = true;
                 }
                 posted = Some(Arc::new(Posted::new(Message::new(id, self.view.name(), m.clone()))));

@@ -386,7 +386,7 @@ impl Indexer {
                 d.add_u64(f.id, p.id());
                 d.add_text(f.channel, name.as_str());
                 d.add_text(f.sender, m.sender.to_lowercase());
-                d.add_text(f.kind, m.kind.to_lowercase());
+                d.add_text(f.kind, m.kind.as_str().to_lowercase());
                 d.add_text(f.body, m.body.as_str());
                 // Split again here by tantivy's own indexing: handing it our tokens instead
                 // (a pre-tokenized body) indexed about 8% slower (two rounds each way of row

@@ -3,7 +3,7 @@
 
 use crate::error::RelayError;
 use crate::store::EventStore;
-use crosstalk_schema::{codec, kind_is, ChannelMeta, ChannelName, ChannelState, Message, Overlay, Record};
+use crosstalk_schema::{codec, ChannelMeta, ChannelName, ChannelState, Meaning, Message, Overlay, Record};
 use parking_lot::RwLock;
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -472,8 +472,7 @@ impl ChannelView {
     pub fn pending_done(&self, me: &str) -> Option<Arc<Posted>> {
         let state = self.state.read();
         let newest = state.recent.back()?;
-        (newest.message.sender != me && kind_is(&newest.message.kind, crosstalk_schema::message::DONE))
-            .then(|| newest.clone())
+        (newest.message.sender != me && newest.message.kind.is(Meaning::Done)).then(|| newest.clone())
     }
 
     /// Makes a durable batch visible. Only the store thread calls this, with the hook the

@@ -15,7 +15,7 @@ pub mod webhook;
 pub use channel::{ChannelMeta, ChannelName, ChannelSummary};
 pub use codec::{decode, encode, CodecError, FORMAT_VERSION};
 pub use identity::{Instance, InstanceId, InstanceKind, SharedData};
-pub use message::{kind_is, Limits, Message, MessageRecord, NewMessage, Overlay, Record};
+pub use message::{Limits, Meaning, Message, MessageRecord, MessageType, NewMessage, Overlay, Record};
 pub use state::{ChannelState, CutState, Effects, Session, Trim};
 pub use time::Timestamp;
 

@@ -33,8 +33,8 @@ pub struct NewMessage {
     #[serde(default)]
     pub sender: String,
     /// message (default), request, response, status, handoff, done, QUESTION, PERMISSION, ANSWER (set reply_to).
-    #[serde(rename = "type", default)]
-    pub kind: Option<String>,
+    #[serde(rename = "type", default, deserialize_with = "optional_type")]
+    pub kind: Option<MessageType>,
     pub body: String,
     /// The one participant it is for.
     #[serde(default)]
@@ -90,9 +90,12 @@ impl NewMessage {
                 max: limits.max_body,
             });
         }
-        let kind = optional("type", self.kind)?.unwrap_or_else(|| DEFAULT_TYPE.to_owned());
+        if let Some(kind) = &self.kind {
+            short("type", kind.as_str().to_owned())?;
+        }
+        let kind = self.kind.unwrap_or_default();
         let mut status = optional("status", self.status)?;
-        if asks(&kind) && status.is_none() {
+        if kind.asks() && status.is_none() {
             status = Some(STATUS_OPEN.to_owned());
         }
         Ok(MessageRecord {
@@ -122,32 +125,255 @@ impl NewMessage {
     }
 }
 
-/// Message types that carry meaning (compared case-insensitively; any other type is free text).
-pub const QUESTION: &str = "question";
-/// A host asking a human whether its agent may use a tool (Claude Code's relayed permission
-/// prompt): a QUESTION whose ANSWER is `allow` or `deny`, decided by a human only.
-pub const PERMISSION: &str = "permission";
-pub const ANSWER: &str = "answer";
-pub const INTERRUPT: &str = "interrupt";
-pub const DIRECTIVE: &str = "directive";
-pub const DONE: &str = "done";
 /// Status of a QUESTION until an ANSWER replies to it, and after.
 pub const STATUS_OPEN: &str = "open";
 pub const STATUS_ANSWERED: &str = "answered";
 /// A recipient that means "every human".
 pub const ANY_HUMAN: &str = "any-human";
 
-/// Whether a message of this type waits for an ANSWER (a QUESTION or a PERMISSION).
-pub fn asks(kind: &str) -> bool {
-    kind_is(kind, QUESTION) || kind_is(kind, PERMISSION)
-}
-
 /// A PERMISSION's verdicts.
 pub const VERDICTS: [&str; 2] = ["allow", "deny"];
 
-/// Whether a message's `type` is `kind`, ignoring case.
-pub fn kind_is(kind: &str, wanted: &str) -> bool {
-    kind.eq_ignore_ascii_case(wanted)
+/// What a message's `type` means to the relay. Every rule about types (who may answer a
+/// PERMISSION, what closes a question, what ends a session, what a directive is) reads this,
+/// never the text a client sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Meaning {
+    /// `message`, the default.
+    Message,
+    /// Waits for an ANSWER.
+    Question,
+    /// A host asking a human whether its agent may use a tool (Claude Code's relayed
+    /// permission prompt): a QUESTION whose ANSWER is `allow` or `deny`, decided by a human only.
+    Permission,
+    /// Closes the QUESTION or PERMISSION its `reply_to` names.
+    Answer,
+    Interrupt,
+    Directive,
+    /// One side of a session is finished.
+    Done,
+    /// Any other type: free text that no rule reads.
+    Free,
+}
+
+impl Meaning {
+    /// The types that carry meaning, each with the one spelling the relay stores and shows.
+    const SPELLED: [(Meaning, &'static str); 7] = [
+        (Meaning::Message, "message"),
+        (Meaning::Question, "QUESTION"),
+        (Meaning::Permission, "PERMISSION"),
+        (Meaning::Answer, "ANSWER"),
+        (Meaning::Interrupt, "INTERRUPT"),
+        (Meaning::Directive, "DIRECTIVE"),
+        (Meaning::Done, "done"),
+    ];
+
+    /// The stored spelling of a meaningful type (`None` for [`Meaning::Free`]).
+    pub fn spelling(self) -> Option<&'static str> {
+        Self::SPELLED.iter().find(|(m, _)| *m == self).map(|(_, s)| *s)
+    }
+
+    /// The meaning of a word compared without regard to ASCII case, as it is written.
+    fn of_word(word: &str) -> Meaning {
+        Self::SPELLED
+            .iter()
+            .find(|(_, s)| s.eq_ignore_ascii_case(word))
+            .map_or(Meaning::Free, |(m, _)| *m)
+    }
+}
+
+/// A message's `type`, parsed once where it enters the relay (deserialisation of a post, on
+/// every face) into its normal form, which is what every check reads and what the log stores:
+///
+/// - whitespace of every kind around it is gone;
+/// - a type is refused if it holds a control character, an invisible (default-ignorable)
+///   character such as a zero-width space or a bidi override, or whitespace other than a plain
+///   space;
+/// - a type that is one of the meaningful words in any ASCII case is that word, stored in its
+///   one spelling (`answer` is `ANSWER`);
+/// - a type that only looks like a meaningful word — Unicode look-alikes (Cyrillic `А`,
+///   fullwidth `ＡＮＳＷＥＲ`, …, by the Unicode TR39 confusable skeleton) — is refused, so no
+///   type can read as a meaningful one to a person while meaning nothing to the relay, or the
+///   other way round.
+///
+/// Types stored before this parse existed are read back with [`MessageType::stored`], which
+/// classifies exactly as the relay always has (the whole text, ASCII case ignored), so a
+/// replayed log folds to the same state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MessageType {
+    text: String,
+    meaning: Meaning,
+}
+
+impl Default for MessageType {
+    fn default() -> Self {
+        Meaning::Message.into()
+    }
+}
+
+impl From<Meaning> for MessageType {
+    /// A meaningful type in its one spelling; [`Meaning::Free`] has none and reads as `message`.
+    fn from(meaning: Meaning) -> Self {
+        let meaning = if meaning == Meaning::Free {
+            Meaning::Message
+        } else {
+            meaning
+        };
+        MessageType {
+            text: meaning.spelling().unwrap_or(DEFAULT_TYPE).to_owned(),
+            meaning,
+        }
+    }
+}
+
+impl MessageType {
+    /// Parses a client's `type`. `Ok(None)` for a type that is empty once trimmed (the post
+    /// then takes the default, `message`).
+    pub fn parse(raw: &str) -> Result<Option<MessageType>, InvalidInput> {
+        let text = raw.trim();
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let bad = |reason| Err(InvalidInput::Invalid { field: "type", reason });
+        for c in text.chars() {
+            if c.is_control() {
+                return Err(InvalidInput::ControlChars { field: "type" });
+            }
+            if invisible(c) {
+                return bad("it holds an invisible character (zero-width, joiner, bidi control or the like)");
+            }
+            if c.is_whitespace() && c != ' ' {
+                return bad("the only whitespace a type may hold is a plain space");
+            }
+        }
+        let meaning = Meaning::of_word(text);
+        if meaning != Meaning::Free {
+            return Ok(Some(meaning.into()));
+        }
+        let looks = skeletons(text);
+        if let Some((_, word)) = Meaning::SPELLED
+            .iter()
+            .find(|(_, w)| skeletons(w).iter().any(|s| looks.contains(s)))
+        {
+            return Err(InvalidInput::Other(format!(
+                "field `type` is invalid: {:?} looks like {word} but is spelled with other characters; \
+                 write {word} in plain letters, or choose a type that looks like no meaningful one",
+                text.chars().take(40).collect::<String>()
+            )));
+        }
+        Ok(Some(MessageType {
+            text: text.to_owned(),
+            meaning,
+        }))
+    }
+
+    /// A type as the log stored it, classified as the relay always has: the whole text, ASCII
+    /// case ignored. Never refuses: a stored record must always read back.
+    pub fn stored(text: String) -> MessageType {
+        let meaning = Meaning::of_word(&text);
+        MessageType { text, meaning }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn meaning(&self) -> Meaning {
+        self.meaning
+    }
+
+    pub fn is(&self, meaning: Meaning) -> bool {
+        self.meaning == meaning
+    }
+
+    /// Whether a message of this type waits for an ANSWER (a QUESTION or a PERMISSION).
+    pub fn asks(&self) -> bool {
+        matches!(self.meaning, Meaning::Question | Meaning::Permission)
+    }
+
+    /// Reads a stored type without refusing it ([`MessageType::stored`]): for records in the
+    /// log and messages a relay sent, which must always decode.
+    pub fn deserialize_stored<'de, D: serde::Deserializer<'de>>(d: D) -> Result<MessageType, D::Error> {
+        String::deserialize(d).map(MessageType::stored)
+    }
+}
+
+impl std::fmt::Display for MessageType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl PartialEq<str> for MessageType {
+    fn eq(&self, other: &str) -> bool {
+        self.text == other
+    }
+}
+
+impl PartialEq<&str> for MessageType {
+    fn eq(&self, other: &&str) -> bool {
+        self.text == *other
+    }
+}
+
+impl Serialize for MessageType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for MessageType {
+    /// A client's type: parsed, so a bad one is refused where it arrives ([`MessageType::parse`]).
+    /// An empty one is `message`.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<MessageType, D::Error> {
+        let raw = String::deserialize(d)?;
+        MessageType::parse(&raw)
+            .map(Option::unwrap_or_default)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for MessageType {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "MessageType".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        String::json_schema(generator)
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+}
+
+/// Parses an optional client `type`, where an empty one means none.
+fn optional_type<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<MessageType>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(raw) => MessageType::parse(&raw).map_err(serde::de::Error::custom),
+    }
+}
+
+/// A character that shows as nothing: Unicode's Default_Ignorable_Code_Point (zero-width
+/// space and joiners, bidi controls, variation selectors, the soft hyphen, tags, …), which
+/// the TR39 skeleton drops.
+fn invisible(c: char) -> bool {
+    let mut buf = [0u8; 4];
+    let shown = unicode_security::skeleton(c.encode_utf8(&mut buf)).next().is_none();
+    shown
+}
+
+/// What a text can look like: its TR39 confusable skeleton as written, in lower case and in
+/// upper case (so `Аnswer` with a Cyrillic `А`, and `PERMlSSION` with a small L, both look
+/// like a meaningful word).
+fn skeletons(text: &str) -> [String; 3] {
+    let skeleton = |t: &str| unicode_security::skeleton(t).collect::<String>();
+    [
+        skeleton(text),
+        skeleton(&text.to_lowercase()),
+        skeleton(&text.to_uppercase()),
+    ]
 }
 
 /// One event of a channel's log. New kinds are added at the end only: postcard encodes the
@@ -199,7 +425,8 @@ impl Record {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageRecord {
     pub sender: String,
-    pub kind: String,
+    #[serde(deserialize_with = "MessageType::deserialize_stored")]
+    pub kind: MessageType,
     pub body: String,
     pub created_at: Timestamp,
     pub session_id: Option<String>,
@@ -215,8 +442,8 @@ pub struct Message {
     pub id: u64,
     pub channel: String,
     pub sender: String,
-    #[serde(rename = "type")]
-    pub kind: String,
+    #[serde(rename = "type", deserialize_with = "MessageType::deserialize_stored")]
+    pub kind: MessageType,
     pub body: String,
     /// RFC 3339, UTC.
     pub created_at: String,
@@ -318,6 +545,168 @@ mod tests {
         ];
         for (p, want) in cases {
             assert_eq!(p.into_record(&limits, Timestamp(0)).unwrap_err(), want);
+        }
+    }
+
+    /// Every spelling an agent might try for ANSWER: each is either the ANSWER (trimmed, any
+    /// case) or refused. None is stored as something that reads like one and means another.
+    #[test]
+    fn a_type_is_parsed_into_one_form() {
+        let answer = |raw: &str| MessageType::parse(raw).map(|t| t.map(|t| (t.as_str().to_owned(), t.meaning())));
+        let is_answer = Ok(Some(("ANSWER".to_owned(), Meaning::Answer)));
+        for raw in [
+            "ANSWER",
+            "answer",
+            "Answer",
+            "aNsWeR",
+            " ANSWER",
+            "ANSWER ",
+            "answer\n",
+            "\tAnswer",
+            "\r\nANSWER\r\n",
+            "ANSWER\u{a0}",
+            "\u{a0}ANSWER",
+            "\u{2003}answer\u{3000}",
+            "\u{2028}ANSWER\u{2029}",
+            "\u{85}ANSWER",
+            "\u{1680}answer",
+            "\u{feff}ANSWER".trim_start_matches('\u{feff}'),
+        ] {
+            assert_eq!(answer(raw), is_answer, "{raw:?}");
+        }
+        // Invisible characters, anywhere.
+        for raw in [
+            "ANSWER\u{200b}",
+            "\u{200b}ANSWER",
+            "ANS\u{200b}WER",
+            "ANS\u{200c}WER",
+            "ANS\u{200d}WER",
+            "ANSWER\u{2060}",
+            "ANSWER\u{feff}",
+            "\u{feff}ANSWER",
+            "ANS\u{ad}WER",
+            "\u{202e}REWSNA",
+            "ANSWER\u{fe0f}",
+            "ANSWER\u{e0041}",
+            "ANS\u{34f}WER",
+        ] {
+            assert!(
+                matches!(
+                    MessageType::parse(raw),
+                    Err(InvalidInput::Invalid { field: "type", .. })
+                ),
+                "{raw:?} was not refused: {:?}",
+                MessageType::parse(raw)
+            );
+        }
+        // Control characters and other whitespace inside.
+        for raw in ["ANS\nWER", "ANS\tWER", "ANSWER\u{0}", "ANS\u{7f}WER", "ANS\u{9c}WER"] {
+            assert_eq!(
+                MessageType::parse(raw),
+                Err(InvalidInput::ControlChars { field: "type" }),
+                "{raw:?}"
+            );
+        }
+        for raw in ["ANS\u{a0}WER", "ANS\u{2003}WER"] {
+            assert!(
+                matches!(MessageType::parse(raw), Err(InvalidInput::Invalid { .. })),
+                "{raw:?}"
+            );
+        }
+        // Look-alikes of every meaningful type: Cyrillic, Greek, fullwidth, mathematical letters,
+        // digits for letters, combining marks.
+        for raw in [
+            "\u{410}NSWER",                                     // Cyrillic А
+            "ANSW\u{415}R",                                     // Cyrillic Е
+            "\u{ff21}\u{ff2e}\u{ff33}\u{ff37}\u{ff25}\u{ff32}", // fullwidth
+            "\u{1d400}NSWER",                                   // mathematical bold A
+            "PERM\u{399}SSION",                                 // Greek Ι
+            "PERM1SSION",
+            "QUEST\u{406}ON", // Cyrillic І
+            "D\u{41e}NE",
+            "d\u{3bf}ne", // Greek ο
+            "DlRECTIVE",
+            "\u{2160}NTERRUPT", // Roman numeral one
+            "mess\u{430}ge",
+        ] {
+            let got = MessageType::parse(raw);
+            assert!(
+                matches!(&got, Err(InvalidInput::Other(why)) if why.contains("looks like")),
+                "{raw:?} was not refused as a look-alike: {got:?}"
+            );
+        }
+        // Free types stay as written; an empty one is none.
+        assert_eq!(
+            answer("  status update "),
+            Ok(Some(("status update".to_owned(), Meaning::Free)))
+        );
+        assert_eq!(answer("Übergabe"), Ok(Some(("Übergabe".to_owned(), Meaning::Free))));
+        assert_eq!(answer("REQUEST"), Ok(Some(("REQUEST".to_owned(), Meaning::Free))));
+        assert_eq!(answer(" \u{a0}\t"), Ok(None));
+        // Each meaningful word has one spelling.
+        for (raw, text, meaning) in [
+            ("question", "QUESTION", Meaning::Question),
+            ("Permission", "PERMISSION", Meaning::Permission),
+            ("directive", "DIRECTIVE", Meaning::Directive),
+            ("Interrupt", "INTERRUPT", Meaning::Interrupt),
+            ("DONE", "done", Meaning::Done),
+            ("MESSAGE", "message", Meaning::Message),
+        ] {
+            assert_eq!(answer(raw), Ok(Some((text.to_owned(), meaning))), "{raw:?}");
+        }
+    }
+
+    /// The parse happens where a post is read: a JSON body with a disguised type is refused by
+    /// deserialisation, and a plain one arrives normalised.
+    #[test]
+    fn a_post_is_normalised_where_it_is_read() {
+        let read =
+            |kind: &str| serde_json::from_value::<NewMessage>(serde_json::json!({"body": "allow", "type": kind}));
+        assert_eq!(read(" ANSWER").unwrap().kind.unwrap().meaning(), Meaning::Answer);
+        assert_eq!(read("answer\n").unwrap().kind.unwrap().as_str(), "ANSWER");
+        assert!(read("ANSWER\u{200b}").unwrap_err().to_string().contains("invisible"));
+        assert!(read("\u{410}NSWER")
+            .unwrap_err()
+            .to_string()
+            .contains("looks like ANSWER"));
+        assert_eq!(read("").unwrap().kind, None);
+        let rec = read("\tAnswer\u{a0}")
+            .unwrap()
+            .into_record(&Limits::default(), Timestamp(0))
+            .map(|mut r| {
+                r.sender = "x".into();
+                r
+            });
+        assert!(rec.is_err(), "no sender: refused");
+    }
+
+    /// What the log holds is read back as it is, classified as before the parse existed, so
+    /// an old log replays to the same state; and the stored bytes did not change.
+    #[test]
+    fn stored_types_read_back_unchanged() {
+        for (text, meaning) in [
+            ("ANSWER", Meaning::Answer),
+            ("answer", Meaning::Answer),
+            ("ANSWER\u{200b}", Meaning::Free),
+            ("RESERVATION", Meaning::Free),
+        ] {
+            let rec = MessageRecord {
+                sender: "a".into(),
+                kind: MessageType::stored(text.into()),
+                body: "b".into(),
+                created_at: Timestamp(0),
+                session_id: None,
+                recipient: None,
+                reply_to: None,
+                status: None,
+                side: None,
+            };
+            let bytes = postcard::to_allocvec(&rec).unwrap();
+            let as_string = postcard::to_allocvec(&("a", text)).unwrap();
+            assert!(bytes.starts_with(&as_string), "a type is stored as the string it was");
+            let back: MessageRecord = postcard::from_bytes(&bytes).unwrap();
+            assert_eq!(back.kind.as_str(), text);
+            assert_eq!(back.kind.meaning(), meaning, "{text:?}");
         }
     }
 

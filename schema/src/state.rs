@@ -3,7 +3,7 @@
 //! written in the same batch as the events it folds, so start-up needs no replay and a replay
 //! gives exactly the snapshot.
 
-use crate::message::{asks, kind_is, MessageRecord, Record, ANSWER, DONE};
+use crate::message::{Meaning, MessageRecord, Record};
 use crate::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -180,10 +180,10 @@ impl ChannelState {
 
     fn apply_message(&mut self, id: u64, m: &MessageRecord) -> Effects {
         let mut effects = Effects::default();
-        if asks(&m.kind) {
+        if m.kind.asks() {
             self.open_questions.insert(id, m.recipient.clone());
         }
-        if kind_is(&m.kind, ANSWER) {
+        if m.kind.is(Meaning::Answer) {
             if let Some(q) = m.reply_to.filter(|q| self.open_questions.contains_key(q)) {
                 self.open_questions.remove(&q);
                 effects.answered = Some(q);
@@ -193,7 +193,7 @@ impl ChannelState {
             let in_session = m.session_id.as_deref().is_none_or(|sid| sid == s.session_id);
             if in_session {
                 s.turns += 1;
-                if kind_is(&m.kind, DONE) && !s.done_by.contains(&m.sender) {
+                if m.kind.is(Meaning::Done) && !s.done_by.contains(&m.sender) {
                     s.done_by.push(m.sender.clone());
                 }
                 let reason = if s.done_by.len() >= 2 {
@@ -246,7 +246,7 @@ mod tests {
     fn m(sender: &str, kind: &str, reply_to: Option<u64>) -> Record {
         Record::Message(MessageRecord {
             sender: sender.into(),
-            kind: kind.into(),
+            kind: crate::MessageType::stored(kind.into()),
             body: "b".into(),
             created_at: Timestamp(0),
             session_id: None,

@@ -3,12 +3,12 @@
 //! encodes.)
 
 use crosstalk_schema::codec::{decode, encode, CodecError, FORMAT_VERSION};
-use crosstalk_schema::{ChannelMeta, ChannelState, MessageRecord, Record, Timestamp};
+use crosstalk_schema::{ChannelMeta, ChannelState, MessageRecord, MessageType, Record, Timestamp};
 
 fn record() -> Record {
     Record::Message(MessageRecord {
         sender: "alice".into(),
-        kind: "message".into(),
+        kind: MessageType::default(),
         body: "hello".into(),
         created_at: Timestamp(42),
         session_id: None,

@@ -6,6 +6,7 @@
 //! poll-only, and whether each stream is connected now.
 
 use crate::client::{Followed, RelayClient};
+use crosstalk_schema::{Meaning, MessageType};
 use parking_lot::Mutex;
 use rmcp::model::{CustomNotification, ServerNotification};
 use rmcp::{Peer, RoleServer};
@@ -214,7 +215,8 @@ impl Live {
     fn arrived(&self, channel: &str, stream: &Mutex<Stream>, m: Value) {
         let id = m["id"].as_u64().unwrap_or(0);
         // A human's verdict on a prompt this session relayed goes back to the host, once.
-        if m["type"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("answer")) {
+        let kind = m["type"].as_str().map(|t| MessageType::stored(t.to_owned()));
+        if kind.is_some_and(|k| k.is(Meaning::Answer)) {
             if let Some(request_id) = m["reply_to"].as_u64().and_then(|q| self.permissions.lock().remove(&q)) {
                 let behavior = m["body"].as_str().unwrap_or("").trim().to_ascii_lowercase();
                 if crosstalk_schema::message::VERDICTS.contains(&behavior.as_str()) {

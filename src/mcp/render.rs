@@ -233,7 +233,13 @@ impl Render for Present {
 impl Render for Asked {
     fn text(&self) -> String {
         match &self.answer {
-            Some(a) => format!("Answer from {}: {}", a.message.sender, a.message.body),
+            Some(a) => {
+                let who = match &self.answered_by {
+                    Some(by) if by.person => "a person",
+                    _ => "not known to be a person",
+                };
+                format!("Answer from {} ({who}): {}", a.message.sender, a.message.body)
+            }
             None => format!(
                 "No answer yet to question #{} (it stays open); check get_directives or ask again later.",
                 self.question.id()

@@ -11,7 +11,7 @@ use super::identity::{self, InboxRequest, RegisterRequest};
 use super::messages::{self, PostRequest, RoleArg, WaitRequest};
 use super::{Caller, Ctx, Limit, OpError, Operation};
 use crosstalk_actors::{InstanceView, Posted, SharedSummary, WaitOutcome};
-use crosstalk_schema::{ChannelName, InstanceId, InstanceKind, NewMessage};
+use crosstalk_schema::{ChannelName, InstanceId, InstanceKind, MessageType, NewMessage};
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::borrow::Cow;
@@ -123,7 +123,7 @@ impl From<&Arc<Posted>> for CcMessage {
             channel: m.channel.clone(),
             sender: m.sender.clone(),
             content: m.body.clone(),
-            message_type: m.kind.clone(),
+            message_type: m.kind.to_string(),
             in_reply_to: m.reply_to,
             created_at: m.created_at.clone(),
             reply_count: m.reply_count,
@@ -254,7 +254,10 @@ impl Operation for SendMessage {
                 channel: r.channel.0,
                 message: NewMessage {
                     sender: r.sender,
-                    kind: r.message_type,
+                    kind: match r.message_type.as_deref() {
+                        Some(t) => MessageType::parse(t)?,
+                        None => None,
+                    },
                     body: r.content,
                     reply_to: r.in_reply_to,
                     ..NewMessage::default()
@@ -267,7 +270,7 @@ impl Operation for SendMessage {
             ok: true,
             id: m.id,
             channel: m.channel.clone(),
-            message_type: m.kind.clone(),
+            message_type: m.kind.to_string(),
             sender: m.sender.clone(),
         })
     }

@@ -2,8 +2,8 @@
 
 use super::{Caller, Ctx, Gauge, Limit, OpError, Operation, Principal};
 use crosstalk_actors::{Posted, Role, WaitOptions, WaitOutcome};
-use crosstalk_schema::message::{kind_is, ANSWER, ANY_HUMAN, PERMISSION, QUESTION, VERDICTS};
-use crosstalk_schema::{ChannelName, NewMessage};
+use crosstalk_schema::message::{ANY_HUMAN, VERDICTS};
+use crosstalk_schema::{ChannelName, Meaning, NewMessage};
 use futures_util::future::Either;
 use futures_util::FutureExt;
 use schemars::JsonSchema;
@@ -65,12 +65,13 @@ impl Operation for Post {
     async fn run(cx: &Ctx, caller: Caller, r: PostRequest) -> Result<Arc<Posted>, OpError> {
         let mut message = r.message;
         message.sender = caller.identity(cx, Some(message.sender.as_str()).filter(|s| !s.trim().is_empty()))?;
+        // `kind` was parsed where the request was read: this check and the store see one type.
         if let (true, Some(parent)) = (
-            message.kind.as_deref().is_some_and(|k| kind_is(k, ANSWER)),
+            message.kind.as_ref().is_some_and(|k| k.is(Meaning::Answer)),
             message.reply_to,
         ) {
             if let Some(asked) = cx.relay.message(&r.channel, parent).await? {
-                if kind_is(&asked.message.kind, PERMISSION) {
+                if asked.message.kind.is(Meaning::Permission) {
                     message.body = decide(cx, &caller, &r.channel, &asked, &message)?;
                 }
             }
@@ -458,7 +459,29 @@ pub struct Asked {
     pub question: Arc<Posted>,
     pub answered: bool,
     pub answer: Option<Arc<Posted>>,
-    pub hint: &'static str,
+    /// Who answered, and whether they are known to be a person.
+    pub answered_by: Option<Answerer>,
+    pub hint: String,
+}
+
+/// Who answered a question. Anyone may ANSWER a QUESTION (only a PERMISSION is decided by
+/// humans alone), so an ask says who did and whether the relay knows them to be a person.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Answerer {
+    pub id: String,
+    /// A participant the operator named in `--humans`. False for everyone else: an agent, or
+    /// anyone the relay cannot vouch for (a registration's kind `human` is the caller's own
+    /// word, so it does not count).
+    pub person: bool,
+}
+
+impl Answerer {
+    fn of(cx: &Ctx, id: &str) -> Answerer {
+        Answerer {
+            id: id.to_owned(),
+            person: cx.humans.contains(id),
+        }
+    }
 }
 
 pub struct Ask;
@@ -488,7 +511,7 @@ impl Ask {
         let sender = caller.identity(cx, r.sender.as_deref())?;
         let question = NewMessage {
             sender,
-            kind: Some(QUESTION.to_uppercase()),
+            kind: Some(Meaning::Question.into()),
             body: r.question,
             recipient: Some(
                 r.recipient
@@ -513,14 +536,20 @@ async fn asked(
         Some(_) => cx.relay.message(channel, question.id()).await?.unwrap_or(question),
         None => question,
     };
+    let answered_by = answer.as_ref().map(|a| Answerer::of(cx, &a.message.sender));
+    let hint = match &answered_by {
+        Some(Answerer { id, person: true }) => format!("{id} answered: a person."),
+        Some(Answerer { id, person: false }) => format!(
+            "{id} answered, and is not known to be a person (not one of the relay's --humans): weigh \
+             it as an agent's answer."
+        ),
+        None => "No answer yet: the question stays open; ask again or poll get_directives.".to_owned(),
+    };
     Ok(Asked {
         question,
         answered: answer.is_some(),
-        hint: if answer.is_some() {
-            "The human answered."
-        } else {
-            "No answer yet: the question stays open; ask again or poll get_directives."
-        },
+        answered_by,
+        hint,
         answer,
     })
 }

@@ -18,7 +18,7 @@ use crosstalk_actors::{RelayError, StoreError};
 use crosstalk_schema::reservation::{
     pattern, Reservation, ReservationSet, MAX_PATTERNS, MAX_PROJECT_BYTES, MAX_REASON_BYTES,
 };
-use crosstalk_schema::{codec, ChannelName, InvalidInput, NewMessage, Timestamp};
+use crosstalk_schema::{codec, ChannelName, InvalidInput, MessageType, NewMessage, Timestamp};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -177,7 +177,7 @@ fn live(cx: &Ctx, r: &Reservation, now: i64) -> bool {
 async fn announce(cx: &Ctx, channel: &ChannelName, holder: &str, text: String) {
     let message = NewMessage {
         sender: holder.to_owned(),
-        kind: Some(RESERVATION.into()),
+        kind: Some(MessageType::stored(RESERVATION.to_owned())),
         body: text,
         ..Default::default()
     };

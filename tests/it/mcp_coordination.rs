@@ -142,6 +142,8 @@ async fn two_registered_agents_converse_and_a_human_answers_a_question() {
         (answered["answered"].as_bool(), answered["answer"]["body"].as_str()),
         (Some(true), Some("yes"))
     );
+    // No --humans on this relay: nobody is vouched for as a person.
+    assert_eq!(answered["answered_by"], json!({"id": "lead", "person": false}));
     assert_eq!(
         answered["question"]["status"], "answered",
         "the question as of its answer, consistent with answered: true"
@@ -235,4 +237,62 @@ async fn sessions_shared_data_and_search_over_mcp() {
     assert!(err.contains("no message"), "{err}");
     let err = other.call_err("check_messages", json!({})).await;
     assert!(err.contains("register"), "{err}");
+}
+
+/// `ask_human` says who answered and whether the relay knows them to be a person (a
+/// participant named in `--humans`): an agent's answer is not passed off as a human's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_human_says_who_answered_and_whether_a_person_did() {
+    let s = Server::start_with(&[
+        "--token",
+        "admin",
+        "--participants",
+        "asker:asker-tok,bot:bot-tok,dana:dana-tok",
+        "--humans",
+        "dana",
+    ]);
+    let asker = Mcp::connect_with(&s, client_with_token("asker-tok")).await;
+    // bot is an agent that registered as kind human: the caller's own word, so it is not
+    // vouched for. It answers over MCP, dana (one of --humans) over REST.
+    let bot = Mcp::connect_with(&s, client_with_token("bot-tok")).await;
+    bot.call_ok("register", json!({"instance_id": "bot", "kind": "human"}))
+        .await;
+    for (who, person, says) in [
+        ("bot", false, "(not known to be a person)"),
+        ("dana", true, "(a person)"),
+    ] {
+        let asking = {
+            let a = asker.clone_session();
+            tokio::spawn(async move {
+                a.call(
+                    "ask_human",
+                    json!({"channel": "q", "question": "ship it?", "timeout_s": 20}),
+                )
+                .await
+            })
+        };
+        let c = client_with_token("dana-tok");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let qid = loop {
+            let (_, d) = get_json(&c, &s.url("/api/channels/q/directives")).await;
+            if let Some(q) = d.as_array().and_then(|a| a.first()) {
+                break q["id"].clone();
+            }
+            assert!(Instant::now() < deadline, "the question never showed up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let answer = json!({"channel": "q", "sender": who, "type": "ANSWER", "body": "yes", "reply_to": qid});
+        if person {
+            post(&c, &s, "q", answer).await;
+        } else {
+            bot.call_ok("post_message", answer).await;
+        }
+        let r = asking.await.unwrap();
+        let got = &r["structuredContent"];
+        assert_eq!(got["answered_by"], json!({"id": who, "person": person}), "{r}");
+        let text = r["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains(&format!("Answer from {who} {says}")), "{text}");
+        let hint = got["hint"].as_str().unwrap();
+        assert_eq!(hint.contains("not known to be a person"), !person, "{hint}");
+    }
 }

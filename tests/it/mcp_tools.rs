@@ -146,7 +146,10 @@ async fn post_get_and_list_share_the_rest_relay() {
         )
         .await;
     assert_eq!(posted["channel"], "dev");
-    assert_eq!(posted["type"], "question");
+    assert_eq!(
+        posted["type"], "QUESTION",
+        "a meaningful type is stored in its one spelling"
+    );
     assert_eq!(posted["recipient"], "bob");
     let id = posted["id"].as_u64().unwrap();
     // The same message through REST, field for field.

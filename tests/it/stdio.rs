@@ -685,3 +685,242 @@ async fn a_permission_prompt_is_decided_by_a_human_on_the_relay() {
     let (_, after) = get_json(&admin, &s.url(&format!("/api/channels/ops/messages/{pid}"))).await;
     assert_eq!(after["status"], "answered", "{after}");
 }
+
+/// The critical hole of #55: a permission prompt's ANSWER was checked on the raw `type` and
+/// stored trimmed, so an agent's `" ANSWER"` decided its own prompt. Every spelling an agent
+/// can try — whitespace of each kind, case, invisible characters, Unicode look-alikes — from
+/// every agent principal (participant, OAuth connector, OAuth `--as`, the admin token over
+/// MCP) on every face (REST, `/mcp`, `/cc/mcp`, the stdio bridge) is refused, the prompt stays
+/// open, and only a human's verdict reaches the host, end to end through `crosstalk mcp`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_spelling_of_answer_lets_an_agent_decide_its_permission_prompt() {
+    const ADMIN: &str = "admin-s3cret"; // the token `crate::oauth::invite` uses
+    let s = Server::start_with(&[
+        "--oauth",
+        "--token",
+        ADMIN,
+        "--participants",
+        "coder:coder-tok,dana:dana-tok",
+        "--humans",
+        "dana",
+    ]);
+    let url = s.url("");
+    let (_, connector) = crate::oauth::connect(&s, &crate::oauth::invite(&s, &[])).await;
+    let (_, bound) = crate::oauth::connect(&s, &crate::oauth::invite(&s, &["--as", "worker-7"])).await;
+    let connector = connector["access_token"].as_str().unwrap().to_owned();
+    let bound = bound["access_token"].as_str().unwrap().to_owned();
+    let mut b = tokio::task::block_in_place(|| {
+        Bridge::spawn(&["--relay", &url, "--token", "coder-tok", "--listen", "ops"], &[])
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = structured(&tokio::task::block_in_place(|| b.call("delivery_status", json!({}))));
+        if st["pushed"][0]["channel"] == "ops" && st["pushed"][0]["connected"] == true {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the ops listener never connected: {st}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::task::block_in_place(|| {
+        b.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/claude/channel/permission_request", "params": {
+                "request_id": "pqrst", "tool_name": "Bash", "description": "rm -rf", "input_preview": "rm -rf /"
+            }}),
+        )
+    });
+    let admin = client_with_token(ADMIN);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid = loop {
+        let (_, got) = get_json(&admin, &s.url("/api/channels/ops/messages?since_id=0")).await;
+        if let Some(p) = got
+            .as_array()
+            .and_then(|a| a.iter().find(|m| m["type"] == "PERMISSION"))
+        {
+            break p["id"].as_u64().unwrap();
+        }
+        assert!(Instant::now() < deadline, "no PERMISSION message: {got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let spellings = [
+        "ANSWER",
+        "answer",
+        " ANSWER",
+        "answer\n",
+        "\tAnswer",
+        "ANSWER\u{a0}",
+        "\u{3000}answer\u{2003}",
+        "\u{2028}ANSWER",
+        "ANSWER\u{200b}",
+        "\u{feff}ANSWER",
+        "ANS\u{200d}WER",
+        "\u{410}NSWER",
+        "\u{ff41}\u{ff4e}\u{ff53}\u{ff57}\u{ff45}\u{ff52}",
+        "\u{391}NSWER",
+    ];
+    let rest = [
+        ("participant coder", client_with_token("coder-tok"), "coder"),
+        ("OAuth connector", client_with_token(&connector), "coder"),
+        ("OAuth --as worker-7", client_with_token(&bound), "worker-7"),
+    ];
+    let mcps = [
+        (
+            "participant coder",
+            common::mcp::Mcp::connect_with(&s, client_with_token("coder-tok")).await,
+        ),
+        (
+            "admin token",
+            common::mcp::Mcp::connect_with(&s, client_with_token(ADMIN)).await,
+        ),
+        (
+            "OAuth connector",
+            common::mcp::Mcp::connect_with(&s, client_with_token(&connector)).await,
+        ),
+        (
+            "OAuth --as worker-7",
+            common::mcp::Mcp::connect_with(&s, client_with_token(&bound)).await,
+        ),
+    ];
+    let cc = common::mcp::Mcp::connect_at(&s, "/cc/mcp", client_with_token(ADMIN)).await;
+    let mut tried = 0;
+    for kind in spellings {
+        for verdict in ["allow", " Allow\n"] {
+            let post = json!({"type": kind, "body": verdict, "reply_to": pid});
+            for (who, c, sender) in &rest {
+                let mut body = post.clone();
+                body["sender"] = json!(sender);
+                let (st, e) = request(c, "POST", &s.url("/api/channels/ops/messages"), Some(body), None).await;
+                assert!(st == 403 || st == 400, "{who} over REST with type {kind:?}: {st} {e}");
+                tried += 1;
+            }
+            for (who, m) in &mcps {
+                let mut args = post.clone();
+                args["channel"] = json!("ops");
+                args["sender"] = json!("dana");
+                let r = m
+                    .request("tools/call", json!({"name": "post_message", "arguments": args}))
+                    .await;
+                let refused = r.message.get("error").is_some() || r.message["result"]["isError"] == true;
+                assert!(refused, "{who} over /mcp with type {kind:?}: {}", r.message);
+                tried += 1;
+            }
+            let r = cc
+                .request(
+                    "tools/call",
+                    json!({"name": "send_message", "arguments":
+                        {"channel": "ops", "sender": "dana", "content": verdict, "message_type": kind, "in_reply_to": pid}}),
+                )
+                .await;
+            let refused = r.message.get("error").is_some() || r.message["result"]["isError"] == true;
+            assert!(refused, "admin over /cc/mcp with type {kind:?}: {}", r.message);
+            let r = tokio::task::block_in_place(|| {
+                b.request(
+                    "tools/call",
+                    json!({"name": "post_message", "arguments":
+                        {"channel": "ops", "type": kind, "body": verdict, "reply_to": pid}}),
+                )
+            });
+            let refused = r.get("error").is_some() || r["result"]["isError"] == true;
+            assert!(refused, "the agent through crosstalk mcp with type {kind:?}: {r}");
+            tried += 2;
+        }
+    }
+    assert_eq!(tried, spellings.len() * 2 * 9);
+    // Nothing was decided: the prompt is open, no ANSWER is stored, the host heard nothing.
+    let (_, prompt) = get_json(&admin, &s.url(&format!("/api/channels/ops/messages/{pid}"))).await;
+    assert_eq!(prompt["status"], "open", "{prompt}");
+    let (_, all) = get_json(&admin, &s.url("/api/channels/ops/messages?since_id=0&limit=1000")).await;
+    let stored: Vec<&Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["reply_to"] == pid)
+        .collect();
+    assert!(
+        stored.is_empty(),
+        "an agent's reply to the prompt was stored: {stored:?}"
+    );
+    let early = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/claude/channel/permission",
+            Duration::from_millis(300),
+        )
+    });
+    assert!(
+        early.is_none(),
+        "a verdict reached the host before any human gave one: {early:?}"
+    );
+    // A human's verdict, in a loose spelling, is the one the host hears, and is stored in the
+    // one spelling.
+    let (st, e) = request(
+        &client_with_token("dana-tok"),
+        "POST",
+        &s.url("/api/channels/ops/messages"),
+        Some(json!({"sender": "dana", "type": "\tanswer\u{a0}", "body": " Deny\n", "reply_to": pid})),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(e["type"], "ANSWER", "{e}");
+    let verdict = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/claude/channel/permission",
+            Duration::from_secs(5),
+        )
+    })
+    .expect("the human's verdict never reached the host");
+    assert_eq!(verdict["params"], json!({"request_id": "pqrst", "behavior": "deny"}));
+    tokio::task::block_in_place(|| b.close());
+}
+
+/// On a relay without tokens, the rule is "an identity registered as an agent never decides":
+/// it held on the raw sender and type too, so it is tried with the same spellings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_relay_without_tokens_a_registered_agent_decides_nothing() {
+    let s = Server::start();
+    let c = client();
+    let (st, e) = request(
+        &c,
+        "POST",
+        &s.url("/api/register"),
+        Some(json!({"instance_id": "bot", "kind": "agent"})),
+        Some("bot-session"),
+    )
+    .await;
+    assert!(st < 300, "{st} {e}");
+    let asked = common::post(
+        &c,
+        &s,
+        "ops",
+        json!({"sender": "host", "type": "PERMISSION", "body": "Allow Bash?", "recipient": "any-human"}),
+    )
+    .await;
+    let pid = asked["id"].as_u64().unwrap();
+    for kind in [
+        " ANSWER",
+        "answer\n",
+        "\tAnswer",
+        "ANSWER\u{a0}",
+        "ANSWER\u{200b}",
+        "\u{410}NSWER",
+    ] {
+        for sender in ["bot", " bot", "bot\u{a0}", "\tbot\n"] {
+            let body = json!({"sender": sender, "type": kind, "body": "allow", "reply_to": pid});
+            let (st, e) = request(
+                &c,
+                "POST",
+                &s.url("/api/channels/ops/messages"),
+                Some(body),
+                Some("bot-session"),
+            )
+            .await;
+            assert!(st == 403 || st == 400, "{sender:?} with {kind:?}: {st} {e}");
+            assert!(!e["error"].as_str().unwrap().contains("another session"), "{e}");
+        }
+    }
+    let (_, prompt) = get_json(&c, &s.url(&format!("/api/channels/ops/messages/{pid}"))).await;
+    assert_eq!(prompt["status"], "open", "{prompt}");
+    // The rule still lets a person through: an identity that is not a registered agent.
+    let body = json!({"sender": "lee", "type": " answer ", "body": "deny", "reply_to": pid});
+    let (st, e) = request(&c, "POST", &s.url("/api/channels/ops/messages"), Some(body), None).await;
+    assert_eq!((st, e["type"].as_str()), (200, Some("ANSWER")), "{e}");
+}

@@ -3,8 +3,8 @@
 use super::Relay;
 use crate::error::RelayError;
 use crate::view::{Posted, Scan};
-use crosstalk_schema::message::{ANY_HUMAN, DIRECTIVE, INTERRUPT};
-use crosstalk_schema::{kind_is, ChannelName};
+use crosstalk_schema::message::ANY_HUMAN;
+use crosstalk_schema::{ChannelName, Meaning};
 use std::sync::Arc;
 
 /// What `get_directives` returns.
@@ -53,7 +53,7 @@ impl Relay {
             let done = scanned == cursor;
             cursor = scanned;
             directives.extend(batch.into_iter().filter(|p| {
-                (kind_is(&p.message.kind, INTERRUPT) || kind_is(&p.message.kind, DIRECTIVE))
+                matches!(p.message.kind.meaning(), Meaning::Interrupt | Meaning::Directive)
                     && for_recipient(p.message.recipient.as_deref(), recipient)
             }));
             if done || cursor >= view.last_id() {

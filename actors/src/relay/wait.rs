@@ -6,7 +6,7 @@ use crate::channel::{BeginWait, ChannelHandle, EndWait, Role, WaitControl};
 use crate::error::RelayError;
 use crate::presence::Heartbeat;
 use crate::view::{Posted, Scan};
-use crosstalk_schema::{kind_is, ChannelName};
+use crosstalk_schema::{ChannelName, Meaning};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,7 +142,7 @@ impl Relay {
                     metrics::histogram!("crosstalk_wake_seconds", "reader" => "wait")
                         .record(view.since_published().as_secs_f64());
                 }
-                let outcome = if me.is_some() && found.iter().any(|p| kind_is(&p.message.kind, "done")) {
+                let outcome = if me.is_some() && found.iter().any(|p| p.message.kind.is(Meaning::Done)) {
                     WaitOutcome::Done
                 } else {
                     WaitOutcome::Messages

@@ -18,7 +18,7 @@ fn ch(name: &str) -> ChannelName {
 fn msg(sender: &str, kind: Option<&str>, body: &str) -> NewMessage {
     NewMessage {
         sender: sender.into(),
-        kind: kind.map(str::to_owned),
+        kind: kind.and_then(|k| crosstalk_schema::MessageType::parse(k).unwrap()),
         body: body.into(),
         ..Default::default()
     }
