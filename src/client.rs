@@ -74,37 +74,76 @@ pub fn tls() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Whether the relay may fetch from `ip`: not loopback, private, link-local, unique-local,
-/// shared (CGNAT), multicast, unspecified or documentation space.
+/// Whether the relay may fetch from `ip` (a webhook's receiver, a client's metadata document):
+/// only an address that is globally reachable by the IANA special-purpose address registries
+/// of both families. Refused: IPv4's this-network, private, shared (CGNAT), loopback,
+/// link-local, IETF protocol, documentation, 6to4-relay, benchmarking (198.18.0.0/15),
+/// reserved (240.0.0.0/4), multicast and broadcast space; for IPv6, everything outside global
+/// unicast (2000::/3), and inside it the IETF protocol block (Teredo among it),
+/// documentation and the SRv6 SIDs. An IPv4 address embedded in an IPv6 one (IPv4-mapped,
+/// NAT64's 64:ff9b::/96, 6to4's 2002::/16) is unwrapped and judged as IPv4; the deprecated
+/// IPv4-compatible `::a.b.c.d` and IPv4-translated forms are refused outright.
 pub fn public(ip: std::net::IpAddr) -> bool {
-    use std::net::IpAddr;
+    use std::net::{IpAddr, Ipv4Addr};
     match ip {
         IpAddr::V4(v4) => {
-            let o = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_multicast()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_documentation()
-                || (o[0] == 100 && (64..128).contains(&o[1]))
-                || o[0] == 0)
+            let a = u32::from(v4);
+            !NOT_PUBLIC_V4
+                .iter()
+                .any(|&(net, len)| a >> (32 - len) == u32::from(net) >> (32 - len))
         }
         IpAddr::V6(v6) => {
+            let a = u128::from(v6);
+            let within = |net: u128, len: u32| a >> (128 - len) == net >> (128 - len);
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return public(IpAddr::V4(v4));
             }
-            let s = v6.segments();
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00
-                || (s[0] & 0xffc0) == 0xfe80
-                || s[0] == 0x2001 && s[1] == 0x0db8)
+            // NAT64 (RFC 6052's well-known prefix): the low 32 bits are the IPv4 destination.
+            if within(0x0064_ff9b_0000_0000_0000_0000_0000_0000, 96) {
+                return public(IpAddr::V4(Ipv4Addr::from(a as u32)));
+            }
+            // 6to4 (RFC 3056): bits 16..48 are the IPv4 address of the relay that is reached.
+            if within(0x2002_0000_0000_0000_0000_0000_0000_0000, 16) {
+                return public(IpAddr::V4(Ipv4Addr::from((a >> 80) as u32)));
+            }
+            within(0x2000_0000_0000_0000_0000_0000_0000_0000, 3)
+                && !NOT_PUBLIC_V6_GLOBAL.iter().any(|&(net, len)| within(net, len))
         }
     }
 }
+
+/// IPv4 blocks that are not globally reachable (IANA IPv4 Special-Purpose Address Registry,
+/// plus multicast), as (network, prefix length).
+const NOT_PUBLIC_V4: [(std::net::Ipv4Addr, u32); 16] = {
+    use std::net::Ipv4Addr as A;
+    [
+        (A::new(0, 0, 0, 0), 8),          // "this network"
+        (A::new(10, 0, 0, 0), 8),         // private
+        (A::new(100, 64, 0, 0), 10),      // shared address space (CGNAT)
+        (A::new(127, 0, 0, 0), 8),        // loopback
+        (A::new(169, 254, 0, 0), 16),     // link-local (cloud metadata lives here)
+        (A::new(172, 16, 0, 0), 12),      // private
+        (A::new(192, 0, 0, 0), 24),       // IETF protocol assignments
+        (A::new(192, 0, 2, 0), 24),       // TEST-NET-1
+        (A::new(192, 88, 99, 0), 24),     // 6to4 relay anycast (deprecated)
+        (A::new(192, 168, 0, 0), 16),     // private
+        (A::new(198, 18, 0, 0), 15),      // benchmarking
+        (A::new(198, 51, 100, 0), 24),    // TEST-NET-2
+        (A::new(203, 0, 113, 0), 24),     // TEST-NET-3
+        (A::new(224, 0, 0, 0), 4),        // multicast
+        (A::new(240, 0, 0, 0), 4),        // reserved for future use
+        (A::new(255, 255, 255, 255), 32), // limited broadcast
+    ]
+};
+
+/// Blocks inside global unicast (2000::/3) that are not globally reachable (IANA IPv6
+/// Special-Purpose Address Registry), as (network, prefix length).
+const NOT_PUBLIC_V6_GLOBAL: [(u128, u32); 4] = [
+    (0x2001_0000_0000_0000_0000_0000_0000_0000, 23), // IETF protocol assignments, Teredo
+    (0x2001_0db8_0000_0000_0000_0000_0000_0000, 32), // documentation
+    (0x3fff_0000_0000_0000_0000_0000_0000_0000, 20), // documentation (RFC 9637)
+    (0x5f00_0000_0000_0000_0000_0000_0000_0000, 16), // SRv6 SIDs
+];
 
 /// Why an outbound request the relay makes on someone's say-so cannot be made.
 #[derive(Debug)]
@@ -304,4 +343,100 @@ pub fn root(e: &(dyn std::error::Error + 'static)) -> String {
 /// `s` as one URL path segment or query value.
 pub fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::public;
+
+    /// The filter as a table: every special-purpose block of both registries, the embedded
+    /// IPv4 forms, and public addresses on either side of each edge. No connection is made.
+    #[test]
+    fn only_globally_reachable_addresses_are_public() {
+        let refused = [
+            // IPv4
+            "0.0.0.0",
+            "0.255.255.255",
+            "10.0.0.1",
+            "100.64.0.1",
+            "100.127.255.255",
+            "127.0.0.1",
+            "127.255.255.254",
+            "169.254.169.254",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.0.0.8",
+            "192.0.2.1",
+            "192.88.99.1",
+            "192.168.1.1",
+            "198.18.0.1",
+            "198.19.255.255",
+            "198.51.100.7",
+            "203.0.113.9",
+            "224.0.0.1",
+            "239.255.255.255",
+            "240.0.0.1",
+            "250.1.2.3",
+            "255.255.255.255",
+            // IPv6
+            "::",
+            "::1",
+            "::127.0.0.1",      // IPv4-compatible (deprecated)
+            "::8.8.8.8",        // IPv4-compatible, even of a public address
+            "::ffff:0:8.8.8.8", // IPv4-translated
+            "::ffff:10.0.0.1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "64:ff9b::10.0.0.1",
+            "64:ff9b::127.0.0.1",
+            "64:ff9b::169.254.169.254",
+            "64:ff9b:1::8.8.8.8", // local-use NAT64
+            "100::1",
+            "2001::1", // Teredo
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:2::1",  // benchmarking
+            "2001:10::1", // ORCHID
+            "2001:db8::1",
+            "2002:0a00:0001::1", // 6to4 of 10.0.0.1
+            "2002:7f00:0001::1", // 6to4 of 127.0.0.1
+            "2002:c0a8:0101::",  // 6to4 of 192.168.1.1
+            "3fff::1",
+            "5f00::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "fec0::1",
+            "ff02::1",
+            "1000::1", // unassigned, outside global unicast
+            "4000::1",
+        ];
+        for ip in refused {
+            assert!(!public(ip.parse().unwrap()), "{ip} must not be public");
+        }
+        let allowed = [
+            "1.1.1.1",
+            "8.8.8.8",
+            "93.184.216.34",
+            "100.63.255.255",
+            "100.128.0.0",
+            "172.15.255.255",
+            "172.32.0.0",
+            "192.0.1.0",
+            "192.169.0.0",
+            "198.17.255.255",
+            "198.20.0.0",
+            "223.255.255.255",
+            "::ffff:8.8.8.8",
+            "64:ff9b::8.8.8.8",
+            "2002:0808:0808::1", // 6to4 of 8.8.8.8
+            "2001:200::1",       // just past 2001::/23
+            "2001:db9::1",
+            "2606:4700:4700::1111",
+            "2a00:1450:4001::1",
+            "3ffe:ffff::1",
+        ];
+        for ip in allowed {
+            assert!(public(ip.parse().unwrap()), "{ip} must be public");
+        }
+    }
 }
