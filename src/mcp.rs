@@ -209,13 +209,10 @@ impl CrosstalkMcp {
 /// header; `None` when it does not choose.
 fn requested_tools(context: &RequestContext<RoleServer>) -> Option<Result<tools::ToolChoice, String>> {
     let parts = context.extensions.get::<http::request::Parts>()?;
-    let in_query = parts.uri.query().and_then(|q| {
-        q.split('&')
-            .filter_map(|pair| pair.split_once('='))
-            .find(|(k, _)| *k == "tools")
-            .map(|(_, v)| v.to_owned())
-    });
-    in_query.or_else(|| header(context, TOOLS_HEADER)).map(|v| v.parse())
+    tools::choice(
+        parts.uri.query().unwrap_or(""),
+        header(context, TOOLS_HEADER).as_deref(),
+    )
 }
 
 /// The header that chooses the tool set (as `?tools=` does).

@@ -21,7 +21,7 @@ use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::Next;
-use actix_web::{web, HttpMessage, ResponseError};
+use actix_web::{web, HttpMessage, HttpResponse, ResponseError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -267,11 +267,13 @@ pub async fn bind(
         },
         _ => None,
     };
-    let mut res = next.call(req).await?;
+    let res = next.call(req).await?;
     if deleting && res.status() == StatusCode::ACCEPTED {
         // The session is gone when the DELETE returns: 204, which every SDK accepts (the
-        // Python SDK warns on 202).
-        *res.response_mut().status_mut() = StatusCode::NO_CONTENT;
+        // Python SDK warns on 202). A 204 has no body: rmcp's empty chunked one, kept, reached
+        // the wire as a stray `0\r\n\r\n` that the client read as the next answer's start.
+        let gone = HttpResponse::NoContent().finish();
+        return Ok(res.into_response(gone).map_into_right_body());
     }
     Ok(match stream {
         Some((held, open)) => res.map_body(|_, body| {

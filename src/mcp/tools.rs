@@ -378,6 +378,18 @@ impl std::str::FromStr for ToolChoice {
     }
 }
 
+/// The tool set a request chooses: the `tools=` of its query string, else its
+/// `X-Crosstalk-Tools` header (blank counts as none); `None` when it does not choose.
+pub fn choice(query: &str, header: Option<&str>) -> Option<Result<ToolChoice, String>> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(k, _)| *k == "tools")
+        .map(|(_, v)| v)
+        .or(header.map(str::trim).filter(|h| !h.is_empty()))
+        .map(str::parse)
+}
+
 /// The tools a face offers under a choice.
 pub fn offered(face: Face, choice: ToolChoice) -> Vec<Tool> {
     match (face, choice) {

@@ -445,3 +445,140 @@ async fn standalone_stream_event_ids_are_unique_and_resume_replays_only_what_fol
     let (third_id, _) = next_json(&mut resumed).await.expect("live after the replay");
     assert!(third_id.parse::<u64>().unwrap() > second_id.parse::<u64>().unwrap());
 }
+
+/// A DELETE that ends a session answers 204 with no body at all: rmcp's empty chunked body,
+/// once kept under the rewritten status, reached the wire as a stray `0\r\n\r\n` that the next
+/// answer on the same connection started with (httpx: "illegal status line"). Read off the raw
+/// socket: the DELETE, then a second request on the same connection.
+#[tokio::test]
+async fn a_session_deleted_on_a_kept_connection_leaves_nothing_behind_on_it() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Server::start();
+    for path in ["/mcp", "/cc/mcp"] {
+        let m = Mcp::connect_at(&s, path, client()).await;
+        let sid = m.session.clone().expect("a session");
+        let addr = s.url("").trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!("DELETE {path} HTTP/1.1\r\nHost: {addr}\r\nmcp-session-id: {sid}\r\n\r\n");
+        sock.write_all(head.as_bytes()).await.unwrap();
+        sock.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        // Both answers: read until the second one's JSON body has closed.
+        while !String::from_utf8_lossy(&got).contains("\"status\"") || !got.ends_with(b"}") {
+            let mut buf = [0u8; 4096];
+            let n = tokio::time::timeout_at(deadline, sock.read(&mut buf))
+                .await
+                .expect("both answers within 10 s")
+                .unwrap();
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 204 No Content\r\n"), "{path}: {text}");
+        let (first, rest) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            !first.to_ascii_lowercase().contains("transfer-encoding"),
+            "{path}: {first}"
+        );
+        assert!(
+            rest.starts_with("HTTP/1.1 200 OK\r\n"),
+            "{path}: the 204 left bytes on the connection: {rest:?}"
+        );
+    }
+}
+
+/// JSON-RPC's own errors where rmcp would answer otherwise: a body that is not JSON is a parse
+/// error (-32700, HTTP 400, not 415), a known method whose params do not read is -32602 (not
+/// -32601 "method not found"), and a tool choice that is neither core nor full is refused on
+/// every request, `initialize` included, as docs/mcp.md says.
+#[tokio::test]
+async fn json_rpc_mistakes_get_json_rpc_errors() {
+    let s = Server::start();
+    let c = client();
+    let post = |url: String, body: String, headers: Vec<(&'static str, String)>| {
+        let c = c.clone();
+        async move {
+            let mut r = c
+                .post(url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream");
+            for (k, v) in headers {
+                r = r.header(k, v);
+            }
+            let r = r.body(body).send().await.unwrap();
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            // An answer may come as one SSE event.
+            let json = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .rfind(|d| !d.trim().is_empty())
+                .unwrap_or(&text)
+                .to_owned();
+            (status, serde_json::from_str::<Value>(&json).unwrap_or(Value::Null))
+        }
+    };
+    for bad in [
+        r#"{"jsonrpc":"2.0","id":1,"#,
+        "not json",
+        "{\"jsonrpc\":\"2.0\",\"id\":1}}",
+    ] {
+        let (st, v) = post(s.url("/mcp"), bad.into(), vec![]).await;
+        assert_eq!((st, v["error"]["code"].as_i64()), (400, Some(-32700)), "{bad}: {v}");
+        assert_eq!(v["jsonrpc"], "2.0", "{v}");
+    }
+    let m = Mcp::connect(&s).await;
+    let sid = m.session.clone().unwrap();
+    let session = || {
+        vec![
+            ("mcp-session-id", sid.clone()),
+            ("mcp-protocol-version", "2025-11-25".to_owned()),
+        ]
+    };
+    let cases = [
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "list_channels", "arguments": [1, 2]}}),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "list_channels", "arguments": "x"}}),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"arguments": {}}}),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "logging/setLevel", "params": {"level": "loud"}}),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "logging/setLevel", "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "resources/read", "params": {"uri": 5}}),
+    ];
+    for case in cases {
+        let (st, v) = post(s.url("/mcp"), case.to_string(), session()).await;
+        assert_eq!(
+            (st, v["error"]["code"].as_i64(), v["id"].as_i64()),
+            (200, Some(-32602), Some(7)),
+            "{case}: {v}"
+        );
+    }
+    // The same calls done right still work, and an unknown method is still -32601.
+    let (_, v) = post(
+        s.url("/mcp"),
+        json!({"jsonrpc": "2.0", "id": 8, "method": "logging/setLevel", "params": {"level": "info"}}).to_string(),
+        session(),
+    )
+    .await;
+    assert_eq!(v["result"], json!({}), "{v}");
+    let (_, v) = post(
+        s.url("/mcp"),
+        json!({"jsonrpc": "2.0", "id": 9, "method": "no/such", "params": {}}).to_string(),
+        session(),
+    )
+    .await;
+    assert_eq!(v["error"]["code"], -32601, "{v}");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    for (url, headers) in [
+        (s.url("/mcp?tools=bogus"), vec![]),
+        (s.url("/mcp"), vec![("x-crosstalk-tools", "everything".to_owned())]),
+    ] {
+        let (st, v) = post(url.clone(), init.to_string(), headers).await;
+        assert_eq!((st, v["error"]["code"].as_i64()), (400, Some(-32602)), "{url}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("core or full"), "{v}");
+    }
+    let (st, _) = post(s.url("/mcp?tools=core"), init.to_string(), vec![]).await;
+    assert_eq!(st, 200);
+}
