@@ -51,9 +51,20 @@ async fn a_lean_tool_list_by_query_header_or_flag() {
     // A request's choice beats the server's; a bad one is a clear error.
     let m = Mcp::connect_at(&s, "/mcp?tools=full", client()).await;
     assert_eq!(names_and_size(&m.ok("tools/list", Value::Null).await).0.len(), 22);
-    let m = Mcp::connect_at(&s, "/mcp?tools=most", client()).await;
-    let a = m.request("tools/list", Value::Null).await;
-    assert_eq!(a.message["error"]["code"], -32602, "{:?}", a.message);
+    // A choice that is neither is refused from the start: the session is never made.
+    let m = Mcp::unconnected_at(&s, "/mcp?tools=most", client());
+    let a = m
+        .request(
+            "initialize",
+            json!({"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+        )
+        .await;
+    assert_eq!(
+        (a.status, &a.message["error"]["code"]),
+        (400, &json!(-32602)),
+        "{:?}",
+        a.message
+    );
     assert!(a.message["error"]["message"].as_str().unwrap().contains("core or full"));
     // cross-claude's face keeps its own set whatever is asked.
     let cc = Mcp::connect_at(&s, "/cc/mcp?tools=core", client()).await;
