@@ -157,7 +157,8 @@ pub enum Meaning {
 }
 
 impl Meaning {
-    /// The types that carry meaning, each with the one spelling the relay stores and shows.
+    /// The types that carry meaning, each as the relay itself writes it (a poster's own
+    /// spelling, in any ASCII case, is kept as written).
     const SPELLED: [(Meaning, &'static str); 7] = [
         (Meaning::Message, "message"),
         (Meaning::Question, "QUESTION"),
@@ -168,7 +169,7 @@ impl Meaning {
         (Meaning::Done, "done"),
     ];
 
-    /// The stored spelling of a meaningful type (`None` for [`Meaning::Free`]).
+    /// How the relay writes a meaningful type (`None` for [`Meaning::Free`]).
     pub fn spelling(self) -> Option<&'static str> {
         Self::SPELLED.iter().find(|(m, _)| *m == self).map(|(_, s)| *s)
     }
@@ -189,8 +190,9 @@ impl Meaning {
 /// - a type is refused if it holds a control character, an invisible (default-ignorable)
 ///   character such as a zero-width space or a bidi override, or whitespace other than a plain
 ///   space;
-/// - a type that is one of the meaningful words in any ASCII case is that word, stored in its
-///   one spelling (`answer` is `ANSWER`);
+/// - a type that is one of the meaningful words in any ASCII case means that word, and is kept
+///   as written, as crosstalk-mcp keeps it (`DONE` stays `DONE`, `done` stays `done`): what it
+///   means is decided here, once, and carried with it;
 /// - a type that only looks like a meaningful word — Unicode look-alikes (Cyrillic `А`,
 ///   fullwidth `ＡＮＳＷＥＲ`, …, by the Unicode TR39 confusable skeleton) — is refused, so no
 ///   type can read as a meaningful one to a person while meaning nothing to the relay, or the
@@ -212,7 +214,7 @@ impl Default for MessageType {
 }
 
 impl From<Meaning> for MessageType {
-    /// A meaningful type in its one spelling; [`Meaning::Free`] has none and reads as `message`.
+    /// A meaningful type as the relay writes it; [`Meaning::Free`] has none and reads as `message`.
     fn from(meaning: Meaning) -> Self {
         let meaning = if meaning == Meaning::Free {
             Meaning::Message
@@ -248,7 +250,10 @@ impl MessageType {
         }
         let meaning = Meaning::of_word(text);
         if meaning != Meaning::Free {
-            return Ok(Some(meaning.into()));
+            return Ok(Some(MessageType {
+                text: text.to_owned(),
+                meaning,
+            }));
         }
         let looks = skeletons(text);
         if let Some((_, word)) = Meaning::SPELLED
@@ -552,8 +557,8 @@ mod tests {
     /// case) or refused. None is stored as something that reads like one and means another.
     #[test]
     fn a_type_is_parsed_into_one_form() {
+        let meaning = |raw: &str| MessageType::parse(raw).map(|t| t.map(|t| t.meaning()));
         let answer = |raw: &str| MessageType::parse(raw).map(|t| t.map(|t| (t.as_str().to_owned(), t.meaning())));
-        let is_answer = Ok(Some(("ANSWER".to_owned(), Meaning::Answer)));
         for raw in [
             "ANSWER",
             "answer",
@@ -572,7 +577,8 @@ mod tests {
             "\u{1680}answer",
             "\u{feff}ANSWER".trim_start_matches('\u{feff}'),
         ] {
-            assert_eq!(answer(raw), is_answer, "{raw:?}");
+            assert_eq!(meaning(raw), Ok(Some(Meaning::Answer)), "{raw:?}");
+            assert_eq!(answer(raw).unwrap().unwrap().0, raw.trim(), "kept as written, trimmed");
         }
         // Invisible characters, anywhere.
         for raw in [
@@ -643,16 +649,16 @@ mod tests {
         assert_eq!(answer("Übergabe"), Ok(Some(("Übergabe".to_owned(), Meaning::Free))));
         assert_eq!(answer("REQUEST"), Ok(Some(("REQUEST".to_owned(), Meaning::Free))));
         assert_eq!(answer(" \u{a0}\t"), Ok(None));
-        // Each meaningful word has one spelling.
-        for (raw, text, meaning) in [
-            ("question", "QUESTION", Meaning::Question),
-            ("Permission", "PERMISSION", Meaning::Permission),
-            ("directive", "DIRECTIVE", Meaning::Directive),
-            ("Interrupt", "INTERRUPT", Meaning::Interrupt),
-            ("DONE", "done", Meaning::Done),
-            ("MESSAGE", "message", Meaning::Message),
+        // Each meaningful word means itself in any case.
+        for (raw, want) in [
+            ("question", Meaning::Question),
+            ("Permission", Meaning::Permission),
+            ("directive", Meaning::Directive),
+            ("Interrupt", Meaning::Interrupt),
+            ("DONE", Meaning::Done),
+            ("MESSAGE", Meaning::Message),
         ] {
-            assert_eq!(answer(raw), Ok(Some((text.to_owned(), meaning))), "{raw:?}");
+            assert_eq!(meaning(raw), Ok(Some(want)), "{raw:?}");
         }
     }
 
@@ -663,7 +669,7 @@ mod tests {
         let read =
             |kind: &str| serde_json::from_value::<NewMessage>(serde_json::json!({"body": "allow", "type": kind}));
         assert_eq!(read(" ANSWER").unwrap().kind.unwrap().meaning(), Meaning::Answer);
-        assert_eq!(read("answer\n").unwrap().kind.unwrap().as_str(), "ANSWER");
+        assert_eq!(read("answer\n").unwrap().kind.unwrap().as_str(), "answer");
         assert!(read("ANSWER\u{200b}").unwrap_err().to_string().contains("invisible"));
         assert!(read("\u{410}NSWER")
             .unwrap_err()

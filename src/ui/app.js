@@ -361,27 +361,33 @@ function append(m) {
   track(m);
 }
 
+// Whether a message's type is one of the relay's meaningful words: ASCII letters in any case,
+// as the relay reads it (a type is kept as its poster wrote it: `answer` is an ANSWER).
+function is(type, word) {
+  return typeof type === "string" && /^[A-Za-z]+$/.test(type) && type.toUpperCase() === word;
+}
+
 // A QUESTION, or a PERMISSION (an agent host asking whether its agent may use a tool).
 function asks(type) {
-  return type === "QUESTION" || type === "PERMISSION";
+  return is(type, "QUESTION") || is(type, "PERMISSION");
 }
 
 // Open questions and permission prompts, from what this page has seen.
 function track(m) {
   if (asks(m.type) && m.status !== "answered") state.questions.set(m.id, m);
-  if (m.type === "ANSWER" && m.reply_to && state.questions.has(m.reply_to)) {
+  if (is(m.type, "ANSWER") && m.reply_to && state.questions.has(m.reply_to)) {
     const q = state.questions.get(m.reply_to);
     state.questions.delete(m.reply_to);
     const verdict = m.body.trim().toLowerCase();
-    markAnswered(m.reply_to, q.type === "PERMISSION" ? `${verdict === "allow" ? "allowed" : "denied"} by ${m.sender}` : "answered");
+    markAnswered(m.reply_to, is(q.type, "PERMISSION") ? `${verdict === "allow" ? "allowed" : "denied"} by ${m.sender}` : "answered");
   }
   renderQuestions();
-  if (asks(m.type) || m.type === "ANSWER") soon(refreshPresence);
+  if (asks(m.type) || is(m.type, "ANSWER")) soon(refreshPresence);
 }
 
 function kindClass(t) {
-  if (t === "QUESTION" || t === "PERMISSION") return "question";
-  if (t === "DIRECTIVE" || t === "INTERRUPT") return "directive";
+  if (asks(t)) return "question";
+  if (is(t, "DIRECTIVE") || is(t, "INTERRUPT")) return "directive";
   return "";
 }
 
@@ -568,7 +574,7 @@ function renderQuestions() {
   for (const q of state.questions.values()) {
     const li = el("li");
     li.dataset.id = q.id;
-    if (q.type === "PERMISSION") {
+    if (is(q.type, "PERMISSION")) {
       // A tool prompt: a human allows or denies it; the first verdict stands.
       li.className = "permission";
       li.append(el("div", "", `${q.sender} asks to use a tool (#${q.id}):`), el("div", "body", q.body));
@@ -643,7 +649,7 @@ async function post(fields) {
 
 function setReply(m) {
   state.replyTo = m;
-  if (m.type === "QUESTION") $("kind").value = "ANSWER";
+  if (is(m.type, "QUESTION")) $("kind").value = "ANSWER";
   renderReplying();
   $("body").focus();
 }

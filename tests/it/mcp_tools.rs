@@ -158,8 +158,8 @@ async fn post_get_and_list_share_the_rest_relay() {
         .await;
     assert_eq!(posted["channel"], "dev");
     assert_eq!(
-        posted["type"], "QUESTION",
-        "a meaningful type is stored in its one spelling"
+        posted["type"], "question",
+        "a type is kept as written, as crosstalk-mcp keeps it"
     );
     assert_eq!(posted["recipient"], "bob");
     let id = posted["id"].as_u64().unwrap();

@@ -849,8 +849,8 @@ async fn no_spelling_of_answer_lets_an_agent_decide_its_permission_prompt() {
         early.is_none(),
         "a verdict reached the host before any human gave one: {early:?}"
     );
-    // A human's verdict, in a loose spelling, is the one the host hears, and is stored in the
-    // one spelling.
+    // A human's verdict, in a loose spelling, is the one the host hears; the type is stored
+    // trimmed.
     let (st, e) = request(
         &client_with_token("dana-tok"),
         "POST",
@@ -860,7 +860,7 @@ async fn no_spelling_of_answer_lets_an_agent_decide_its_permission_prompt() {
     )
     .await;
     assert_eq!(st, 200, "{e}");
-    assert_eq!(e["type"], "ANSWER", "{e}");
+    assert_eq!(e["type"], "answer", "{e}");
     let verdict = tokio::task::block_in_place(|| {
         b.notified(
             |v| v["method"] == "notifications/claude/channel/permission",
@@ -922,5 +922,5 @@ async fn on_a_relay_without_tokens_a_registered_agent_decides_nothing() {
     // The rule still lets a person through: an identity that is not a registered agent.
     let body = json!({"sender": "lee", "type": " answer ", "body": "deny", "reply_to": pid});
     let (st, e) = request(&c, "POST", &s.url("/api/channels/ops/messages"), Some(body), None).await;
-    assert_eq!((st, e["type"].as_str()), (200, Some("ANSWER")), "{e}");
+    assert_eq!((st, e["type"].as_str()), (200, Some("answer")), "{e}");
 }
