@@ -418,3 +418,53 @@ async fn a_holder_and_a_reservation_are_bounded() {
     let (_, r) = reserve(&c, &s, json!({"holder": "bob", "paths": ["g.rs"], "project": "p"})).await;
     assert_eq!(r["granted"], true, "{r}");
 }
+
+/// What one request may make the relay compute is bounded: patterns are refused beyond 8
+/// wildcards or 32 segments, and a request whose comparison with its project would take more
+/// than its budget of steps is refused (429) with nothing stored, instead of holding a core
+/// for minutes. The heaviest patterns the rules allow, 64 against 64 held, are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn comparing_patterns_is_bounded_and_a_request_beyond_the_budget_is_refused() {
+    let s = Server::start();
+    let c = client();
+    for (paths, why) in [
+        (json!(["*?*?*?*?*"]), "at most 8 wildcards"),
+        (json!([vec!["a"; 33].join("/")]), "at most 32 segments"),
+    ] {
+        let (status, e) = reserve(&c, &s, json!({"holder": "z", "paths": paths})).await;
+        assert_eq!(status, 400, "{e}");
+        assert!(e["error"].as_str().unwrap().contains(why), "{e}");
+    }
+    // A long name against a long piece between two stars is the heaviest pair: 64 names
+    // against 64 such pieces is about 19 million steps, inside the budget of 20 million.
+    let names: Vec<String> = (0..64).map(|i| "a".repeat(510 - i)).collect();
+    let pieces: Vec<String> = (0..64).map(|i| format!("*{}b*", "a".repeat(507 - i))).collect();
+    let short = |v: &Value| {
+        format!(
+            "{} {}",
+            v["code"],
+            v["error"].as_str().unwrap_or("").get(..200).unwrap_or("")
+        )
+    };
+    let (status, r) = reserve(&c, &s, json!({"holder": "b", "paths": pieces, "project": "q"})).await;
+    assert_eq!((status, r["granted"].as_bool()), (200, Some(true)), "{}", short(&r));
+    let (status, r) = reserve(&c, &s, json!({"holder": "a", "paths": names, "project": "q"})).await;
+    assert_eq!((status, r["granted"].as_bool()), (200, Some(true)), "{}", short(&r));
+    // Twenty holders of 64 such pieces (shared, so they coexist): the same request would need
+    // twenty times that.
+    for i in 0..20 {
+        let body = json!({"holder": format!("b{i}"), "paths": pieces, "project": "p", "exclusive": false});
+        let (status, r) = reserve(&c, &s, body).await;
+        assert_eq!((status, r["granted"].as_bool()), (200, Some(true)), "{}", short(&r));
+    }
+    let (status, e) = reserve(&c, &s, json!({"holder": "a", "paths": names, "project": "p"})).await;
+    assert_eq!(
+        (status, e["code"].as_str()),
+        (429, Some("limit_reached")),
+        "{}",
+        short(&e)
+    );
+    assert!(e["error"].as_str().unwrap().contains("steps"), "{}", short(&e));
+    assert_eq!(listed(&c, &s, "?project=p&holder=a").await.len(), 0, "nothing stored");
+    assert_eq!(listed(&c, &s, "?project=p").await.len(), 20, "and nothing lost");
+}
