@@ -468,3 +468,36 @@ async fn comparing_patterns_is_bounded_and_a_request_beyond_the_budget_is_refuse
     assert_eq!(listed(&c, &s, "?project=p&holder=a").await.len(), 0, "nothing stored");
     assert_eq!(listed(&c, &s, "?project=p").await.len(), 20, "and nothing lost");
 }
+
+/// `LIB/X.RS` and `lib/x.rs` are one file on macOS and Windows: patterns are compared without
+/// regard to case, in every project, and each is kept and shown as it was written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_that_differ_only_in_case_are_one_path() {
+    let s = Server::start();
+    let c = client();
+    let (_, a) = reserve(
+        &c,
+        &s,
+        json!({"holder": "alice", "paths": ["lib/x.rs"], "project": "c"}),
+    )
+    .await;
+    assert_eq!(a["granted"], true, "{a}");
+    let (_, b) = reserve(&c, &s, json!({"holder": "bob", "paths": ["LIB/X.RS"], "project": "c"})).await;
+    assert_eq!(b["granted"], false, "{b}");
+    assert_eq!(b["conflicts"][0]["paths"], json!(["lib/x.rs"]), "{b}");
+    let (_, b) = reserve(&c, &s, json!({"holder": "bob", "paths": ["Docs/**"], "project": "c"})).await;
+    assert_eq!(b["granted"], true, "{b}");
+    let (_, e) = reserve(
+        &c,
+        &s,
+        json!({"holder": "erin", "paths": ["docs/README.md"], "project": "c"}),
+    )
+    .await;
+    assert_eq!(e["granted"], false, "{e}");
+    let held: Vec<Value> = listed(&c, &s, "?project=c")
+        .await
+        .iter()
+        .map(|r| r["paths"][0].clone())
+        .collect();
+    assert_eq!(held, [json!("lib/x.rs"), json!("Docs/**")], "kept as written");
+}

@@ -5,6 +5,9 @@
 //! of it is counted against a [`Work`] limit, so no input makes one comparison (or the many
 //! of one request) expensive.
 //!
+//! Letters are compared without regard to case ([`fold`]): a checkout on macOS or Windows
+//! cannot hold two paths that differ only in case, so no reservation may tell them apart.
+//!
 //! A pattern is a sequence of segments, among which `**` is a star (any number of segments);
 //! a segment is a sequence of characters, among which `*` is a star (any number of characters)
 //! and `?` any one character. Both levels are answered by one rule about sequences with stars:
@@ -65,6 +68,22 @@ impl Work {
     }
 }
 
+/// A character as it is compared: its lowercase, where that is one character (`L` as `l`,
+/// `Ä` as `ä`), so that `LIB/X.RS` and `lib/x.rs` are one path, as they are on the default
+/// file systems of macOS and Windows. A letter whose lowercase is longer (`İ`) is compared as
+/// it is, and so are spellings that differ in more than case (`ß` and `SS`, or `é` as one
+/// character or as `e` and an accent).
+fn fold(c: char) -> char {
+    if c.is_ascii() {
+        return c.to_ascii_lowercase();
+    }
+    let mut lower = c.to_lowercase();
+    match (lower.next(), lower.next()) {
+        (Some(l), None) => l,
+        _ => c,
+    }
+}
+
 /// One character of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Unit {
@@ -97,13 +116,13 @@ impl Glob {
         Glob::compile(p, |c| match c {
             '*' => Unit::Any,
             '?' => Unit::One,
-            c => Unit::Char(c),
+            c => Unit::Char(fold(c)),
         })
     }
 
-    /// A concrete path ([`super::path`]): every character stands for itself, `*` and `?` too.
+    /// A concrete path: every character stands for itself, `*` and `?` too.
     pub fn path(p: &str) -> Glob {
-        let glob = Glob::compile(p, Unit::Char);
+        let glob = Glob::compile(p, |c| Unit::Char(fold(c)));
         Glob {
             // A directory literally named `**` is a name like any other.
             segs: glob
@@ -392,6 +411,23 @@ mod tests {
         );
         assert!(!covers("src/?.rs", "src/**"), "nor is a path's ** a wildcard");
         assert!(covers("src/*", "src/**"));
+    }
+
+    #[test]
+    fn case_does_not_tell_paths_apart() {
+        let overlap = |a: &str, b: &str| {
+            Glob::pattern(a)
+                .overlaps(&Glob::pattern(b), &mut Work::unlimited())
+                .unwrap()
+        };
+        assert!(overlap("LIB/X.RS", "lib/x.rs"));
+        assert!(overlap("Src/**", "src/main.rs"));
+        assert!(overlap("*.RS", "main.rs"));
+        assert!(overlap("*ÄB*", "xäbx"), "non-ASCII letters too");
+        assert!(!overlap("lib/x.rs", "lib/y.rs"));
+        assert!(Glob::pattern("docs/*.MD")
+            .overlaps(&Glob::path("DOCS/Readme.md"), &mut Work::unlimited())
+            .unwrap());
     }
 
     #[test]
