@@ -152,14 +152,48 @@ pub fn overlap(a: &str, b: &str) -> bool {
         .unwrap_or(true)
 }
 
-/// Whether `path` (a concrete path) falls under `pattern`.
+/// Whether `path` (a concrete path, as [`path`] reads it) falls under `pattern`.
 pub fn matches(pattern: &str, path: &str) -> bool {
-    match self::pattern(path) {
-        Ok(path) => Glob::pattern(pattern)
-            .overlaps(&Glob::path(&path), &mut Work::unlimited())
-            .unwrap_or(true),
-        Err(_) => false,
+    Glob::pattern(pattern)
+        .overlaps(&Glob::path(path), &mut Work::unlimited())
+        .unwrap_or(true)
+}
+
+/// Why a path cannot be checked against reservations: no pattern could spell it as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unfit {
+    #[error("its name is not UTF-8")]
+    NotUtf8,
+    #[error("it has a control character ({0:?})")]
+    Control(char),
+    #[error("it is {0} bytes long; reservation patterns are at most {MAX_PATTERN_BYTES}")]
+    TooLong(usize),
+    #[error("it has a \\, which reservation patterns read as /")]
+    Backslash,
+    #[error("it begins or ends with a space, which reservation patterns drop")]
+    Spaces,
+}
+
+/// A path as git names it (`/`-separated, relative to the repository's root), if it can be
+/// checked against reservations as it is: UTF-8, with no control character, at most
+/// [`MAX_PATTERN_BYTES`] long, and nothing the pattern rules would rewrite (a `\`, spaces
+/// around it). A path deeper than [`MAX_SEGMENTS`], or with `*` or `?` in a name, is checked
+/// as it is: those limits bound what comparing two patterns costs the relay.
+pub fn path(raw: &[u8]) -> Result<&str, Unfit> {
+    let p = std::str::from_utf8(raw).map_err(|_| Unfit::NotUtf8)?;
+    if let Some(c) = p.chars().find(|c| c.is_control()) {
+        return Err(Unfit::Control(c));
     }
+    if p.len() > MAX_PATTERN_BYTES {
+        return Err(Unfit::TooLong(p.len()));
+    }
+    if p.contains('\\') {
+        return Err(Unfit::Backslash);
+    }
+    if p.trim() != p {
+        return Err(Unfit::Spaces);
+    }
+    Ok(p)
 }
 
 #[cfg(test)]
@@ -206,6 +240,20 @@ mod tests {
             assert!(!overlap(a, b), "{a} and {b} are disjoint");
             assert!(!overlap(b, a), "{b} and {a} are disjoint");
         }
+    }
+
+    #[test]
+    fn a_path_that_no_pattern_could_spell_cannot_be_checked() {
+        assert_eq!(path(b"src/main.rs"), Ok("src/main.rs"));
+        assert_eq!(path(b"src/a*b?.rs"), Ok("src/a*b?.rs"), "checked as it is");
+        assert!(path(["d"; 40].join("/").as_bytes()).is_ok(), "deep paths too");
+        assert_eq!(path(b"src/a\tb.rs"), Err(Unfit::Control('\t')));
+        assert_eq!(path(b"src/\x01.rs"), Err(Unfit::Control('\u{1}')));
+        assert_eq!(path(b"src/\xff.rs"), Err(Unfit::NotUtf8));
+        assert_eq!(path("x".repeat(762).as_bytes()), Err(Unfit::TooLong(762)));
+        assert_eq!(path(b"src\\x.rs"), Err(Unfit::Backslash));
+        assert_eq!(path(b"src/x.rs "), Err(Unfit::Spaces));
+        assert!(Unfit::Control('\t').to_string().contains("control character ('\\t')"));
     }
 
     #[test]

@@ -501,3 +501,67 @@ async fn paths_that_differ_only_in_case_are_one_path() {
         .collect();
     assert_eq!(held, [json!("lib/x.rs"), json!("Docs/**")], "kept as written");
 }
+
+/// `crosstalk guard` checks every staged path as it is, case aside, and refuses one it cannot
+/// check (a name no reservation pattern could spell: a tab or another control character in it,
+/// or longer than a pattern may be), saying why, whoever holds what.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_refuses_a_path_it_cannot_check() {
+    let s = Server::start();
+    let c = client();
+    let (_, r) = reserve(
+        &c,
+        &s,
+        json!({"holder": "alice", "paths": ["src/**"], "project": "demo"}),
+    )
+    .await;
+    assert_eq!(r["granted"], true);
+    let repo = tempfile::tempdir().unwrap();
+    let dir = repo.path();
+    git(dir, &["init", "-q"]);
+    let long = format!("src/{}/{}/{}.rs", "d".repeat(251), "e".repeat(252), "f".repeat(250));
+    assert_eq!(long.len(), 762);
+    let unfit = ["src/a\tb.rs", "src/ctl\u{1}.rs", long.as_str()];
+    for p in unfit.iter().chain(&["SRC/Main.rs", "docs/ok.md"]) {
+        let file = dir.join(p);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, "x\n").unwrap();
+    }
+    git(dir, &["add", "."]);
+    let guard = |who: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+            .current_dir(dir)
+            .args(["guard", "--as", who, "--project", "demo", "--relay", &s.url("")])
+            .env_remove("CROSSTALK_TOKEN")
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = guard("bob");
+    assert_eq!(code, Some(1), "{err}");
+    for why in [
+        "\"src/a\\tb.rs\": cannot be checked against reservations: it has a control character ('\\t')",
+        "\"src/ctl\\u{1}.rs\": cannot be checked against reservations: it has a control character ('\\u{1}')",
+        "cannot be checked against reservations: it is 762 bytes long; reservation patterns are at most 512",
+        "SRC/Main.rs: held by alice (src/**, exclusive",
+        "1 staged path(s) are held by another agent and 3 cannot be checked",
+    ] {
+        assert!(err.contains(why), "{why:?} not in:\n{err}");
+    }
+    assert!(!err.contains("docs/ok.md"), "{err}");
+    assert!(
+        !err.contains('\u{1}'),
+        "no control character reaches the terminal: {err:?}"
+    );
+    // The holder is not stopped by its own reservation, but the unfit paths still are.
+    let (code, err) = guard("alice");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("3 staged path(s) cannot be checked against reservations; rename them"),
+        "{err}"
+    );
+    let mut unstage = vec!["rm", "-q", "--cached", "--"];
+    unstage.extend(unfit);
+    git(dir, &unstage);
+    assert_eq!(guard("alice"), (Some(0), String::new()));
+}
