@@ -123,6 +123,11 @@ pub struct ServeArgs {
     /// [env: CROSSTALK_MAX_SESSIONS_PER_PRINCIPAL] [default: 1024]
     #[arg(long, help_heading = "Limits")]
     pub max_sessions_per_principal: Option<usize>,
+    /// Most MCP sessions a token of one client (a participant's, an OAuth connection's) may hold
+    /// open; the lower of this and --max-sessions-per-principal applies to it
+    /// [env: CROSSTALK_MAX_SESSIONS_PER_PARTICIPANT] [default: 64]
+    #[arg(long, help_heading = "Limits")]
+    pub max_sessions_per_participant: Option<usize>,
     /// Requests a second each token may make, bursts up to one second's worth; 0 for no limit
     /// [env: CROSSTALK_RATE_LIMIT] [default: 1000]
     #[arg(long, help_heading = "Limits")]
@@ -266,6 +271,8 @@ pub struct Config {
     pub max_waits_per_principal: usize,
     /// Most MCP sessions one principal may hold open.
     pub max_sessions_per_principal: usize,
+    /// Most MCP sessions a token of one client may hold open.
+    pub max_sessions_per_participant: usize,
     /// Longest URL read, in bytes.
     pub max_url_bytes: usize,
     /// Most channels the relay holds.
@@ -599,6 +606,12 @@ impl Config {
                 &["CROSSTALK_MAX_SESSIONS_PER_PRINCIPAL"],
             )?
             .unwrap_or(crate::mcp::owner::DEFAULT_MAX_SESSIONS)
+            .max(1),
+            max_sessions_per_participant: pick(
+                args.max_sessions_per_participant,
+                &["CROSSTALK_MAX_SESSIONS_PER_PARTICIPANT"],
+            )?
+            .unwrap_or(crate::mcp::owner::DEFAULT_MAX_SESSIONS_PER_PARTICIPANT)
             .max(1),
             mcp_wait_cap: Duration::from_secs(
                 pick(args.mcp_wait_cap_secs, &["CROSSTALK_MCP_WAIT_CAP_SECS"])?.unwrap_or(DEFAULT_MCP_WAIT_CAP_SECS),

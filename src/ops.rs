@@ -265,6 +265,14 @@ impl Principal {
         }
     }
 
+    /// A token of one client — a participant's, or an OAuth connection's — as opposed to the
+    /// admin's shared token and, without tokens, everyone: what it may make the relay hold is
+    /// bounded by its own, tighter, limits (MCP sessions, channels, reservations, shared
+    /// data), so that no one client can take what all the others share.
+    pub fn is_one_client(&self) -> bool {
+        matches!(self, Principal::Participant(_) | Principal::Connector(_))
+    }
+
     /// The principal whose [`Principal::key`] is `key`: how a stored task names its owner.
     pub fn from_key(key: &str) -> Principal {
         match key {

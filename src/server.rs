@@ -292,7 +292,11 @@ pub async fn serve(
     // task): kept in the data directory, so a restart is the same node.
     let node = crate::webhooks::node_id(&config.data_dir);
     // One table for both faces: a principal's /mcp and /cc/mcp sessions count together.
-    let owners = Arc::new(mcp::owner::Owners::new(config.max_sessions_per_principal, &cx));
+    let owners = Arc::new(mcp::owner::Owners::new(
+        config.max_sessions_per_principal,
+        config.max_sessions_per_participant,
+        &cx,
+    ));
     // Both faces' tasks, resumed from their records before the first request.
     let tasks = mcp::tasks::Tasks::new(cx.clone(), node.clone(), mcp_settings.task_wait_cap);
     if let Err(e) = tasks.start().await {

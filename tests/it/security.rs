@@ -650,6 +650,32 @@ async fn mcp_sessions_are_bounded_per_principal() {
     assert!(sid.is_some());
 }
 
+/// A participant's token is one identity, and holds at most --max-sessions-per-participant MCP
+/// sessions (64 by default, about 4.5 MB), well under the 1,024 the shared token may: one
+/// participant cannot hold 70 MB of sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_token_holds_fewer_mcp_sessions_than_the_shared_token() {
+    let s = Server::start_with(&["--token", "admin", "--participants", "alice:tok-a"]);
+    let alice = client_with_token("tok-a");
+    for i in 0..64 {
+        let (status, _, body) = initialize(&s, &alice, "/mcp").await;
+        assert_eq!(status, 200, "session {i}: {body}");
+    }
+    let (status, sid, body) = initialize(&s, &alice, "/cc/mcp").await;
+    assert_eq!((status, sid), (429, None), "the 65th: {body}");
+    assert_eq!(body["code"], "too_many_sessions", "{body}");
+    let e = body["error"].as_str().unwrap();
+    assert!(
+        e.contains("alice holds 64") && e.contains("--max-sessions-per-participant"),
+        "{body}"
+    );
+    let admin = client_with_token("admin");
+    for i in 0..65 {
+        let (status, _, body) = initialize(&s, &admin, "/mcp").await;
+        assert_eq!(status, 200, "the shared token's session {i}: {body}");
+    }
+}
+
 /// A session that never finishes its handshake (`notifications/initialized`, or any request)
 /// is closed within seconds, and its place is given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
