@@ -17,7 +17,7 @@
 //! blocking thread, one comparison at a time in the process: a request at the limit takes
 //! about a tenth of a second of one core, and however many arrive, the workers keep a core.
 
-use super::{Caller, Ctx, ErrorKind, OpError, Operation};
+use super::{Caller, Ctx, ErrorKind, OpError, Operation, Principal, Taken};
 use crosstalk_actors::records::{Kind, RecordStore};
 use crosstalk_actors::{RelayError, StoreError};
 use crosstalk_schema::reservation::{
@@ -34,7 +34,8 @@ use std::sync::Arc;
 /// A reservation's time when the request names none, and the longest it may ask for.
 pub const DEFAULT_TTL_S: u64 = 3_600;
 pub const MAX_TTL_S: u64 = 7 * 86_400;
-/// Live reservations one project keeps, and one holder holds.
+/// Live reservations one project keeps, and one holder holds in one project (a token of one
+/// client holds at most `--max-reservations-per-participant` in all: [`count_against`]).
 pub const MAX_PER_PROJECT: usize = 1_000;
 pub const MAX_PER_HOLDER: usize = 100;
 /// Where changes are announced when the request names no channel.
@@ -193,6 +194,42 @@ impl Store {
             .collect();
         all.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));
         Ok(all)
+    }
+}
+
+/// Counts reservation `id` against the caller's token, if it is one client's
+/// (`--max-reservations-per-participant`, across every project): `true` if it was counted
+/// now, and must be forgotten if the reservation is not made. At the limit by this node's
+/// count, the projects of the token's reservations are read again first, so that those
+/// released, lapsed or gone with their holder give their place back.
+async fn count_against(cx: &Ctx, principal: &Principal, id: &str) -> Result<bool, OpError> {
+    if !principal.is_one_client() {
+        return Ok(false);
+    }
+    let (kept, key) = (&cx.reservations_kept, principal.key());
+    match kept.take(key, id) {
+        Taken::Full => {}
+        taken => return Ok(taken == Taken::New),
+    }
+    let names = kept.names(key);
+    let records: std::collections::BTreeSet<&str> = names.iter().filter_map(|n| record_of(n).ok()).collect();
+    let (store, now) = (Store::new(cx), now_ms());
+    let mut still = std::collections::HashSet::new();
+    for record in records {
+        let (set, _) = store.read(record).await?;
+        still.extend(set.items.into_iter().filter(|r| live(cx, r, now)).map(|r| r.id));
+    }
+    kept.keep_only(key, |n| still.contains(n));
+    match kept.take(key, id) {
+        Taken::Full => Err(OpError::new(
+            ErrorKind::LimitReached,
+            format!(
+                "this token holds {} reservations, the most one token may (--max-reservations-per-participant); \
+                 release some",
+                kept.max
+            ),
+        )),
+        taken => Ok(taken == Taken::New),
     }
 }
 
@@ -356,6 +393,7 @@ impl Operation for Reserve {
         let channel = announce_on(r.channel)?;
         let key = project_key(&project);
         let id = format!("{key}.{}", uuid::Uuid::new_v4().simple());
+        let counted = count_against(cx, &caller.principal, &id).await?;
         // Shared by every try, so retries spend from one budget.
         let work = Arc::new(Mutex::new(Work::new(MAX_WORK)));
         let answer = Store::new(cx)
@@ -407,8 +445,12 @@ impl Operation for Reserve {
                     Ok(((granted, Some(text)), Some(items)))
                 }
             })
-            .await?;
-        let (answer, granted) = answer;
+            .await;
+        let granted = matches!(&answer, Ok((_, Some(_))));
+        if counted && !granted {
+            cx.reservations_kept.forget(caller.principal.key(), &id);
+        }
+        let (answer, granted) = answer?;
         if let Some(text) = granted {
             announce(cx, &channel, &holder, text).await;
         }
@@ -593,6 +635,7 @@ impl Operation for ReleaseReservation {
                 Ok((items.remove(at), true))
             })
             .await?;
+        cx.reservations_kept.forget(caller.principal.key(), &r.id);
         announce(cx, &channel, &holder, format!("released {}", describe(&gone))).await;
         Ok(Released {
             released: true,
