@@ -470,11 +470,14 @@ async fn check(
     items: Vec<Reservation>,
     work: Arc<Mutex<Work>>,
 ) -> Result<(Vec<Conflict>, Vec<Reservation>, Reservation), OpError> {
-    let _turn = COMPARING
+    let turn = COMPARING
         .acquire()
         .await
         .map_err(|_| OpError::new(ErrorKind::ShuttingDown, "the relay is shutting down"))?;
     let compared = tokio::task::spawn_blocking(move || {
+        // Held by the comparison, not the request: a client that goes away does not free
+        // the turn of a comparison still running.
+        let _turn = turn;
         let found = reservation::conflicts(&wanted, &items, &mut work.lock()).map(|found| {
             found
                 .into_iter()

@@ -54,10 +54,6 @@ impl Work {
         self.spent
     }
 
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
     pub(crate) fn spend(&mut self, steps: usize) -> Result<(), TooMuchWork> {
         self.spent = self.spent.saturating_add(steps as u64);
         if self.spent > self.limit {
