@@ -439,15 +439,28 @@ fn install_guard(relay: &Relay, me: Option<&str>, project: Option<&str>) -> Resu
     Ok(Outcome::Done)
 }
 
-/// `crosstalk guard`: the staged paths against the exclusive reservations others hold.
+/// `crosstalk guard`: the staged paths against the exclusive reservations others hold. A path
+/// no reservation pattern could spell ([`reservation::path`]) cannot be checked: it is refused
+/// too, with why, whatever is reserved.
 async fn guard(c: &RelayClient, me: &str, project: Option<&str>) -> Result<Outcome, Failure> {
+    use crosstalk_schema::reservation;
     let staged = git(&["diff", "--cached", "--name-only", "--no-renames", "-z"])?;
-    let paths: Vec<String> = staged
-        .split(|b| *b == 0)
-        .filter(|p| !p.is_empty())
-        .map(|p| String::from_utf8_lossy(p).into_owned())
-        .collect();
-    if paths.is_empty() {
+    let mut paths: Vec<&str> = Vec::new();
+    let mut unfit = 0;
+    for raw in staged.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+        match reservation::path(raw) {
+            Ok(p) => paths.push(p),
+            Err(why) => {
+                unfit += 1;
+                // Escaped: a control character in a name must not reach the terminal.
+                eprintln!(
+                    "{:?}: cannot be checked against reservations: {why}",
+                    String::from_utf8_lossy(raw)
+                );
+            }
+        }
+    }
+    if paths.is_empty() && unfit == 0 {
         return Ok(Outcome::Done);
     }
     let url = format!("/api/reservations?project={}", enc(project.unwrap_or("")));
@@ -464,7 +477,7 @@ async fn guard(c: &RelayClient, me: &str, project: Option<&str>) -> Result<Outco
                 .into_iter()
                 .flatten()
                 .filter_map(Value::as_str)
-                .find(|p| crosstalk_schema::reservation::matches(p, path));
+                .find(|p| reservation::matches(p, path));
             if let Some(pattern) = covering {
                 blocked += 1;
                 eprintln!(
@@ -478,13 +491,15 @@ async fn guard(c: &RelayClient, me: &str, project: Option<&str>) -> Result<Outco
             }
         }
     }
-    if blocked > 0 {
-        return Err(Failure(
-            format!("{blocked} staged path(s) are held by another agent; ask the holder, or commit with --no-verify"),
-            1,
-        ));
-    }
-    Ok(Outcome::Done)
+    let refused = match (blocked, unfit) {
+        (0, 0) => return Ok(Outcome::Done),
+        (b, 0) => format!("{b} staged path(s) are held by another agent; ask the holder"),
+        (0, u) => format!("{u} staged path(s) cannot be checked against reservations; rename them"),
+        (b, u) => format!(
+            "{b} staged path(s) are held by another agent and {u} cannot be checked; ask the holder, rename them"
+        ),
+    };
+    Err(Failure(format!("{refused}, or commit with --no-verify"), 1))
 }
 
 /// Runs a client command.

@@ -106,6 +106,19 @@ pub struct ServeArgs {
     /// [env: CROSSTALK_MAX_CHANNELS] [default: 100000]
     #[arg(long, help_heading = "Limits")]
     pub max_channels: Option<usize>,
+    /// Most channels a token of one client (a participant's, an OAuth connection's) may bring
+    /// into being, counted from the relay's start; more is refused (429)
+    /// [env: CROSSTALK_MAX_CHANNELS_PER_PARTICIPANT] [default: 1000]
+    #[arg(long, help_heading = "Limits")]
+    pub max_channels_per_participant: Option<usize>,
+    /// Most live path reservations a token of one client may hold, across all projects
+    /// [env: CROSSTALK_MAX_RESERVATIONS_PER_PARTICIPANT] [default: 100]
+    #[arg(long, help_heading = "Limits")]
+    pub max_reservations_per_participant: Option<usize>,
+    /// Most shared data keys a token of one client may keep
+    /// [env: CROSSTALK_MAX_SHARED_KEYS_PER_PARTICIPANT] [default: 100]
+    #[arg(long, help_heading = "Limits")]
+    pub max_shared_keys_per_participant: Option<usize>,
     /// Most bytes of messages one read answers with (at least one message); a longer page is
     /// cut there and says more follow [env: CROSSTALK_MAX_ANSWER_BYTES] [default: 4194304]
     #[arg(long, help_heading = "Limits")]
@@ -123,6 +136,11 @@ pub struct ServeArgs {
     /// [env: CROSSTALK_MAX_SESSIONS_PER_PRINCIPAL] [default: 1024]
     #[arg(long, help_heading = "Limits")]
     pub max_sessions_per_principal: Option<usize>,
+    /// Most MCP sessions a token of one client (a participant's, an OAuth connection's) may hold
+    /// open; the lower of this and --max-sessions-per-principal applies to it
+    /// [env: CROSSTALK_MAX_SESSIONS_PER_PARTICIPANT] [default: 64]
+    #[arg(long, help_heading = "Limits")]
+    pub max_sessions_per_participant: Option<usize>,
     /// Requests a second each token may make, bursts up to one second's worth; 0 for no limit
     /// [env: CROSSTALK_RATE_LIMIT] [default: 1000]
     #[arg(long, help_heading = "Limits")]
@@ -266,10 +284,16 @@ pub struct Config {
     pub max_waits_per_principal: usize,
     /// Most MCP sessions one principal may hold open.
     pub max_sessions_per_principal: usize,
+    /// Most MCP sessions a token of one client may hold open.
+    pub max_sessions_per_participant: usize,
     /// Longest URL read, in bytes.
     pub max_url_bytes: usize,
     /// Most channels the relay holds.
     pub max_channels: usize,
+    /// Most channels, live reservations and shared data keys a token of one client may make.
+    pub max_channels_per_participant: usize,
+    pub max_reservations_per_participant: usize,
+    pub max_shared_keys_per_participant: usize,
     /// Most bytes of messages' JSON one read answers with.
     pub max_answer_bytes: usize,
     /// How long an unused channel actor lives (`None`: forever).
@@ -580,6 +604,24 @@ impl Config {
             max_channels: pick(args.max_channels, &["CROSSTALK_MAX_CHANNELS"])?
                 .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_CHANNELS)
                 .max(1),
+            max_channels_per_participant: pick(
+                args.max_channels_per_participant,
+                &["CROSSTALK_MAX_CHANNELS_PER_PARTICIPANT"],
+            )?
+            .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_CHANNELS_PER_OPENER)
+            .max(1),
+            max_reservations_per_participant: pick(
+                args.max_reservations_per_participant,
+                &["CROSSTALK_MAX_RESERVATIONS_PER_PARTICIPANT"],
+            )?
+            .unwrap_or(crate::ops::DEFAULT_MAX_RESERVATIONS)
+            .max(1),
+            max_shared_keys_per_participant: pick(
+                args.max_shared_keys_per_participant,
+                &["CROSSTALK_MAX_SHARED_KEYS_PER_PARTICIPANT"],
+            )?
+            .unwrap_or(crate::ops::DEFAULT_MAX_SHARED_KEYS)
+            .max(1),
             max_answer_bytes: pick(args.max_answer_bytes, &["CROSSTALK_MAX_ANSWER_BYTES"])?
                 .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_ANSWER_BYTES)
                 .max(1),
@@ -599,6 +641,12 @@ impl Config {
                 &["CROSSTALK_MAX_SESSIONS_PER_PRINCIPAL"],
             )?
             .unwrap_or(crate::mcp::owner::DEFAULT_MAX_SESSIONS)
+            .max(1),
+            max_sessions_per_participant: pick(
+                args.max_sessions_per_participant,
+                &["CROSSTALK_MAX_SESSIONS_PER_PARTICIPANT"],
+            )?
+            .unwrap_or(crate::mcp::owner::DEFAULT_MAX_SESSIONS_PER_PARTICIPANT)
             .max(1),
             mcp_wait_cap: Duration::from_secs(
                 pick(args.mcp_wait_cap_secs, &["CROSSTALK_MCP_WAIT_CAP_SECS"])?.unwrap_or(DEFAULT_MCP_WAIT_CAP_SECS),

@@ -433,9 +433,9 @@ impl ServerHandler for CrosstalkMcp {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.subscriptions
-            .subscribe(&self.ctx.relay, request.uri, context.peer)
-            .await
+        let opener = principal(&context).opener();
+        let subscribed = self.subscriptions.subscribe(&self.ctx.relay, request.uri, context.peer);
+        crosstalk_actors::Relay::opening_as(opener, subscribed).await
     }
 
     #[allow(deprecated)]
@@ -468,7 +468,9 @@ impl ServerHandler for CrosstalkMcp {
             let who = principal(context.request_context());
             async move { tasks.watch(who, ids, sink, stop).await }
         });
-        let listened = resources::listen(&self.ctx.relay, context, from).await;
+        let opener = principal(context.request_context()).opener();
+        let listened =
+            crosstalk_actors::Relay::opening_as(opener, resources::listen(&self.ctx.relay, context, from)).await;
         stop.cancel();
         let _ = watching.await;
         listened

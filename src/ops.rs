@@ -128,7 +128,8 @@ pub fn call<'a, O: Operation>(
     caller: Caller,
     request: O::Request,
 ) -> impl Future<Output = Result<O::Response, OpError>> + Send + 'a {
-    O::run(cx, caller, request).map(move |result| {
+    let opener = caller.principal.opener();
+    Relay::opening_as(opener, O::run(cx, caller, request)).map(move |result| {
         counted(face, O::NAME, result.as_ref().map_or_else(|e| e.kind.code(), |_| "ok"));
         result
     })
@@ -159,12 +160,97 @@ pub struct Ctx {
     pub max_held: usize,
     /// Participant identities that are people (`--humans`): they may decide a PERMISSION.
     pub humans: Arc<std::collections::HashSet<String>>,
+    /// Reservations (by id) and shared data keys each token of one client keeps.
+    pub reservations_kept: Arc<Kept>,
+    pub shared_kept: Arc<Kept>,
     /// cross-claude's `general` channel is known to exist (`cross_claude::ensure_general`).
     pub cc_general: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Default of `--max-waits-per-principal`: enough for a large fleet behind one token.
 pub const DEFAULT_MAX_HELD: usize = 10_000;
+/// Default of `--max-reservations-per-participant`: as many as one holder may keep in one
+/// project, now across all projects.
+pub const DEFAULT_MAX_RESERVATIONS: usize = 100;
+/// Default of `--max-shared-keys-per-participant`: at most 100 MiB of current content at the
+/// default `--max-shared-bytes`.
+pub const DEFAULT_MAX_SHARED_KEYS: usize = 100;
+
+/// What each token of one client ([`Principal::is_one_client`]) keeps in the relay, by name
+/// (a reservation's id, a shared data key), against a limit, so that no one client can take
+/// what all the others share. Counted on this node from its start: what the token made
+/// before, or on another node, is not in it. An operation that finds a token at its limit
+/// asks the store what is still kept ([`Kept::keep_only`]) before it refuses, so what
+/// lapsed, was released or was deleted by others gives its place back.
+pub struct Kept {
+    names: parking_lot::Mutex<std::collections::HashMap<String, std::collections::HashSet<String>>>,
+    /// Most names one token may keep.
+    pub max: usize,
+}
+
+/// What [`Kept::take`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// The token keeps it already.
+    Already,
+    /// Counted now: forget it if what it stands for is not made after all.
+    New,
+    /// The token keeps its maximum.
+    Full,
+}
+
+impl Kept {
+    pub fn new(max: usize) -> Kept {
+        Kept {
+            names: Default::default(),
+            max: max.max(1),
+        }
+    }
+
+    /// The names `principal` keeps, by this node's count.
+    pub fn names(&self, principal: &str) -> Vec<String> {
+        self.names
+            .lock()
+            .get(principal)
+            .map(|n| n.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Counts `name` as kept by `principal`, unless it keeps its maximum already.
+    pub fn take(&self, principal: &str, name: &str) -> Taken {
+        let mut all = self.names.lock();
+        let mine = all.entry(principal.to_owned()).or_default();
+        if mine.contains(name) {
+            Taken::Already
+        } else if mine.len() >= self.max {
+            Taken::Full
+        } else {
+            mine.insert(name.to_owned());
+            Taken::New
+        }
+    }
+
+    pub fn forget(&self, principal: &str, name: &str) {
+        let mut all = self.names.lock();
+        if let Some(mine) = all.get_mut(principal) {
+            mine.remove(name);
+            if mine.is_empty() {
+                all.remove(principal);
+            }
+        }
+    }
+
+    /// Of `principal`'s names, keeps only those `still` holds (what the store says is kept).
+    pub fn keep_only(&self, principal: &str, still: impl Fn(&str) -> bool) {
+        let mut all = self.names.lock();
+        if let Some(mine) = all.get_mut(principal) {
+            mine.retain(|n| still(n));
+            if mine.is_empty() {
+                all.remove(principal);
+            }
+        }
+    }
+}
 
 impl Ctx {
     pub fn new(relay: Relay) -> Self {
@@ -177,6 +263,8 @@ impl Ctx {
             held: Default::default(),
             max_held: DEFAULT_MAX_HELD,
             humans: Default::default(),
+            reservations_kept: Arc::new(Kept::new(DEFAULT_MAX_RESERVATIONS)),
+            shared_kept: Arc::new(Kept::new(DEFAULT_MAX_SHARED_KEYS)),
             cc_general: Default::default(),
         }
     }
@@ -263,6 +351,21 @@ impl Principal {
             Principal::Participant(id) => id,
             Principal::Connector(key) => key,
         }
+    }
+
+    /// A token of one client — a participant's, or an OAuth connection's — as opposed to the
+    /// admin's shared token and, without tokens, everyone: what it may make the relay hold is
+    /// bounded by its own, tighter, limits (MCP sessions, channels, reservations, shared
+    /// data), so that no one client can take what all the others share.
+    pub fn is_one_client(&self) -> bool {
+        matches!(self, Principal::Participant(_) | Principal::Connector(_))
+    }
+
+    /// Whom the channels it brings into being are counted against
+    /// (`--max-channels-per-participant`, [`Relay::opening_as`]): a token of one client's
+    /// own key; for the others none, and only the relay's `--max-channels` applies.
+    pub fn opener(&self) -> Option<Arc<str>> {
+        self.is_one_client().then(|| Arc::from(self.key()))
     }
 
     /// The principal whose [`Principal::key`] is `key`: how a stored task names its owner.

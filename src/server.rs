@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::http::routes::resource;
 use crate::http::{self, RestPolicy};
 use crate::mcp::{self, McpSettings};
-use crate::ops::Ctx;
+use crate::ops::{Ctx, Kept};
 use crate::rest;
 use crate::{error, guard, openapi, sse, telemetry};
 use actix_web::http::Method;
@@ -183,6 +183,7 @@ pub fn relay_config(config: &Config) -> RelayConfig {
         retention_every: config.retention_every,
         max_shared_bytes: config.max_shared_bytes,
         max_channels: config.max_channels,
+        max_channels_per_opener: config.max_channels_per_participant,
         max_answer_bytes: config.max_answer_bytes,
         idle_after: config.idle_after,
         cluster: Arc::new(Embedded),
@@ -271,6 +272,8 @@ pub async fn serve(
     telemetry::start_upkeep();
     let mut cx = Ctx::new(relay.clone());
     cx.max_held = config.max_waits_per_principal;
+    cx.reservations_kept = Arc::new(Kept::new(config.max_reservations_per_participant));
+    cx.shared_kept = Arc::new(Kept::new(config.max_shared_keys_per_participant));
     cx.humans = Arc::new(config.humans.iter().cloned().collect());
     if !is_loopback(&config.host) && !config.auth.enabled() {
         tracing::warn!(host = %config.host, "--insecure-open: listening beyond loopback WITHOUT A TOKEN; anyone who \
@@ -292,7 +295,11 @@ pub async fn serve(
     // task): kept in the data directory, so a restart is the same node.
     let node = crate::webhooks::node_id(&config.data_dir);
     // One table for both faces: a principal's /mcp and /cc/mcp sessions count together.
-    let owners = Arc::new(mcp::owner::Owners::new(config.max_sessions_per_principal, &cx));
+    let owners = Arc::new(mcp::owner::Owners::new(
+        config.max_sessions_per_principal,
+        config.max_sessions_per_participant,
+        &cx,
+    ));
     // Both faces' tasks, resumed from their records before the first request.
     let tasks = mcp::tasks::Tasks::new(cx.clone(), node.clone(), mcp_settings.task_wait_cap);
     if let Err(e) = tasks.start().await {

@@ -99,9 +99,10 @@ pub async fn stream(
             .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be a message id (a non-negative integer)"))?,
     };
     let app = state;
-    let held = app.hold(&crate::http::caller(&req, None).principal)?;
+    let principal = crate::http::caller(&req, None).principal;
+    let held = app.hold(&principal)?;
     let relay = app.relay.clone();
-    let handle = relay.channel(&channel).await?;
+    let handle = ops::Relay::opening_as(principal.opener(), relay.channel(&channel)).await?;
     let commits = handle.view.subscribe();
     let presence_events = relay.watch_presence(&channel).await?;
     let me = match query

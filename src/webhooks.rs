@@ -105,7 +105,7 @@ async fn create(req: HttpRequest, s: web::Data<Settings>, cx: web::Data<Ctx>) ->
     }
     let from = match cx.relay.channel_last_id(&channel) {
         Ok(id) => id,
-        Err(e) => return crate::error::ApiError::from(crate::ops::OpError::from(e)).error_response(),
+        Err(e) => return stored(e),
     };
     match s
         .hooks
@@ -113,7 +113,7 @@ async fn create(req: HttpRequest, s: web::Data<Settings>, cx: web::Data<Ctx>) ->
         .await
     {
         Ok(v) => HttpResponse::Created().json(v),
-        Err(why) => error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", why),
+        Err(e) => crate::error::ApiError::from(e).error_response(),
     }
 }
 
@@ -123,7 +123,7 @@ async fn list(req: HttpRequest, s: web::Data<Settings>) -> HttpResponse {
     }
     match s.hooks.list().await {
         Ok(v) => HttpResponse::Ok().json(json!({ "webhooks": v })),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string()),
+        Err(e) => stored(e),
     }
 }
 
@@ -134,8 +134,14 @@ async fn remove(req: HttpRequest, s: web::Data<Settings>, id: web::Path<String>)
     match s.hooks.delete(&id).await {
         Ok(true) => HttpResponse::NoContent().finish(),
         Ok(false) => error(StatusCode::NOT_FOUND, "not_found", format!("no webhook {id:?}")),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", e.to_string()),
+        Err(e) => stored(e),
     }
+}
+
+/// A store's error as every operation answers it (503 `store_unavailable` for a write that
+/// failed, 500 `storage` for damage), not one status for all.
+fn stored(e: crosstalk_actors::RelayError) -> HttpResponse {
+    crate::error::ApiError::from(crate::ops::OpError::from(e)).error_response()
 }
 
 // ---- delivery

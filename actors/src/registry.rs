@@ -33,6 +33,8 @@ pub(crate) struct ChannelsConfig {
     pub channel: ChannelConfig,
     /// Most channels the relay holds.
     pub max_channels: usize,
+    /// Most channels one [`Opener`] may bring into being.
+    pub max_channels_per_opener: usize,
     /// Where a channel closed with messages the search index may not have yet goes.
     pub unindexed: Backlog,
 }
@@ -45,7 +47,13 @@ pub struct OpenChannel {
     /// To fold a cluster's log into: created even beyond `--max-channels`, which the node
     /// that took the write enforced (every node holds every channel of the log).
     pub to_fold: bool,
+    /// Who is opening it, if their channels are counted ([`crate::relay::Relay::opening_as`]).
+    pub opener: Option<Opener>,
 }
+
+/// Whose channels are counted against `--max-channels-per-participant`: an opaque key (a
+/// token of one client's, in the operations' terms), which this crate only compares.
+pub type Opener = Arc<str>;
 
 /// Register (or re-register) an instance. `session` is the caller's session (the MCP
 /// session id, or a REST session token); `None` asks for a new token.
@@ -93,6 +101,13 @@ pub struct Registry {
     channels: usize,
     /// Most channels the relay may hold.
     max_channels: usize,
+    /// Channels each opener brought into being (stored, or opened since the start), against
+    /// `max_channels_per_opener`: counted like `channels`, from this start on.
+    by_opener: HashMap<Opener, usize>,
+    /// Who brought each channel still open and never written into being: when it closes
+    /// unwritten, it no longer counts against them.
+    unwritten: HashMap<ChannelName, Opener>,
+    max_channels_per_opener: usize,
     unindexed: Backlog,
     /// Channels the sweep found quiet, waiting to be asked to close.
     closing: std::collections::VecDeque<(ChannelName, Addr<ChannelActor>)>,
@@ -110,6 +125,7 @@ impl Registry {
         let ChannelsConfig {
             channel: channel_config,
             max_channels,
+            max_channels_per_opener,
             unindexed,
         } = channels_config;
         let channels = store.channels()?.len();
@@ -146,6 +162,9 @@ impl Registry {
             cursors,
             channels,
             max_channels,
+            by_opener: Default::default(),
+            unwritten: Default::default(),
+            max_channels_per_opener,
             unindexed,
             closing: Default::default(),
         })
@@ -181,9 +200,15 @@ impl Registry {
         for (name, addr) in batch {
             ctx.spawn(addr.send(CloseIfIdle).into_actor(self).map(move |closed, act, _| {
                 match closed {
-                    // Opened but never written: it no longer counts against the limit.
-                    Ok(Closed::Stopped { written: false }) => act.channels = act.channels.saturating_sub(1),
+                    // Opened but never written: it no longer counts against the limits.
+                    Ok(Closed::Stopped { written: false }) => {
+                        act.channels = act.channels.saturating_sub(1);
+                        if let Some(opener) = act.unwritten.remove(&name) {
+                            act.uncount(&opener);
+                        }
+                    }
                     Ok(Closed::Stopped { written: true }) => {
+                        act.unwritten.remove(&name);
                         act.unindexed.lock().insert(name);
                     }
                     Ok(Closed::Busy) | Err(_) => {}
@@ -193,8 +218,22 @@ impl Registry {
         if self.closing.is_empty() {
             self.directory.write().shrink_after_burst();
             self.closing.shrink_to_fit();
+            self.unwritten.shrink_after_burst();
+            self.by_opener.shrink_after_burst();
         } else {
             ctx.run_later(CLOSE_EVERY, Self::close_some);
+        }
+    }
+}
+
+impl Registry {
+    /// One channel fewer brought into being by `opener`.
+    fn uncount(&mut self, opener: &Opener) {
+        if let Some(n) = self.by_opener.get_mut(opener) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_opener.remove(opener);
+            }
         }
     }
 }
@@ -224,19 +263,35 @@ impl Actor for Registry {
 impl Handler<OpenChannel> for Registry {
     type Result = Result<ChannelHandle, RelayError>;
 
-    fn handle(&mut self, OpenChannel { name, to_fold }: OpenChannel, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: OpenChannel, _: &mut Context<Self>) -> Self::Result {
+        let OpenChannel { name, to_fold, opener } = msg;
         if let Some(handle) = self.directory.read().get(&name) {
             return Ok(handle.clone());
         }
         let stored = self.store.meta(&name)?;
-        if stored.is_none() {
-            // A channel that does not exist yet: within the relay's limit, or refused.
-            if self.channels >= self.max_channels && !to_fold {
+        if stored.is_none() && !to_fold {
+            // A channel that does not exist yet: within the relay's limit and its opener's,
+            // or refused.
+            if self.channels >= self.max_channels {
                 return Err(RelayError::LimitReached(format!(
                     "this relay holds its maximum of {} channels (--max-channels); use an existing one",
                     self.max_channels
                 )));
             }
+            if let Some(opener) = opener {
+                let n = self.by_opener.entry(opener.clone()).or_insert(0);
+                if *n >= self.max_channels_per_opener {
+                    return Err(RelayError::LimitReached(format!(
+                        "this token has made {} channels, the most one token may \
+                         (--max-channels-per-participant); use an existing one",
+                        self.max_channels_per_opener
+                    )));
+                }
+                *n += 1;
+                self.unwritten.insert(name.clone(), opener);
+            }
+        }
+        if stored.is_none() {
             self.channels += 1;
         }
         let meta = stored.unwrap_or_default();

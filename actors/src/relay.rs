@@ -24,7 +24,7 @@ use crate::identities::Identities;
 use crate::ids::IdAllocator;
 use crate::presence::{Heartbeat, Leave, ListPresence, Participant, PresenceEvent, PresenceSupervisor, WatchPresence};
 use crate::records::RecordStore;
-use crate::registry::{ChannelsConfig, OpenChannel, Registry};
+use crate::registry::{ChannelsConfig, OpenChannel, Opener, Registry};
 use crate::search::{Backlog, CaughtUp, Indexer, SearchIndex};
 use crate::shared::{self, SharedDataStore, SharedStore};
 use crate::store::{EventStore, RepairReport};
@@ -66,6 +66,8 @@ pub struct RelayConfig {
     pub max_shared_bytes: usize,
     /// Most channels the relay holds; a new one beyond it is refused.
     pub max_channels: usize,
+    /// Most channels one opener ([`Relay::opening_as`]) may bring into being.
+    pub max_channels_per_opener: usize,
     /// Most bytes of messages' JSON one read answers with (at least one message, however
     /// large): a longer page is cut there, and says more follow.
     pub max_answer_bytes: usize,
@@ -89,6 +91,15 @@ pub const DEFAULT_MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 /// Default of `--max-channels`.
 pub const DEFAULT_MAX_CHANNELS: usize = 100_000;
 
+/// Default of `--max-channels-per-participant`: a hundredth of the relay's, so no one token
+/// can take what every other needs.
+pub const DEFAULT_MAX_CHANNELS_PER_OPENER: usize = 1_000;
+
+tokio::task_local! {
+    /// Who the channels this task opens are counted against ([`Relay::opening_as`]).
+    static OPENER: Option<Opener>;
+}
+
 impl Default for RelayConfig {
     fn default() -> Self {
         RelayConfig {
@@ -101,6 +112,7 @@ impl Default for RelayConfig {
             retention_every: Duration::from_secs(60),
             max_shared_bytes: 1024 * 1024,
             max_channels: DEFAULT_MAX_CHANNELS,
+            max_channels_per_opener: DEFAULT_MAX_CHANNELS_PER_OPENER,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             idle_after: Some(DEFAULT_IDLE_AFTER),
             cluster: Arc::new(Embedded),
@@ -185,6 +197,7 @@ impl Relay {
             ChannelsConfig {
                 channel: channel_config,
                 max_channels: config.max_channels,
+                max_channels_per_opener: config.max_channels_per_opener,
                 unindexed: unindexed.clone(),
             },
             identities.clone(),
@@ -247,6 +260,18 @@ impl Relay {
         self.open_channel(name, false).await
     }
 
+    /// Runs `work` with every channel it brings into being (a first post, a creation, a
+    /// subscription, a wait on a channel never written) counted against `opener`, within
+    /// [`RelayConfig::max_channels_per_opener`]; `None` counts only against the relay's
+    /// limit. One task's calls, however deep, are one opener's, so no path that opens a
+    /// channel can forget to say whose it is.
+    pub fn opening_as<F: std::future::Future>(
+        opener: Option<Opener>,
+        work: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        OPENER.scope(opener, work)
+    }
+
     /// As [`channel`](Self::channel); `to_fold`: for the follower of a shared log, beyond `--max-channels`.
     async fn open_channel(&self, name: &ChannelName, to_fold: bool) -> Result<ChannelHandle, RelayError> {
         if let Some(h) = self.inner.directory.read().get(name) {
@@ -262,6 +287,7 @@ impl Relay {
             .send(OpenChannel {
                 name: name.clone(),
                 to_fold,
+                opener: OPENER.try_with(Clone::clone).ok().flatten(),
             })
             .timeout(ACTOR_CALL_TIMEOUT)
             .await??;

@@ -7,13 +7,26 @@
 //! segment, `?` one character, and a `**` segment any number of segments (`src/**`,
 //! `docs/*.md`, `**/Cargo.toml`). A pattern without wildcards names one path, or, ending in
 //! `/`, everything under it.
+//!
+//! Comparing patterns is [`glob`]'s: linear in their lengths, and counted, so that what one
+//! request may make the relay compute is bounded ([`MAX_WORK`], and the limits below).
 
 use crate::InvalidInput;
 use serde::{Deserialize, Serialize};
 
+mod glob;
+pub use glob::{Glob, TooMuchWork, Work};
+
 /// Longest pattern, and most patterns in one reservation.
 pub const MAX_PATTERN_BYTES: usize = 512;
 pub const MAX_PATTERNS: usize = 64;
+/// Most wildcards in one pattern (each `*`, `?` and `**` counts one), and most segments: the
+/// comparison's cost grows with neither beyond these (see [`glob`]).
+pub const MAX_WILDCARDS: usize = 8;
+pub const MAX_SEGMENTS: usize = 32;
+/// Most steps ([`Work`]) one request may spend comparing its patterns with those already held
+/// in its project: a request that would need more is refused, and nothing is stored.
+pub const MAX_WORK: u64 = 20_000_000;
 /// Longest reason and project name.
 pub const MAX_REASON_BYTES: usize = 1_000;
 pub const MAX_PROJECT_BYTES: usize = 256;
@@ -43,19 +56,47 @@ pub struct ReservationSet {
 }
 
 impl Reservation {
-    /// Whether this and `other` cannot both be held: different holders, at least one
-    /// exclusive, and a path both could name.
-    pub fn conflicts_with(&self, other: &Reservation) -> bool {
-        self.holder != other.holder
-            && (self.exclusive || other.exclusive)
-            && self.project == other.project
-            && self.paths.iter().any(|a| other.paths.iter().any(|b| overlap(a, b)))
+    /// Whether this and `other` could conflict at all: different holders, at least one
+    /// exclusive, one project. They do if a path both could name exists too ([`conflicts`]).
+    fn may_conflict(&self, other: &Reservation) -> bool {
+        self.holder != other.holder && (self.exclusive || other.exclusive) && self.project == other.project
     }
+}
 
-    /// The first of its patterns that `path` falls under.
-    pub fn covering(&self, path: &str) -> Option<&str> {
-        self.paths.iter().find(|p| matches(p, path)).map(String::as_str)
+/// Each of `held` that cannot be held with `wanted` (different holders, at least one
+/// exclusive, one project, and a path both could name), with its patterns that overlap
+/// wanted's. Every step counts against `work`; at its limit the answer is [`TooMuchWork`].
+pub fn conflicts<'a>(
+    wanted: &Reservation,
+    held: &'a [Reservation],
+    work: &mut Work,
+) -> Result<Vec<(&'a Reservation, Vec<&'a str>)>, TooMuchWork> {
+    let compile = |p: &str, work: &mut Work| {
+        let g = Glob::pattern(p);
+        work.spend(g.size()).map(|()| g)
+    };
+    let mine = wanted
+        .paths
+        .iter()
+        .map(|p| compile(p, work))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut found = Vec::new();
+    for other in held.iter().filter(|o| wanted.may_conflict(o)) {
+        let mut overlapping = Vec::new();
+        for p in &other.paths {
+            let theirs = compile(p, work)?;
+            for m in &mine {
+                if theirs.overlaps(m, work)? {
+                    overlapping.push(p.as_str());
+                    break;
+                }
+            }
+        }
+        if !overlapping.is_empty() {
+            found.push((other, overlapping));
+        }
     }
+    Ok(found)
 }
 
 /// A pattern as given, checked and normalised: trimmed, `\` as `/`, no leading `./` or `/`, no
@@ -80,96 +121,79 @@ pub fn pattern(raw: &str) -> Result<String, InvalidInput> {
     if p.is_empty() {
         return Err(invalid("a path must not be empty (use ** for the whole repository)"));
     }
-    for seg in p.split('/') {
+    let mut wildcards = 0;
+    for (n, seg) in p.split('/').enumerate() {
         match seg {
             "" => return Err(invalid("a path must not have an empty segment (//)")),
             "." | ".." => return Err(invalid("a path must not have . or .. segments")),
             s if s.contains("**") && s != "**" => {
                 return Err(invalid("** must be a whole segment (src/**/x.rs, not src/a**)"))
             }
-            _ => {}
+            _ if n == MAX_SEGMENTS => {
+                return Err(invalid("a pattern has at most 32 segments (use ** for deeper paths)"))
+            }
+            "**" => wildcards += 1,
+            s => wildcards += s.chars().filter(|c| matches!(c, '*' | '?')).count(),
         }
+    }
+    if wildcards > MAX_WILDCARDS {
+        return Err(invalid(
+            "a pattern has at most 8 wildcards (*, ? and ** each count one)",
+        ));
     }
     Ok(p)
 }
 
-/// Whether some path can match both patterns.
+/// Whether some path can match both patterns. One comparison, not counted: the relay's are
+/// [`conflicts`]'.
 pub fn overlap(a: &str, b: &str) -> bool {
-    let a: Vec<&str> = a.split('/').collect();
-    let b: Vec<&str> = b.split('/').collect();
-    intersect(&a, &b, |x: &&str| *x == "**", |x, y| segments_overlap(x, y))
+    Glob::pattern(a)
+        .overlaps(&Glob::pattern(b), &mut Work::unlimited())
+        .unwrap_or(true)
 }
 
-/// Whether `path` (a concrete path) falls under `pattern`.
+/// Whether `path` (a concrete path, as [`path`] reads it) falls under `pattern`.
 pub fn matches(pattern: &str, path: &str) -> bool {
-    match self::pattern(path) {
-        Ok(path) => {
-            let p: Vec<&str> = pattern.split('/').collect();
-            let q: Vec<&str> = path.split('/').collect();
-            intersect(&p, &q, |x: &&str| *x == "**", |x, y| segment_matches(x, y))
-        }
-        Err(_) => false,
-    }
+    Glob::pattern(pattern)
+        .overlaps(&Glob::path(path), &mut Work::unlimited())
+        .unwrap_or(true)
 }
 
-fn segments_overlap(a: &str, b: &str) -> bool {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    intersect(&a, &b, |c| *c == '*', |x, y| *x == '?' || *y == '?' || x == y)
+/// Why a path cannot be checked against reservations: no pattern could spell it as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unfit {
+    #[error("its name is not UTF-8")]
+    NotUtf8,
+    #[error("it has a control character ({0:?})")]
+    Control(char),
+    #[error("it is {0} bytes long; reservation patterns are at most {MAX_PATTERN_BYTES}")]
+    TooLong(usize),
+    #[error("it has a \\, which reservation patterns read as /")]
+    Backslash,
+    #[error("it begins or ends with a space, which reservation patterns drop")]
+    Spaces,
 }
 
-/// A literal segment against a pattern's segment (the path's `*` and `?` are characters).
-fn segment_matches(pattern: &str, literal: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let l: Vec<char> = literal.chars().collect();
-    let mut memo = vec![vec![None; l.len() + 1]; p.len() + 1];
-    fn go(p: &[char], l: &[char], i: usize, j: usize, memo: &mut Vec<Vec<Option<bool>>>) -> bool {
-        if let Some(v) = memo[i][j] {
-            return v;
-        }
-        let v = match p.get(i) {
-            None => j == l.len(),
-            Some('*') => go(p, l, i + 1, j, memo) || (j < l.len() && go(p, l, i, j + 1, memo)),
-            Some(c) => j < l.len() && (*c == '?' || *c == l[j]) && go(p, l, i + 1, j + 1, memo),
-        };
-        memo[i][j] = Some(v);
-        v
+/// A path as git names it (`/`-separated, relative to the repository's root), if it can be
+/// checked against reservations as it is: UTF-8, with no control character, at most
+/// [`MAX_PATTERN_BYTES`] long, and nothing the pattern rules would rewrite (a `\`, spaces
+/// around it). A path deeper than [`MAX_SEGMENTS`], or with `*` or `?` in a name, is checked
+/// as it is: those limits bound what comparing two patterns costs the relay.
+pub fn path(raw: &[u8]) -> Result<&str, Unfit> {
+    let p = std::str::from_utf8(raw).map_err(|_| Unfit::NotUtf8)?;
+    if let Some(c) = p.chars().find(|c| c.is_control()) {
+        return Err(Unfit::Control(c));
     }
-    go(&p, &l, 0, 0, &mut memo)
-}
-
-/// Whether two sequences of pattern items can match one sequence: `star(x)` matches any
-/// number of items, `unit(x, y)` says whether two single items can match one. Dynamic
-/// programming over positions, so it is linear in the product of the lengths.
-fn intersect<T>(a: &[T], b: &[T], star: impl Fn(&T) -> bool, unit: impl Fn(&T, &T) -> bool) -> bool {
-    let mut memo = vec![vec![None; b.len() + 1]; a.len() + 1];
-    fn go<T>(
-        a: &[T],
-        b: &[T],
-        i: usize,
-        j: usize,
-        star: &dyn Fn(&T) -> bool,
-        unit: &dyn Fn(&T, &T) -> bool,
-        memo: &mut Vec<Vec<Option<bool>>>,
-    ) -> bool {
-        if let Some(v) = memo[i][j] {
-            return v;
-        }
-        let v = match (a.get(i), b.get(j)) {
-            (None, None) => true,
-            (Some(x), _) if star(x) => {
-                go(a, b, i + 1, j, star, unit, memo) || (j < b.len() && go(a, b, i, j + 1, star, unit, memo))
-            }
-            (_, Some(y)) if star(y) => {
-                go(a, b, i, j + 1, star, unit, memo) || (i < a.len() && go(a, b, i + 1, j, star, unit, memo))
-            }
-            (Some(x), Some(y)) => unit(x, y) && go(a, b, i + 1, j + 1, star, unit, memo),
-            _ => false,
-        };
-        memo[i][j] = Some(v);
-        v
+    if p.len() > MAX_PATTERN_BYTES {
+        return Err(Unfit::TooLong(p.len()));
     }
-    go(a, b, 0, 0, &star, &unit, &mut memo)
+    if p.contains('\\') {
+        return Err(Unfit::Backslash);
+    }
+    if p.trim() != p {
+        return Err(Unfit::Spaces);
+    }
+    Ok(p)
 }
 
 #[cfg(test)]
@@ -219,6 +243,20 @@ mod tests {
     }
 
     #[test]
+    fn a_path_that_no_pattern_could_spell_cannot_be_checked() {
+        assert_eq!(path(b"src/main.rs"), Ok("src/main.rs"));
+        assert_eq!(path(b"src/a*b?.rs"), Ok("src/a*b?.rs"), "checked as it is");
+        assert!(path(["d"; 40].join("/").as_bytes()).is_ok(), "deep paths too");
+        assert_eq!(path(b"src/a\tb.rs"), Err(Unfit::Control('\t')));
+        assert_eq!(path(b"src/\x01.rs"), Err(Unfit::Control('\u{1}')));
+        assert_eq!(path(b"src/\xff.rs"), Err(Unfit::NotUtf8));
+        assert_eq!(path("x".repeat(762).as_bytes()), Err(Unfit::TooLong(762)));
+        assert_eq!(path(b"src\\x.rs"), Err(Unfit::Backslash));
+        assert_eq!(path(b"src/x.rs "), Err(Unfit::Spaces));
+        assert!(Unfit::Control('\t').to_string().contains("control character ('\\t')"));
+    }
+
+    #[test]
     fn a_path_falls_under_a_pattern() {
         assert!(matches("src/**", "src/a/b.rs"));
         assert!(matches("docs/*.md", "docs/x.md"));
@@ -244,18 +282,127 @@ mod tests {
             expires_ms: 1,
             release_when_offline: false,
         };
-        assert!(r("a", &["src/**"], true).conflicts_with(&r("b", &["src/x.rs"], false)));
+        let conflict =
+            |a: &Reservation, b: Reservation| !conflicts(a, &[b], &mut Work::unlimited()).unwrap().is_empty();
+        assert!(conflict(&r("a", &["src/**"], true), r("b", &["src/x.rs"], false)));
         assert!(
-            !r("a", &["src/**"], false).conflicts_with(&r("b", &["src/x.rs"], false)),
+            !conflict(&r("a", &["src/**"], false), r("b", &["src/x.rs"], false)),
             "shared ones coexist"
         );
         assert!(
-            !r("a", &["src/**"], true).conflicts_with(&r("a", &["src/x.rs"], true)),
+            !conflict(&r("a", &["src/**"], true), r("a", &["src/x.rs"], true)),
             "one's own"
         );
-        assert!(!r("a", &["src/**"], true).conflicts_with(&r("b", &["docs/**"], true)));
+        assert!(!conflict(&r("a", &["src/**"], true), r("b", &["docs/**"], true)));
         let mut other_project = r("b", &["src/**"], true);
         other_project.project = "q".into();
-        assert!(!r("a", &["src/**"], true).conflicts_with(&other_project));
+        assert!(!conflict(&r("a", &["src/**"], true), other_project));
+        let held = [r("b", &["docs/**", "src/*.rs", "src/a/**"], true)];
+        let found = conflicts(&r("a", &["src/x.rs", "src/a/b"], true), &held, &mut Work::unlimited()).unwrap();
+        assert_eq!(
+            found[0].1,
+            ["src/*.rs", "src/a/**"],
+            "only the held patterns that overlap are named"
+        );
+    }
+
+    fn held(holder: &str, paths: Vec<String>) -> Reservation {
+        Reservation {
+            id: holder.into(),
+            holder: holder.into(),
+            paths,
+            exclusive: true,
+            reason: String::new(),
+            project: String::new(),
+            created_ms: 0,
+            expires_ms: 1,
+            release_when_offline: false,
+        }
+    }
+
+    /// The heaviest pairs of patterns the rules allow (found by search over shapes: a long name
+    /// against a long piece between two stars, long runs of segments between two `**`), none
+    /// of which overlap (an overlap ends a held pattern's comparisons early): each costs under
+    /// 5,000 steps, counted, not timed.
+    fn heaviest() -> Vec<(String, String)> {
+        let a = |n: usize| "a".repeat(n);
+        let names = |n: usize, name: &str| vec![name; n].join("/");
+        let mut near = vec![a(14); 24];
+        near[23] = format!("{}b", a(13));
+        vec![
+            (a(510), format!("*{}b*", a(507))),
+            (format!("{}b", a(509)), format!("*{}c*", a(250))),
+            (a(510), format!("a*{}*{}b*a", a(250), a(249))),
+            (names(32, &a(14)), format!("**/{}/**", near.join("/"))),
+        ]
+    }
+
+    #[test]
+    fn the_heaviest_pairs_the_rules_allow_are_a_few_thousand_steps() {
+        for (x, y) in heaviest() {
+            for (a, b) in [(&x, &y), (&y, &x)] {
+                assert_eq!(pattern(a).as_ref(), Ok(a), "the rules allow {a}");
+                let mut work = Work::unlimited();
+                Glob::pattern(a).overlaps(&Glob::pattern(b), &mut work).unwrap();
+                let (steps, len) = (work.spent(), (a.len(), b.len()));
+                assert!(
+                    (1_000..5_000).contains(&steps),
+                    "{steps} steps: patterns of {len:?} bytes"
+                );
+                assert!(!overlap(a, b), "disjoint: patterns of {len:?} bytes");
+            }
+        }
+    }
+
+    /// The worst request: 64 of the heaviest patterns against 64 held by another holder. It is
+    /// answered within [`MAX_WORK`]; and a project holding more than that budget's worth is
+    /// refused after no more than the budget (plus one step's size), never computed in full.
+    #[test]
+    fn the_worst_request_is_bounded_work() {
+        // The heaviest pair, 64 against 64; and against twenty holders of 64 each.
+        for (x, y) in heaviest().into_iter().take(1) {
+            let mine = held("a", vec![x.clone(); MAX_PATTERNS]);
+            let theirs = [held("b", vec![y.clone(); MAX_PATTERNS])];
+            let mut work = Work::new(MAX_WORK);
+            let found = conflicts(&mine, &theirs, &mut work).map(|f| f.len());
+            let len = (x.len(), y.len());
+            assert_eq!(found, Ok(0), "64 against 64 of {len:?} bytes: {} steps", work.spent());
+            assert!(
+                work.spent() > MAX_WORK / 4,
+                "{} steps: the worst case, or near it",
+                work.spent()
+            );
+            let crowded: Vec<Reservation> = (0..20)
+                .map(|i| held(&format!("b{i}"), vec![y.clone(); MAX_PATTERNS]))
+                .collect();
+            let mut work = Work::new(MAX_WORK);
+            let found = conflicts(&mine, &crowded, &mut work).map(|f| f.len());
+            assert_eq!(found, Err(TooMuchWork), "{len:?}");
+            assert!(work.spent() <= MAX_WORK + 10_000, "stopped at {} steps", work.spent());
+        }
+        // The shape of issue #55 (`*a*a…*a` and a suffix, about 500 characters; the rules now
+        // refuse more than 8 wildcards, but a record stored before keeps its patterns): two
+        // sequences with stars meet or not by their ends alone.
+        let star_a = |end: &str| format!("{}{end}", "*a".repeat(245));
+        assert!(pattern(&star_a("b.rs")).is_err(), "more than 8 wildcards");
+        let mine = held("a", (0..MAX_PATTERNS).map(|i| star_a(&format!("{i}.rs"))).collect());
+        let theirs = [held(
+            "b",
+            (0..MAX_PATTERNS).map(|i| star_a(&format!("{i}.md"))).collect(),
+        )];
+        let mut work = Work::new(MAX_WORK);
+        assert_eq!(conflicts(&mine, &theirs, &mut work).map(|f| f.len()), Ok(0));
+        assert!(work.spent() < 200_000, "{} steps", work.spent());
+    }
+
+    #[test]
+    fn wildcards_and_segments_are_bounded() {
+        assert!(pattern("a/*/b?/**/c*d*e").is_ok());
+        assert!(pattern("*?*?*?*?").is_ok(), "8 wildcards");
+        let e = pattern("*?*?*?*?*").unwrap_err().to_string();
+        assert!(e.contains("at most 8 wildcards"), "{e}");
+        assert!(pattern(&["a"; 32].join("/")).is_ok());
+        let e = pattern(&["a"; 33].join("/")).unwrap_err().to_string();
+        assert!(e.contains("at most 32 segments"), "{e}");
     }
 }

@@ -10,8 +10,9 @@
 //! stream, and in `/healthz`'s `streams`, for exactly as long as its answer is being sent.
 //!
 //! Each session costs the relay memory until it ends, so a principal holds at most
-//! `--max-sessions-per-principal` of them (both MCP faces together): an `initialize` beyond
-//! that is refused (429 `too_many_sessions`) before rmcp makes the session. The session
+//! `--max-sessions-per-principal` of them (both MCP faces together), and a token of one client
+//! (a participant's, an OAuth connection's) at most `--max-sessions-per-participant`: an
+//! `initialize` beyond that is refused (429 `too_many_sessions`) before rmcp makes the session. The session
 //! manager ([`super::sessions::DisconnectAware`]) tells [`Owners`] of every session rmcp opens
 //! and ends, and closes one that has not finished its handshake within [`INIT_GRACE`].
 
@@ -33,6 +34,9 @@ use std::time::Duration;
 /// Default of `--max-sessions-per-principal`: a large fleet behind one token, at about 70 KB
 /// a session.
 pub const DEFAULT_MAX_SESSIONS: usize = 1024;
+/// Default of `--max-sessions-per-participant`: one identity's agent, its reconnections and a
+/// few hosts (rmcp closes a session idle for 5 minutes), at most about 4.5 MB.
+pub const DEFAULT_MAX_SESSIONS_PER_PARTICIPANT: usize = 64;
 /// The 429's code for an `initialize` beyond `--max-sessions-per-principal`.
 pub const TOO_MANY_SESSIONS: &str = "too_many_sessions";
 /// How long a new session may go without `notifications/initialized` (or any request) before
@@ -76,17 +80,21 @@ struct Table {
 /// Who opened each live MCP session (both faces), and how many each principal holds.
 pub struct Owners {
     table: Mutex<Table>,
+    /// Sessions the shared token (or, without tokens, everyone) may hold.
     max: usize,
+    /// Sessions a token of one client may hold ([`Principal::is_one_client`]).
+    max_one_client: usize,
     /// `/healthz`'s `sessions` and `sessions_initializing`.
     open: Arc<AtomicUsize>,
     initializing: Arc<AtomicUsize>,
 }
 
 impl Owners {
-    pub fn new(max: usize, cx: &Ctx) -> Owners {
+    pub fn new(max: usize, max_one_client: usize, cx: &Ctx) -> Owners {
         Owners {
             table: Default::default(),
             max: max.max(1),
+            max_one_client: max_one_client.max(1),
             open: cx.mcp_sessions.clone(),
             initializing: cx.mcp_initializing.clone(),
         }
@@ -97,20 +105,30 @@ impl Owners {
         self.table.lock().sessions.get(session).map(|s| s.principal.clone())
     }
 
+    /// The most sessions `p` may hold, and the setting that says so: a token of one client
+    /// is held to the lower of the two.
+    fn limit(&self, p: &Principal) -> (usize, &'static str) {
+        if p.is_one_client() && self.max_one_client <= self.max {
+            (self.max_one_client, "--max-sessions-per-participant")
+        } else {
+            (self.max, "--max-sessions-per-principal")
+        }
+    }
+
     /// Takes one of `p`'s slots for an `initialize` in flight, or refuses.
     fn reserve(this: &Arc<Owners>, p: &Principal) -> Result<Reserved, ApiError> {
         let key = p.key().to_owned();
+        let (max, setting) = this.limit(p);
         let mut t = this.table.lock();
         let n = t.counts.entry(key.clone()).or_insert(0);
-        if *n >= this.max {
+        if *n >= max {
             let mut e = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 TOO_MANY_SESSIONS,
                 format!(
-                    "{} holds {} MCP sessions open, the most it may (--max-sessions-per-principal): \
+                    "{} holds {max} MCP sessions open, the most it may ({setting}): \
                      reuse one, or end one (DELETE with its Mcp-Session-Id)",
                     p.name(),
-                    this.max
                 ),
             );
             e.retry_after = Some(INIT_GRACE.as_secs() as u32);

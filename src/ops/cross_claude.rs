@@ -917,7 +917,8 @@ impl Operation for ShareData {
 
     async fn run(cx: &Ctx, caller: Caller, r: CcShareRequest) -> Result<CcShared, OpError> {
         let owner = caller.identity(cx, r.sender.as_deref())?;
-        let s: SharedSummary = cx.relay.share_data(&owner, &r.key, r.content, r.description).await?;
+        let s: SharedSummary =
+            super::shared::share(cx, &caller.principal, &owner, &r.key, r.content, r.description).await?;
         Ok(CcShared {
             ok: true,
             key: s.key,

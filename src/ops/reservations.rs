@@ -11,22 +11,31 @@
 //! the loser reads the winner's and finds the conflict. Changes are announced as a
 //! `RESERVATION` message on a channel (`reservations` unless the request names one), so agents
 //! waiting there learn of them without polling.
+//!
+//! Comparing a request's patterns with the project's is counted work (at most
+//! [`MAX_WORK`] steps a request, retries included) and runs off the HTTP workers, on a
+//! blocking thread, one comparison at a time in the process: a request at the limit takes
+//! about a tenth of a second of one core, and however many arrive, the workers keep a core.
 
-use super::{Caller, Ctx, ErrorKind, OpError, Operation};
+use super::{Caller, Ctx, ErrorKind, OpError, Operation, Principal, Taken};
 use crosstalk_actors::records::{Kind, RecordStore};
 use crosstalk_actors::{RelayError, StoreError};
 use crosstalk_schema::reservation::{
-    pattern, Reservation, ReservationSet, MAX_PATTERNS, MAX_PROJECT_BYTES, MAX_REASON_BYTES,
+    self, pattern, Reservation, ReservationSet, TooMuchWork, Work, MAX_PATTERNS, MAX_PROJECT_BYTES, MAX_REASON_BYTES,
+    MAX_WORK,
 };
 use crosstalk_schema::{codec, ChannelName, InvalidInput, MessageType, NewMessage, Timestamp};
+use parking_lot::Mutex;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::future::Future;
 use std::sync::Arc;
 
 /// A reservation's time when the request names none, and the longest it may ask for.
 pub const DEFAULT_TTL_S: u64 = 3_600;
 pub const MAX_TTL_S: u64 = 7 * 86_400;
-/// Live reservations one project keeps, and one holder holds.
+/// Live reservations one project keeps, and one holder holds in one project (a token of one
+/// client holds at most `--max-reservations-per-participant` in all: [`count_against`]).
 pub const MAX_PER_PROJECT: usize = 1_000;
 pub const MAX_PER_HOLDER: usize = 100;
 /// Where changes are announced when the request names no channel.
@@ -121,14 +130,35 @@ impl Store {
         key: &str,
         mut change: impl FnMut(&mut Vec<Reservation>, i64) -> Result<(T, bool), OpError>,
     ) -> Result<T, OpError> {
+        self.update_with(cx, key, |mut items, now| {
+            let changed = change(&mut items, now);
+            async move {
+                let (answer, write) = changed?;
+                Ok((answer, write.then_some(items)))
+            }
+        })
+        .await
+    }
+
+    /// [`Store::update`] with a `change` that may wait (for work done elsewhere): it takes the
+    /// live reservations and answers what to report, and the reservations to write, if any.
+    async fn update_with<T, F>(
+        &self,
+        cx: &Ctx,
+        key: &str,
+        mut change: impl FnMut(Vec<Reservation>, i64) -> F,
+    ) -> Result<T, OpError>
+    where
+        F: Future<Output = Result<(T, Option<Vec<Reservation>>), OpError>>,
+    {
         for _ in 0..16 {
             let (set, bytes) = self.read(key).await?;
             let now = now_ms();
-            let mut items: Vec<Reservation> = set.items.into_iter().filter(|r| live(cx, r, now)).collect();
-            let (answer, write) = change(&mut items, now)?;
-            if !write {
+            let items: Vec<Reservation> = set.items.into_iter().filter(|r| live(cx, r, now)).collect();
+            let (answer, write) = change(items, now).await?;
+            let Some(items) = write else {
                 return Ok(answer);
-            }
+            };
             let new = (!items.is_empty()).then(|| codec::encode(&ReservationSet { items }));
             if self
                 .records
@@ -164,6 +194,42 @@ impl Store {
             .collect();
         all.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));
         Ok(all)
+    }
+}
+
+/// Counts reservation `id` against the caller's token, if it is one client's
+/// (`--max-reservations-per-participant`, across every project): `true` if it was counted
+/// now, and must be forgotten if the reservation is not made. At the limit by this node's
+/// count, the projects of the token's reservations are read again first, so that those
+/// released, lapsed or gone with their holder give their place back.
+async fn count_against(cx: &Ctx, principal: &Principal, id: &str) -> Result<bool, OpError> {
+    if !principal.is_one_client() {
+        return Ok(false);
+    }
+    let (kept, key) = (&cx.reservations_kept, principal.key());
+    match kept.take(key, id) {
+        Taken::Full => {}
+        taken => return Ok(taken == Taken::New),
+    }
+    let names = kept.names(key);
+    let records: std::collections::BTreeSet<&str> = names.iter().filter_map(|n| record_of(n).ok()).collect();
+    let (store, now) = (Store::new(cx), now_ms());
+    let mut still = std::collections::HashSet::new();
+    for record in records {
+        let (set, _) = store.read(record).await?;
+        still.extend(set.items.into_iter().filter(|r| live(cx, r, now)).map(|r| r.id));
+    }
+    kept.keep_only(key, |n| still.contains(n));
+    match kept.take(key, id) {
+        Taken::Full => Err(OpError::new(
+            ErrorKind::LimitReached,
+            format!(
+                "this token holds {} reservations, the most one token may (--max-reservations-per-participant); \
+                 release some",
+                kept.max
+            ),
+        )),
+        taken => Ok(taken == Taken::New),
     }
 }
 
@@ -327,8 +393,11 @@ impl Operation for Reserve {
         let channel = announce_on(r.channel)?;
         let key = project_key(&project);
         let id = format!("{key}.{}", uuid::Uuid::new_v4().simple());
+        let counted = count_against(cx, &caller.principal, &id).await?;
+        // Shared by every try, so retries spend from one budget.
+        let work = Arc::new(Mutex::new(Work::new(MAX_WORK)));
         let answer = Store::new(cx)
-            .update(cx, &key, |items, now| {
+            .update_with(cx, &key, |items, now| {
                 let wanted = Reservation {
                     id: id.clone(),
                     holder: holder.clone(),
@@ -340,71 +409,104 @@ impl Operation for Reserve {
                     expires_ms: now + ttl,
                     release_when_offline: r.release_when_offline,
                 };
-                let conflicts: Vec<Conflict> = items
-                    .iter()
-                    .filter(|o| o.conflicts_with(&wanted))
-                    .map(|o| Conflict {
-                        id: o.id.clone(),
-                        holder: o.holder.clone(),
-                        paths: o
-                            .paths
-                            .iter()
-                            .filter(|p| {
-                                wanted
-                                    .paths
-                                    .iter()
-                                    .any(|w| crosstalk_schema::reservation::overlap(p, w))
-                            })
-                            .cloned()
-                            .collect(),
-                        exclusive: o.exclusive,
-                        expires_at: rfc3339(o.expires_ms),
-                        reason: o.reason.clone(),
-                    })
-                    .collect();
-                if !conflicts.is_empty() {
-                    let refused = Reserved {
-                        granted: false,
-                        id: None,
-                        reservation: None,
-                        conflicts,
+                let (work, holder, id) = (work.clone(), holder.clone(), id.clone());
+                async move {
+                    let (conflicts, mut items, wanted) = check(wanted, items, work).await?;
+                    if !conflicts.is_empty() {
+                        let refused = Reserved {
+                            granted: false,
+                            id: None,
+                            reservation: None,
+                            conflicts,
+                        };
+                        return Ok(((refused, None), None));
+                    }
+                    if items.len() >= MAX_PER_PROJECT {
+                        return Err(OpError::new(
+                            ErrorKind::LimitReached,
+                            format!("this project already has {MAX_PER_PROJECT} reservations; release some"),
+                        ));
+                    }
+                    if items.iter().filter(|o| o.holder == holder).count() >= MAX_PER_HOLDER {
+                        return Err(OpError::new(
+                            ErrorKind::LimitReached,
+                            format!("{holder:?} already holds {MAX_PER_HOLDER} reservations here; release some"),
+                        ));
+                    }
+                    let view = ReservationView::from(&wanted);
+                    let text = format!("reserved {}", describe(&wanted));
+                    items.push(wanted);
+                    let granted = Reserved {
+                        granted: true,
+                        id: Some(id),
+                        reservation: Some(view),
+                        conflicts: Vec::new(),
                     };
-                    return Ok(((refused, None), false));
+                    Ok(((granted, Some(text)), Some(items)))
                 }
-                if items.len() >= MAX_PER_PROJECT {
-                    return Err(OpError::new(
-                        ErrorKind::LimitReached,
-                        format!("this project already has {MAX_PER_PROJECT} reservations; release some"),
-                    ));
-                }
-                if items.iter().filter(|o| o.holder == holder).count() >= MAX_PER_HOLDER {
-                    return Err(OpError::new(
-                        ErrorKind::LimitReached,
-                        format!("{holder:?} already holds {MAX_PER_HOLDER} reservations here; release some"),
-                    ));
-                }
-                let view = ReservationView::from(&wanted);
-                let text = format!("reserved {}", describe(&wanted));
-                items.push(wanted);
-                Ok((
-                    (
-                        Reserved {
-                            granted: true,
-                            id: Some(id.clone()),
-                            reservation: Some(view),
-                            conflicts: Vec::new(),
-                        },
-                        Some(text),
-                    ),
-                    true,
-                ))
             })
-            .await?;
-        let (answer, granted) = answer;
+            .await;
+        let granted = matches!(&answer, Ok((_, Some(_))));
+        if counted && !granted {
+            cx.reservations_kept.forget(caller.principal.key(), &id);
+        }
+        let (answer, granted) = answer?;
         if let Some(text) = granted {
             announce(cx, &channel, &holder, text).await;
         }
         Ok(answer)
+    }
+}
+
+/// Comparisons of patterns running in this process: one at a time, so that however many
+/// requests compare at once they take at most one core from the HTTP workers.
+static COMPARING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// What in `items` stands in the way of `wanted`, compared on a blocking thread within
+/// `work`; `items` and `wanted` are handed back for the write. A comparison beyond the budget
+/// refuses the request (429): nothing is stored.
+async fn check(
+    wanted: Reservation,
+    items: Vec<Reservation>,
+    work: Arc<Mutex<Work>>,
+) -> Result<(Vec<Conflict>, Vec<Reservation>, Reservation), OpError> {
+    let turn = COMPARING
+        .acquire()
+        .await
+        .map_err(|_| OpError::new(ErrorKind::ShuttingDown, "the relay is shutting down"))?;
+    let compared = tokio::task::spawn_blocking(move || {
+        // Held by the comparison, not the request: a client that goes away does not free
+        // the turn of a comparison still running.
+        let _turn = turn;
+        let found = reservation::conflicts(&wanted, &items, &mut work.lock()).map(|found| {
+            found
+                .into_iter()
+                .map(|(o, paths)| Conflict {
+                    id: o.id.clone(),
+                    holder: o.holder.clone(),
+                    paths: paths.into_iter().map(str::to_owned).collect(),
+                    exclusive: o.exclusive,
+                    expires_at: rfc3339(o.expires_ms),
+                    reason: o.reason.clone(),
+                })
+                .collect()
+        });
+        (found, items, wanted)
+    })
+    .await
+    .map_err(|e| OpError::new(ErrorKind::Unavailable, format!("comparing reservations failed: {e}")))?;
+    match compared {
+        (Ok(conflicts), items, wanted) => Ok((conflicts, items, wanted)),
+        (Err(TooMuchWork), items, wanted) => Err(OpError::new(
+            ErrorKind::LimitReached,
+            format!(
+                "comparing these {} patterns with the {} held in this project takes more than {MAX_WORK} steps, \
+                 the most one request may: reserve fewer or more specific patterns (fewer wildcards, a literal \
+                 directory first)",
+                wanted.paths.len(),
+                items.iter().map(|r| r.paths.len()).sum::<usize>(),
+            ),
+        )),
     }
 }
 
@@ -536,6 +638,7 @@ impl Operation for ReleaseReservation {
                 Ok((items.remove(at), true))
             })
             .await?;
+        cx.reservations_kept.forget(caller.principal.key(), &r.id);
         announce(cx, &channel, &holder, format!("released {}", describe(&gone))).await;
         Ok(Released {
             released: true,

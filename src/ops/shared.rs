@@ -1,7 +1,7 @@
 //! Shared data: named, versioned content an identity publishes for the others.
 
 use super::channels::NoArgs;
-use super::{Caller, Ctx, OpError, Operation};
+use super::{Caller, Ctx, ErrorKind, OpError, Operation, Principal, Taken};
 use crosstalk_actors::SharedSummary;
 use crosstalk_schema::SharedData;
 use schemars::JsonSchema;
@@ -30,7 +30,56 @@ impl Operation for Share {
 
     async fn run(cx: &Ctx, caller: Caller, r: ShareRequest) -> Result<SharedSummary, OpError> {
         let owner = caller.identity(cx, r.owner.as_deref())?;
-        Ok(cx.relay.share_data(&owner, &r.key, r.content, r.description).await?)
+        share(cx, &caller.principal, &owner, &r.key, r.content, r.description).await
+    }
+}
+
+/// Publishes a version of `key` as `owner` (authorised by the caller), counted against the
+/// caller's token: every face's way to share (crosstalk's and cross-claude's).
+pub async fn share(
+    cx: &Ctx,
+    principal: &Principal,
+    owner: &str,
+    key: &str,
+    content: String,
+    description: Option<String>,
+) -> Result<SharedSummary, OpError> {
+    // The store's own spelling of the key, so that one key is counted once.
+    let key = key.trim();
+    let counted = count_against(cx, principal, key).await?;
+    let shared = cx.relay.share_data(owner, key, content, description).await;
+    if counted && shared.is_err() {
+        cx.shared_kept.forget(principal.key(), key);
+    }
+    Ok(shared?)
+}
+
+/// Counts shared data `key` against the caller's token, if it is one client's
+/// (`--max-shared-keys-per-participant`): `true` if it was counted now, and must be forgotten
+/// if the key is not written. At the limit by this node's count, the current keys are listed
+/// first, so that those deleted (by anyone) give their place back.
+async fn count_against(cx: &Ctx, principal: &Principal, key: &str) -> Result<bool, OpError> {
+    if !principal.is_one_client() {
+        return Ok(false);
+    }
+    let (kept, token) = (&cx.shared_kept, principal.key());
+    match kept.take(token, key) {
+        Taken::Full => {}
+        taken => return Ok(taken == Taken::New),
+    }
+    let current: std::collections::HashSet<String> =
+        cx.relay.list_shared_data().await?.into_iter().map(|s| s.key).collect();
+    kept.keep_only(token, |k| current.contains(k));
+    match kept.take(token, key) {
+        Taken::Full => Err(OpError::new(
+            ErrorKind::LimitReached,
+            format!(
+                "this token keeps {} shared data keys, the most one token may (--max-shared-keys-per-participant); \
+                 delete one, or publish a new version of one you keep",
+                kept.max
+            ),
+        )),
+        taken => Ok(taken == Taken::New),
     }
 }
 
@@ -123,6 +172,8 @@ impl Operation for DeleteData {
 
     async fn run(cx: &Ctx, caller: Caller, r: DeleteDataRequest) -> Result<SharedSummary, OpError> {
         let owner = caller.identity(cx, r.owner.as_deref())?;
-        Ok(cx.relay.delete_shared_data(&owner, &r.key).await?)
+        let deleted = cx.relay.delete_shared_data(&owner, &r.key).await?;
+        cx.shared_kept.forget(caller.principal.key(), &deleted.key);
+        Ok(deleted)
     }
 }

@@ -6,6 +6,7 @@
 //! on sled or in the cluster's buckets, and on a cluster one node at a time delivers each
 //! webhook (a lease, taken with a compare-and-set).
 
+use super::{ErrorKind, OpError};
 use crosstalk_actors::records::{Kind, RecordStore};
 use crosstalk_actors::{RelayError, StoreError};
 use crosstalk_schema::webhook::{Delivery, Lease, Webhook, WebhookFormat};
@@ -69,7 +70,8 @@ impl Webhooks {
     }
 
     /// Makes a webhook that sends what is posted on `channel` from now on (its cursor starts
-    /// at the channel's newest id). The URL's address is checked by the caller.
+    /// at the channel's newest id). The URL's address is checked by the caller. One beyond
+    /// [`MAX_WEBHOOKS`] is the limit's own error (429 `limit_reached`), not the store's.
     pub async fn create(
         &self,
         channel: &ChannelName,
@@ -77,10 +79,13 @@ impl Webhooks {
         types: Vec<String>,
         format: WebhookFormat,
         from: u64,
-    ) -> Result<WebhookView, String> {
-        let existing = self.store.list(Kind::Webhooks).await.map_err(|e| e.to_string())?;
+    ) -> Result<WebhookView, OpError> {
+        let existing = self.store.list(Kind::Webhooks).await?;
         if existing.len() >= MAX_WEBHOOKS {
-            return Err(format!("this relay holds its maximum of {MAX_WEBHOOKS} webhooks"));
+            return Err(OpError::new(
+                ErrorKind::LimitReached,
+                format!("this relay holds its maximum of {MAX_WEBHOOKS} webhooks; remove one first"),
+            ));
         }
         let hook = Webhook {
             id: super::oauth::random_hex(6),
@@ -100,13 +105,10 @@ impl Webhooks {
             ..Delivery::default()
         };
         // The cursor first: a webhook is never seen without one.
-        self.put_delivery(&hook.id, &delivery)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.put_delivery(&hook.id, &delivery).await?;
         self.store
             .put(Kind::Webhooks, hook.id.clone(), codec::encode(&hook))
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         let mut view = view(&hook, delivery);
         view.secret = Some(hook.secret);
         Ok(view)

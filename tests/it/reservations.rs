@@ -418,3 +418,150 @@ async fn a_holder_and_a_reservation_are_bounded() {
     let (_, r) = reserve(&c, &s, json!({"holder": "bob", "paths": ["g.rs"], "project": "p"})).await;
     assert_eq!(r["granted"], true, "{r}");
 }
+
+/// What one request may make the relay compute is bounded: patterns are refused beyond 8
+/// wildcards or 32 segments, and a request whose comparison with its project would take more
+/// than its budget of steps is refused (429) with nothing stored, instead of holding a core
+/// for minutes. The heaviest patterns the rules allow, 64 against 64 held, are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn comparing_patterns_is_bounded_and_a_request_beyond_the_budget_is_refused() {
+    let s = Server::start();
+    let c = client();
+    for (paths, why) in [
+        (json!(["*?*?*?*?*"]), "at most 8 wildcards"),
+        (json!([vec!["a"; 33].join("/")]), "at most 32 segments"),
+    ] {
+        let (status, e) = reserve(&c, &s, json!({"holder": "z", "paths": paths})).await;
+        assert_eq!(status, 400, "{e}");
+        assert!(e["error"].as_str().unwrap().contains(why), "{e}");
+    }
+    // A long name against a long piece between two stars is the heaviest pair: 64 names
+    // against 64 such pieces is about 19 million steps, inside the budget of 20 million.
+    let names: Vec<String> = (0..64).map(|i| "a".repeat(510 - i)).collect();
+    let pieces: Vec<String> = (0..64).map(|i| format!("*{}b*", "a".repeat(507 - i))).collect();
+    let short = |v: &Value| {
+        format!(
+            "{} {}",
+            v["code"],
+            v["error"].as_str().unwrap_or("").get(..200).unwrap_or("")
+        )
+    };
+    let (status, r) = reserve(&c, &s, json!({"holder": "b", "paths": pieces, "project": "q"})).await;
+    assert_eq!((status, r["granted"].as_bool()), (200, Some(true)), "{}", short(&r));
+    let (status, r) = reserve(&c, &s, json!({"holder": "a", "paths": names, "project": "q"})).await;
+    assert_eq!((status, r["granted"].as_bool()), (200, Some(true)), "{}", short(&r));
+    // Twenty holders of 64 such pieces (shared, so they coexist): the same request would need
+    // twenty times that.
+    for i in 0..20 {
+        let body = json!({"holder": format!("b{i}"), "paths": pieces, "project": "p", "exclusive": false});
+        let (status, r) = reserve(&c, &s, body).await;
+        assert_eq!((status, r["granted"].as_bool()), (200, Some(true)), "{}", short(&r));
+    }
+    let (status, e) = reserve(&c, &s, json!({"holder": "a", "paths": names, "project": "p"})).await;
+    assert_eq!(
+        (status, e["code"].as_str()),
+        (429, Some("limit_reached")),
+        "{}",
+        short(&e)
+    );
+    assert!(e["error"].as_str().unwrap().contains("steps"), "{}", short(&e));
+    assert_eq!(listed(&c, &s, "?project=p&holder=a").await.len(), 0, "nothing stored");
+    assert_eq!(listed(&c, &s, "?project=p").await.len(), 20, "and nothing lost");
+}
+
+/// `LIB/X.RS` and `lib/x.rs` are one file on macOS and Windows: patterns are compared without
+/// regard to case, in every project, and each is kept and shown as it was written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_that_differ_only_in_case_are_one_path() {
+    let s = Server::start();
+    let c = client();
+    let (_, a) = reserve(
+        &c,
+        &s,
+        json!({"holder": "alice", "paths": ["lib/x.rs"], "project": "c"}),
+    )
+    .await;
+    assert_eq!(a["granted"], true, "{a}");
+    let (_, b) = reserve(&c, &s, json!({"holder": "bob", "paths": ["LIB/X.RS"], "project": "c"})).await;
+    assert_eq!(b["granted"], false, "{b}");
+    assert_eq!(b["conflicts"][0]["paths"], json!(["lib/x.rs"]), "{b}");
+    let (_, b) = reserve(&c, &s, json!({"holder": "bob", "paths": ["Docs/**"], "project": "c"})).await;
+    assert_eq!(b["granted"], true, "{b}");
+    let (_, e) = reserve(
+        &c,
+        &s,
+        json!({"holder": "erin", "paths": ["docs/README.md"], "project": "c"}),
+    )
+    .await;
+    assert_eq!(e["granted"], false, "{e}");
+    let held: Vec<Value> = listed(&c, &s, "?project=c")
+        .await
+        .iter()
+        .map(|r| r["paths"][0].clone())
+        .collect();
+    assert_eq!(held, [json!("lib/x.rs"), json!("Docs/**")], "kept as written");
+}
+
+/// `crosstalk guard` checks every staged path as it is, case aside, and refuses one it cannot
+/// check (a name no reservation pattern could spell: a tab or another control character in it,
+/// or longer than a pattern may be), saying why, whoever holds what.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_refuses_a_path_it_cannot_check() {
+    let s = Server::start();
+    let c = client();
+    let (_, r) = reserve(
+        &c,
+        &s,
+        json!({"holder": "alice", "paths": ["src/**"], "project": "demo"}),
+    )
+    .await;
+    assert_eq!(r["granted"], true);
+    let repo = tempfile::tempdir().unwrap();
+    let dir = repo.path();
+    git(dir, &["init", "-q"]);
+    let long = format!("src/{}/{}/{}.rs", "d".repeat(251), "e".repeat(252), "f".repeat(250));
+    assert_eq!(long.len(), 762);
+    let unfit = ["src/a\tb.rs", "src/ctl\u{1}.rs", long.as_str()];
+    for p in unfit.iter().chain(&["SRC/Main.rs", "docs/ok.md"]) {
+        let file = dir.join(p);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, "x\n").unwrap();
+    }
+    git(dir, &["add", "."]);
+    let guard = |who: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+            .current_dir(dir)
+            .args(["guard", "--as", who, "--project", "demo", "--relay", &s.url("")])
+            .env_remove("CROSSTALK_TOKEN")
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = guard("bob");
+    assert_eq!(code, Some(1), "{err}");
+    for why in [
+        "\"src/a\\tb.rs\": cannot be checked against reservations: it has a control character ('\\t')",
+        "\"src/ctl\\u{1}.rs\": cannot be checked against reservations: it has a control character ('\\u{1}')",
+        "cannot be checked against reservations: it is 762 bytes long; reservation patterns are at most 512",
+        "SRC/Main.rs: held by alice (src/**, exclusive",
+        "1 staged path(s) are held by another agent and 3 cannot be checked",
+    ] {
+        assert!(err.contains(why), "{why:?} not in:\n{err}");
+    }
+    assert!(!err.contains("docs/ok.md"), "{err}");
+    assert!(
+        !err.contains('\u{1}'),
+        "no control character reaches the terminal: {err:?}"
+    );
+    // The holder is not stopped by its own reservation, but the unfit paths still are.
+    let (code, err) = guard("alice");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("3 staged path(s) cannot be checked against reservations; rename them"),
+        "{err}"
+    );
+    let mut unstage = vec!["rm", "-q", "--cached", "--"];
+    unstage.extend(unfit);
+    git(dir, &unstage);
+    assert_eq!(guard("alice"), (Some(0), String::new()));
+}

@@ -650,6 +650,32 @@ async fn mcp_sessions_are_bounded_per_principal() {
     assert!(sid.is_some());
 }
 
+/// A participant's token is one identity, and holds at most --max-sessions-per-participant MCP
+/// sessions (64 by default, about 4.5 MB), well under the 1,024 the shared token may: one
+/// participant cannot hold 70 MB of sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_token_holds_fewer_mcp_sessions_than_the_shared_token() {
+    let s = Server::start_with(&["--token", "admin", "--participants", "alice:tok-a"]);
+    let alice = client_with_token("tok-a");
+    for i in 0..64 {
+        let (status, _, body) = initialize(&s, &alice, "/mcp").await;
+        assert_eq!(status, 200, "session {i}: {body}");
+    }
+    let (status, sid, body) = initialize(&s, &alice, "/cc/mcp").await;
+    assert_eq!((status, sid), (429, None), "the 65th: {body}");
+    assert_eq!(body["code"], "too_many_sessions", "{body}");
+    let e = body["error"].as_str().unwrap();
+    assert!(
+        e.contains("alice holds 64") && e.contains("--max-sessions-per-participant"),
+        "{body}"
+    );
+    let admin = client_with_token("admin");
+    for i in 0..65 {
+        let (status, _, body) = initialize(&s, &admin, "/mcp").await;
+        assert_eq!(status, 200, "the shared token's session {i}: {body}");
+    }
+}
+
 /// A session that never finishes its handshake (`notifications/initialized`, or any request)
 /// is closed within seconds, and its place is given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -816,4 +842,193 @@ async fn a_session_name_acts_only_for_the_token_that_made_it() {
         .map(|m| m["body"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(bodies, ["me", "me"]);
+}
+
+/// The status and JSON of a request.
+async fn answer(c: &reqwest::Client, method: &str, url: &str, body: Value) -> (u16, Value) {
+    common::request(c, method, url, Some(body), None).await
+}
+
+/// One participant's token cannot take every one of --max-channels: it brings at most
+/// --max-channels-per-participant into being, however it tries (a post, a creation, a
+/// wait), and then another token's first post to a new channel still goes through. Its own
+/// channels keep working; the shared token answers only to --max-channels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_cannot_take_every_channel() {
+    let s = Server::start_with(&[
+        "--token",
+        "admin",
+        "--participants",
+        "alice:tok-a,bob:tok-b",
+        "--max-channels",
+        "8",
+        "--max-channels-per-participant",
+        "3",
+    ]);
+    let (alice, bob, admin) = (
+        client_with_token("tok-a"),
+        client_with_token("tok-b"),
+        client_with_token("admin"),
+    );
+    let post_to = |ch: &str| s.url(&format!("/api/channels/{ch}/messages"));
+    for ch in ["a1", "a2"] {
+        let (status, v) = answer(&alice, "POST", &post_to(ch), msg("alice", "x")).await;
+        assert_eq!(status, 200, "{ch}: {v}");
+    }
+    let (status, v) = answer(
+        &alice,
+        "POST",
+        &s.url("/api/channels"),
+        json!({"name": "a3", "description": "d"}),
+    )
+    .await;
+    assert_eq!(status, 201, "a creation counts too: {v}");
+    for (how, (status, v)) in [
+        (
+            "a post",
+            answer(&alice, "POST", &post_to("a4"), msg("alice", "x")).await,
+        ),
+        (
+            "a creation",
+            answer(
+                &alice,
+                "POST",
+                &s.url("/api/channels"),
+                json!({"name": "a4", "description": "d"}),
+            )
+            .await,
+        ),
+        (
+            "a wait",
+            common::request(
+                &alice,
+                "GET",
+                &s.url("/api/channels/a4/wait?since_id=0&timeout_s=0"),
+                None,
+                None,
+            )
+            .await,
+        ),
+    ] {
+        assert_eq!((status, v["code"].as_str()), (429, Some("limit_reached")), "{how}: {v}");
+        assert!(
+            v["error"].as_str().unwrap().contains("--max-channels-per-participant"),
+            "{v}"
+        );
+    }
+    let (status, v) = answer(&alice, "POST", &post_to("a1"), msg("alice", "still mine")).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = answer(&bob, "POST", &post_to("b1"), msg("bob", "x")).await;
+    assert_eq!(status, 200, "another token's first post to a new channel: {v}");
+    for ch in ["s1", "s2", "s3", "s4"] {
+        let (status, v) = answer(&admin, "POST", &post_to(ch), msg("admin", "x")).await;
+        assert_eq!(status, 200, "the shared token, {ch}: {v}");
+    }
+}
+
+/// One participant's token holds at most --max-reservations-per-participant live path
+/// reservations across every project (one holder kept 2,000 across 20 projects); releasing
+/// one gives its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_holds_a_bounded_number_of_reservations_across_projects() {
+    let s = Server::start_with(&[
+        "--participants",
+        "alice:tok-a,bob:tok-b",
+        "--max-reservations-per-participant",
+        "3",
+    ]);
+    let (alice, bob) = (client_with_token("tok-a"), client_with_token("tok-b"));
+    let url = s.url("/api/reservations");
+    let mut ids = Vec::new();
+    for p in ["p1", "p2", "p3"] {
+        let (status, r) = answer(&alice, "POST", &url, json!({"paths": ["src/**"], "project": p})).await;
+        assert_eq!((status, r["granted"].as_bool()), (200, Some(true)), "{r}");
+        ids.push(r["id"].as_str().unwrap().to_owned());
+    }
+    let (status, e) = answer(&alice, "POST", &url, json!({"paths": ["src/**"], "project": "p4"})).await;
+    assert_eq!((status, e["code"].as_str()), (429, Some("limit_reached")), "{e}");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("--max-reservations-per-participant"),
+        "{e}"
+    );
+    let (status, r) = answer(&bob, "POST", &url, json!({"paths": ["src/**"], "project": "p4"})).await;
+    assert_eq!(
+        (status, r["granted"].as_bool()),
+        (200, Some(true)),
+        "another token: {r}"
+    );
+    let (status, _) = common::request(
+        &alice,
+        "DELETE",
+        &s.url(&format!("/api/reservations/{}", ids[0])),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, r) = answer(&alice, "POST", &url, json!({"paths": ["docs/**"], "project": "p4"})).await;
+    assert_eq!(
+        (status, r["granted"].as_bool()),
+        (200, Some(true)),
+        "a released one's place: {r}"
+    );
+}
+
+/// One participant's token keeps at most --max-shared-keys-per-participant shared data keys
+/// (300 keys of 100 KB were all accepted): a new version of a key it keeps is fine, and a key
+/// deleted, by it or by anyone, gives its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_keeps_a_bounded_number_of_shared_keys() {
+    let s = Server::start_with(&[
+        "--token",
+        "admin",
+        "--participants",
+        "alice:tok-a,bob:tok-b",
+        "--max-shared-keys-per-participant",
+        "3",
+    ]);
+    let (alice, bob, admin) = (
+        client_with_token("tok-a"),
+        client_with_token("tok-b"),
+        client_with_token("admin"),
+    );
+    let url = s.url("/api/data");
+    let share = |c: reqwest::Client, key: &str| {
+        let (url, body) = (url.clone(), json!({"key": key, "content": "x".repeat(1000)}));
+        async move { answer(&c, "POST", &url, body).await }
+    };
+    for k in ["k1", "k2", " k3 "] {
+        let (status, v) = share(alice.clone(), k).await;
+        assert_eq!(status, 201, "{k}: {v}");
+    }
+    for k in ["k4", "k3"] {
+        let (status, e) = share(alice.clone(), k).await;
+        if k == "k3" {
+            assert_eq!(status, 201, "a new version of a key it keeps (however spelt): {e}");
+            continue;
+        }
+        assert_eq!((status, e["code"].as_str()), (429, Some("limit_reached")), "{e}");
+        assert!(
+            e["error"]
+                .as_str()
+                .unwrap()
+                .contains("--max-shared-keys-per-participant"),
+            "{e}"
+        );
+    }
+    let (status, v) = share(bob, "b1").await;
+    assert_eq!(status, 201, "another token: {v}");
+    let (status, _) = common::request(&alice, "DELETE", &s.url("/api/data/k1"), None, None).await;
+    assert_eq!(status, 200);
+    let (status, v) = share(alice.clone(), "k4").await;
+    assert_eq!(status, 201, "its own deletion gives the place back: {v}");
+    let (status, _) = common::request(&admin, "DELETE", &s.url("/api/data/k2?owner=alice"), None, None).await;
+    assert_eq!(status, 200);
+    let (status, v) = share(alice.clone(), "k5").await;
+    assert_eq!(status, 201, "and so does a deletion by anyone: {v}");
+    let (status, e) = share(alice, "k6").await;
+    assert_eq!(status, 429, "{e}");
 }

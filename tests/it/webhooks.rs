@@ -273,3 +273,20 @@ async fn a_slack_webhook_gets_text() {
     post(&c, &s, "ops", common::msg("agent-1", "after removal")).await;
     assert!(tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_millis(1500))).is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_beyond_the_limit_is_refused_as_a_limit_and_the_others_stay() {
+    let s = Server::start_with(&["--webhooks-allow-private"]);
+    let c = client();
+    let (at, url) = (s.url("/api/webhooks"), format!("http://127.0.0.1:{}/hook", free_port()));
+    let make = || request(&c, "POST", &at, Some(json!({"channel": "ops", "url": url})), None);
+    for i in 0..100 {
+        let (status, hook) = make().await;
+        assert_eq!(status, 201, "webhook {i}: {hook}");
+    }
+    let (status, e) = make().await;
+    assert_eq!(status, 429, "the 101st is the limit's own answer, not the store's: {e}");
+    assert_eq!(e["code"], "limit_reached", "{e}");
+    assert!(e["error"].as_str().unwrap().contains("100 webhooks"), "{e}");
+    assert_eq!(webhooks(&s).await.len(), 100, "the hundred made are all kept");
+}

@@ -215,3 +215,45 @@ async fn a_channel_opened_but_never_written_stops_counting_against_the_limit() {
         );
     }
 }
+
+/// One opener brings at most `max_channels_per_opener` channels into being, whatever the
+/// relay's room; another opener, and calls of nobody's, are not held up; a channel it opened
+/// and never wrote gives its place back when it closes, one it wrote does not.
+#[actix_rt::test]
+async fn one_opener_brings_a_bounded_number_of_channels_into_being() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SledStore::open(dir.path()).unwrap());
+    let config = RelayConfig {
+        idle_after: Some(QUIET),
+        presence_ttl: Duration::from_millis(300),
+        max_channels: 100,
+        max_channels_per_opener: 2,
+        ..RelayConfig::default()
+    };
+    let relay = Relay::start(store, config).unwrap().0;
+    let short = WaitOptions {
+        limit: 10,
+        timeout: Duration::from_millis(50),
+        ..WaitOptions::default()
+    };
+    let alice = || Some(Arc::<str>::from("alice"));
+    let post_as_alice = |name: &str, body: &str| {
+        let (relay, name, body) = (relay.clone(), ch(name), msg("a", None, body));
+        Relay::opening_as(alice(), async move { relay.post(&name, body).await })
+    };
+    post_as_alice("written", "x").await.unwrap();
+    let waited = Relay::opening_as(alice(), relay.wait(ch("waited"), short.clone())).await;
+    assert_eq!(waited.unwrap().outcome, WaitOutcome::Timeout);
+    let e = post_as_alice("third", "x").await.map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("--max-channels-per-participant"), "{e}");
+    // Posting to its own, another opener's first post and an unattributed one go through.
+    post_as_alice("written", "more").await.unwrap();
+    Relay::opening_as(Some("bob".into()), relay.post(&ch("bobs"), msg("b", None, "x")))
+        .await
+        .unwrap();
+    relay.post(&ch("nobodys"), msg("c", None, "x")).await.unwrap();
+    // The channel alice only waited on closes unwritten: its place is hers again, once.
+    assert_eq!(settle(&relay, 0).await, 0);
+    post_as_alice("third", "x").await.unwrap();
+    assert!(post_as_alice("fourth", "x").await.is_err());
+}
