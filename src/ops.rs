@@ -103,6 +103,10 @@ pub trait Operation: 'static {
     const DESCRIPTION: &'static str;
     /// It changes nothing (MCP `readOnlyHint`).
     const READ_ONLY: bool;
+    /// It may remove or end what is there, not only add (MCP `destructiveHint`).
+    const DESTRUCTIVE: bool = false;
+    /// Calling it again with the same arguments changes nothing more (MCP `idempotentHint`).
+    const IDEMPOTENT: bool = Self::READ_ONLY;
     type Request: DeserializeOwned + JsonSchema + Send + 'static;
     type Response: Serialize + JsonSchema + Send + 'static;
 
@@ -477,10 +481,37 @@ impl Caller {
             Some(g) => self.act_as(cx, g),
             None => match self.own_identity() {
                 Some(me) => self.act_as(cx, me),
-                None => Err(OpError::invalid(
-                    "name who you are (sender, instance_id or owner), or register first",
-                )),
+                None => match self.registered(cx)? {
+                    Some(me) => self.act_as(cx, &me),
+                    None => Err(OpError::invalid(
+                        "name who you are (sender, instance_id or owner), or register first",
+                    )),
+                },
             },
+        }
+    }
+
+    /// The identity registered from the caller's session when the caller holds none in
+    /// hand: a client whose requests carry no session of their own (a 2026-07-28 MCP client,
+    /// whose requests share its token's `mcp-stateless` session, or a REST client sending
+    /// `X-Crosstalk-Session`) acts as the name it registered, while that is the only live one
+    /// there. With several, the caller must name one.
+    fn registered(&self, cx: &Ctx) -> Result<Option<String>, OpError> {
+        let Some(session) = self.session.as_deref() else {
+            return Ok(None);
+        };
+        let mut names = cx.relay.bound_to(session, 3);
+        match names.len() {
+            0 => Ok(None),
+            1 => Ok(names.pop()),
+            _ => {
+                names.sort();
+                Err(OpError::invalid(format!(
+                    "this token's requests without a session of their own have registered several names \
+                     ({}…): name yours on each call (sender=…, instance_id=…)",
+                    names.join(", ")
+                )))
+            }
         }
     }
 
@@ -490,7 +521,11 @@ impl Caller {
             Some(g) => self.act_as(cx, g).map(Some),
             None => match self.bound.clone() {
                 Some(me) => self.act_as(cx, &me).map(Some),
-                None => Ok(None),
+                None => match self.registered(cx) {
+                    Ok(Some(me)) => self.act_as(cx, &me).map(Some),
+                    // An anonymous read stays one when the session holds several names.
+                    _ => Ok(None),
+                },
             },
         }
     }

@@ -129,10 +129,12 @@ pub trait Cluster: Send + Sync + 'static {
 
     /// Binds `registration`'s id to its session on every node, unless another live session
     /// holds it; answers the registration as the nodes keep it.
+    /// (A live binding to a session whose name starts with `take_over` is replaced.)
     fn claim_registration(
         &self,
         registration: Registration,
         ttl: Duration,
+        take_over: Option<String>,
     ) -> BoxFuture<'static, Result<Registration, RelayError>>;
 
     /// Moves `who`'s cursor on `channel` to `id` on every node (never back).
@@ -263,6 +265,7 @@ impl Cluster for Embedded {
         &self,
         registration: Registration,
         _: Duration,
+        _: Option<String>,
     ) -> BoxFuture<'static, Result<Registration, RelayError>> {
         ready(Ok(registration))
     }

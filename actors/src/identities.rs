@@ -100,10 +100,27 @@ impl Identities {
         self.map.read().get(who).cloned()
     }
 
-    /// Whether `who` is bound to a live session other than `session`.
-    pub fn live_elsewhere(&self, who: &str, session: Option<&str>) -> bool {
-        self.get(who)
-            .is_some_and(|i| i.session.is_some() && i.session.as_deref() != session && self.live(&i))
+    /// Whether `who` is bound to a live session other than `session`, and not one that
+    /// `session` may take it over from: a session whose name starts with `owner` (the same
+    /// principal, which has proved it is the same client).
+    pub fn live_elsewhere(&self, who: &str, session: Option<&str>, owner: Option<&str>) -> bool {
+        self.get(who).is_some_and(|i| {
+            let theirs = i.session.as_deref();
+            let taken_over = owner.is_some_and(|o| theirs.is_some_and(|t| t.starts_with(o)));
+            theirs.is_some() && theirs != session && !taken_over && self.live(&i)
+        })
+    }
+
+    /// The live identities bound to `session`, at most `most` of them (a caller asking for
+    /// "the one" asks for two, to tell one from several).
+    pub fn bound_to(&self, session: &str, most: usize) -> Vec<String> {
+        self.map
+            .read()
+            .values()
+            .filter(|i| i.session.as_deref() == Some(session) && self.live(i))
+            .take(most)
+            .map(|i| i.instance.instance_id.clone())
+            .collect()
     }
 
     /// Checks that `session` may act as `who`, and records the heartbeat. An identity bound

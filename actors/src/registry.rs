@@ -64,6 +64,11 @@ pub struct Register {
     pub description: Option<String>,
     pub kind: InstanceKind,
     pub session: Option<String>,
+    /// A prefix of session names (one principal's, which has proved it is the same client:
+    /// the same participant token, the same OAuth grant): a live binding to a session that
+    /// starts with it is taken over at once, as a restarted host's new session takes its
+    /// name back from the one it left behind.
+    pub take_over: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -338,7 +343,10 @@ impl Handler<Register> for Registry {
                     }));
                 }
             }
-            if self.identities.live_elsewhere(&id, msg.session.as_deref()) {
+            if self
+                .identities
+                .live_elsewhere(&id, msg.session.as_deref(), msg.take_over.as_deref())
+            {
                 return Err(RelayError::Conflict(format!(
                     "instance id {id:?} is in use by another live session; pick another id, or wait until it has \
                      been silent for {} s",
@@ -364,10 +372,11 @@ impl Handler<Register> for Registry {
                 session: Some(session.clone()),
                 seen: now.0,
             };
-            let claim = self
-                .channel_config
-                .cluster
-                .claim_registration(registration, self.identities.ttl());
+            let claim = self.channel_config.cluster.claim_registration(
+                registration,
+                self.identities.ttl(),
+                msg.take_over.clone(),
+            );
             let identity = Identity::new(instance, Some(session.clone()), Some(now));
             let view = self.identities.view(&identity);
             // Bound at once, so a second registration racing this one sees it; taken back if

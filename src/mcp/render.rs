@@ -9,7 +9,7 @@ use crate::ops::identity::Instances;
 use crate::ops::messages::{Asked, MessageList, Page, Readers, Waited};
 use crate::ops::sessions::{DirectivesView, SessionEnded, SessionView};
 use crate::ops::shared::{SharedEntry, SharedList};
-use crosstalk_actors::{ChannelInfo, Posted, Registered, SharedSummary, WaitOutcome};
+use crosstalk_actors::{ChannelInfo, Posted, SharedSummary, WaitOutcome};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -179,12 +179,9 @@ impl Render for DirectivesView {
     }
 }
 
-impl Render for Registered {
+impl Render for crate::ops::identity::RegisterAnswer {
     fn text(&self) -> String {
-        format!(
-            "Registered as {0}. Post with sender={0} (or none); waits skip your own messages.",
-            self.instance.instance_id
-        )
+        self.next.clone()
     }
 }
 

@@ -121,12 +121,15 @@ where
         unreachable!("schemas are objects")
     };
     let accepted = Arc::new(argument_names(&input));
+    // Told truthfully, so that hosts with approval policies (Codex runs only read-only or
+    // closed-world tools without asking) run them: every tool acts on the relay alone. Only
+    // what differs from MCP's defaults (not read-only, destructive, not idempotent, open
+    // world) is written: every byte of tools/list is in every turn's context.
     let mut annotations = ToolAnnotations::new();
-    if O::READ_ONLY {
-        annotations.read_only_hint = Some(true);
-    } else {
-        annotations.destructive_hint = Some(false);
-    }
+    annotations.open_world_hint = Some(false);
+    annotations.read_only_hint = O::READ_ONLY.then_some(true);
+    annotations.destructive_hint = (!O::READ_ONLY && !O::DESTRUCTIVE).then_some(false);
+    annotations.idempotent_hint = O::IDEMPOTENT.then_some(true);
     let tool = Tool::new_with_raw(name, Some(O::DESCRIPTION.into()), Arc::new(input))
         .with_raw_output_schema(Arc::new(output))
         .with_annotations(annotations);
@@ -161,13 +164,17 @@ where
     Route { tool, call, check }
 }
 
-/// The one place an operation's error becomes a tool error.
+/// The one place an operation's error becomes a tool error: the words in the text, and the
+/// same in the structured result (hosts such as Claude Code and Codex give their model only
+/// that), with the error's code.
 pub fn error_result(e: &OpError) -> CallToolResult {
     let text = match e.kind {
         ErrorKind::Invalid => format!("refused: {}", e.message),
         _ => e.message.clone(),
     };
-    CallToolResult::error(vec![ContentBlock::text(text)])
+    let mut r = CallToolResult::error(vec![ContentBlock::text(text.clone())]);
+    r.structured_content = Some(json!({"error": text, "code": e.kind.code()}));
+    r
 }
 
 /// Checks the arguments, runs the operation, reports progress while it blocks, and gives up
@@ -289,7 +296,7 @@ static ROUTES: LazyLock<Vec<Route>> = LazyLock::new(|| {
         tool::<messages::Read>(),
         tool::<messages::Wait>(),
         tool::<channels::ListChannels>(),
-        tool_then::<Register>(|cx, r| *cx.bound.lock() = Some(r.instance.instance_id.clone())),
+        tool_then::<Register>(|cx, r| *cx.bound.lock() = Some(r.registered.instance.instance_id.clone())),
         tool::<identity::ListInstances>(),
         tool::<identity::Inbox>(),
         tool::<channels::CreateChannel>(),

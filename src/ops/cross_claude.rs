@@ -195,8 +195,8 @@ impl Operation for Register {
         .await?;
         Ok(CcRegistered {
             ok: true,
-            instance_id: done.instance.instance_id.clone(),
-            session: done.session,
+            instance_id: done.registered.instance.instance_id.clone(),
+            session: done.registered.session,
         })
     }
 }

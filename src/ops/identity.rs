@@ -19,17 +19,28 @@ pub struct RegisterRequest {
     pub kind: InstanceKind,
 }
 
+/// A registration, and what to send from now on (in the structured answer: hosts such as
+/// Claude Code and Codex give their model only that).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RegisterAnswer {
+    #[serde(flatten)]
+    pub registered: Registered,
+    /// How later calls act as this identity.
+    pub next: String,
+}
+
 pub struct Register;
 
 impl Operation for Register {
     const NAME: &'static str = "register";
-    const DESCRIPTION: &'static str = "Register this session as instance_id; nobody else can use it while you are \
-        active.";
+    const DESCRIPTION: &'static str = "Register as instance_id; nobody else can use it while you are active. \
+        Later calls that name nobody act as it (pass sender/instance_id to be sure).";
     const READ_ONLY: bool = false;
+    const IDEMPOTENT: bool = true;
     type Request = RegisterRequest;
-    type Response = Registered;
+    type Response = RegisterAnswer;
 
-    async fn run(cx: &Ctx, caller: Caller, r: RegisterRequest) -> Result<Registered, OpError> {
+    async fn run(cx: &Ctx, caller: Caller, r: RegisterRequest) -> Result<RegisterAnswer, OpError> {
         // The token and the session's own registration bind as everywhere; the registry
         // refuses a name live in another session (409).
         let who = caller.claim(r.instance_id.as_str())?;
@@ -39,12 +50,32 @@ impl Operation for Register {
             Some(session) => Principal::session_name(session).to_owned(),
             None => format!("ct-{}", uuid::Uuid::new_v4().simple()),
         };
+        // A token that proves who its client is (a participant's, an OAuth grant's) takes its
+        // name back from a session of its own it left behind (a restarted host, which never
+        // sent DELETE): at once, not once that session has been silent for the TTL.
+        let take_over = caller.principal.is_one_client().then(|| caller.principal.session(""));
         let mut done = cx
             .relay
-            .register(&who, r.description, r.kind, Some(caller.principal.session(&name)))
+            .register(
+                &who,
+                r.description,
+                r.kind,
+                Some(caller.principal.session(&name)),
+                take_over,
+            )
             .await?;
         done.session = name;
-        Ok(done)
+        let id = done.instance.instance_id.clone();
+        Ok(RegisterAnswer {
+            next: format!(
+                "Registered as {id}. Calls that name nobody act as {id}: from this MCP session, or from \
+                 this token's calls without a session (2026-07-28 clients) while {id} is the only name \
+                 they registered; REST sends X-Crosstalk-Session: {}. To be sure, pass sender={id} when \
+                 posting and instance_id={id} when reading or waiting. Waits skip your own messages.",
+                done.session
+            ),
+            registered: done,
+        })
     }
 }
 

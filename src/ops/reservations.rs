@@ -625,6 +625,8 @@ impl Operation for ReleaseReservation {
     const NAME: &'static str = "release_reservation";
     const DESCRIPTION: &'static str = "Release your reservation.";
     const READ_ONLY: bool = false;
+    const DESTRUCTIVE: bool = true;
+    const IDEMPOTENT: bool = true;
     type Request = ReleaseRequest;
     type Response = Released;
 

@@ -114,6 +114,8 @@ impl Operation for EndSession {
     const NAME: &'static str = "end_session";
     const DESCRIPTION: &'static str = "End the channel's session now, whatever its turns.";
     const READ_ONLY: bool = false;
+    const DESTRUCTIVE: bool = true;
+    const IDEMPOTENT: bool = true;
     type Request = ChannelRequest;
     type Response = SessionEnded;
 

@@ -167,6 +167,8 @@ impl Operation for DeleteData {
     const NAME: &'static str = "delete_shared_data";
     const DESCRIPTION: &'static str = "Delete your shared data key (earlier versions stay readable).";
     const READ_ONLY: bool = false;
+    const DESTRUCTIVE: bool = true;
+    const IDEMPOTENT: bool = true;
     type Request = DeleteDataRequest;
     type Response = SharedSummary;
 

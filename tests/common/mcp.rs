@@ -108,8 +108,13 @@ impl Mcp {
 
     /// A 2026-07-28 client of the MCP endpoint at `url` (a relay behind a load balancer).
     pub fn stateless_url(url: String) -> Mcp {
+        Self::stateless_url_with(url, super::client())
+    }
+
+    /// Like [`stateless_url`](Self::stateless_url), with a client of the caller's (a token).
+    pub fn stateless_url_with(url: String, http: reqwest::Client) -> Mcp {
         Mcp {
-            http: super::client(),
+            http,
             url,
             session: None,
             version: MODERN,

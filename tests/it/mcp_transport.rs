@@ -582,3 +582,78 @@ async fn json_rpc_mistakes_get_json_rpc_errors() {
     let (st, _) = post(s.url("/mcp?tools=core"), init.to_string(), vec![]).await;
     assert_eq!(st, 200);
 }
+
+/// A 2026-07-28 client names itself once: after `register`, its calls that name nobody act
+/// as the name its token's sessionless calls registered (the README's loop, unchanged). When
+/// that token's sessionless calls registered several names, a call that names none is told
+/// to name one, with the names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_client_acts_as_what_it_registered_without_naming_it() {
+    let s = Server::start_with(&["--token", "adm", "--participants", "coder:coder-tok"]);
+    let m = Mcp::stateless_url_with(s.url("/mcp"), client_with_token("coder-tok"));
+    let reg = m.call_ok("register", json!({"instance_id": "coder"})).await;
+    assert!(reg["next"].as_str().unwrap().contains("sender=coder"), "{reg}");
+    let posted = m.call_ok("post_message", json!({"channel": "dev", "body": "hi"})).await;
+    assert_eq!(posted["sender"], "coder");
+    let waited = m
+        .call_ok(
+            "wait_for_message",
+            json!({"channel": "dev", "since_id": 0, "timeout_s": 0.2}),
+        )
+        .await;
+    assert_eq!(
+        waited["messages"],
+        json!([]),
+        "its own message does not wake it: {waited}"
+    );
+    // The shared token's sessionless calls: one name is the default, two are ambiguous.
+    let admin = Mcp::stateless_url_with(s.url("/mcp"), client_with_token("adm"));
+    admin.call_ok("register", json!({"instance_id": "w1"})).await;
+    let p = admin
+        .call_ok("post_message", json!({"channel": "dev", "body": "one"}))
+        .await;
+    assert_eq!(p["sender"], "w1");
+    admin.call_ok("register", json!({"instance_id": "w2"})).await;
+    let r = admin
+        .call("post_message", json!({"channel": "dev", "body": "who?"}))
+        .await;
+    assert_eq!(r["isError"], true, "{r}");
+    let why = r["structuredContent"]["error"].as_str().unwrap();
+    assert!(
+        why.contains("w1") && why.contains("w2") && why.contains("sender="),
+        "{why}"
+    );
+    let p = admin
+        .call_ok("post_message", json!({"channel": "dev", "sender": "w2", "body": "two"}))
+        .await;
+    assert_eq!(p["sender"], "w2");
+}
+
+/// A host that restarts (a new MCP session, the old one never closed: Claude Code sends no
+/// DELETE) takes its name back at once when its token proves it is the same client — a
+/// participant's token — and the session it left behind can no longer act as it. The shared
+/// token is everyone's, so there a live name stays its session's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_host_takes_its_name_back_at_once() {
+    let s = Server::start_with(&["--token", "adm", "--participants", "coder:coder-tok"]);
+    let old = Mcp::connect_with(&s, client_with_token("coder-tok")).await;
+    old.call_ok("register", json!({"instance_id": "coder"})).await;
+    old.call_ok("post_message", json!({"channel": "dev", "body": "before"}))
+        .await;
+    let new = Mcp::connect_with(&s, client_with_token("coder-tok")).await;
+    new.call_ok("register", json!({"instance_id": "coder"})).await;
+    let p = new
+        .call_ok("post_message", json!({"channel": "dev", "body": "after"}))
+        .await;
+    assert_eq!(p["sender"], "coder");
+    let gone = old
+        .call_err("post_message", json!({"channel": "dev", "body": "stale"}))
+        .await;
+    assert!(gone.contains("another session"), "{gone}");
+    // The shared token: another session's live name is not taken.
+    let a = Mcp::connect_with(&s, client_with_token("adm")).await;
+    a.call_ok("register", json!({"instance_id": "w1"})).await;
+    let b = Mcp::connect_with(&s, client_with_token("adm")).await;
+    let refused = b.call_err("register", json!({"instance_id": "w1"})).await;
+    assert!(refused.contains("in use"), "{refused}");
+}

@@ -129,14 +129,17 @@ fn urlencoding(s: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_retention_removed_is_never_found() {
-    let s = Server::start_with(&["--retention-channels", "logs=2/", "--retention-interval-secs", "1"]);
+    // Retention's first round comes 5 s after start: long enough, even on a loaded machine,
+    // for the five posts to be indexed and found first (at 1 s, CI's load once let it run
+    // before the first search).
+    let s = Server::start_with(&["--retention-channels", "logs=2/", "--retention-interval-secs", "5"]);
     let c = client();
     for i in 0..5 {
         post(&c, &s, "logs", msg("a", &format!("deploy number {i}"))).await;
     }
     // Indexed before retention runs.
     assert_eq!(found_ids(&hits(&c, &s, &[("q", "deploy")]).await).len(), 5);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let found = hits(&c, &s, &[("q", "deploy")]).await;
         let bodies: Vec<&str> = found["messages"]

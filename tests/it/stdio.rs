@@ -306,7 +306,8 @@ async fn core_tool_set_is_the_lean_list_plus_the_bridges_own() {
     );
     let size = serde_json::to_vec(&list).unwrap().len();
     println!("crosstalk mcp --tools core: tools/list {size} bytes");
-    assert!(size <= 5_000, "{size} bytes");
+    // (5,000 before every tool carried openWorldHint: false, #60.)
+    assert!(size <= 5_200, "{size} bytes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -479,9 +479,10 @@ impl Cluster for NatsCluster {
         &self,
         registration: Registration,
         ttl: Duration,
+        take_over: Option<String>,
     ) -> BoxFuture<'static, Result<Registration, RelayError>> {
         let registrations = self.registrations.clone();
-        Box::pin(async move { registrations.claim(registration, ttl).await })
+        Box::pin(async move { registrations.claim(registration, ttl, take_over.as_deref()).await })
     }
 
     fn advance_cursor(&self, who: &str, channel: &ChannelName, id: u64) -> BoxFuture<'static, Result<(), RelayError>> {

@@ -24,14 +24,21 @@ impl Registrations {
     /// Binds `reg`'s id to its session across the cluster, unless another session holds it
     /// and was heard from within `ttl` on any node. Returns the registration as stored (its
     /// first registration time is the cluster's).
-    pub async fn claim(&self, reg: Registration, ttl: Duration) -> Result<Registration, RelayError> {
+    pub async fn claim(
+        &self,
+        reg: Registration,
+        ttl: Duration,
+        take_over: Option<&str>,
+    ) -> Result<Registration, RelayError> {
         let id = reg.instance.instance_id.clone();
         let claimed = self
             .bucket
             .change(&hex(&id), |current| {
                 let mut reg = reg.clone();
                 if let Some(held) = current.and_then(|s| s.value) {
-                    if held.session.is_some() && held.session != reg.session && live(&held, ttl) {
+                    let taken_over =
+                        take_over.is_some_and(|o| held.session.as_deref().is_some_and(|s| s.starts_with(o)));
+                    if held.session.is_some() && held.session != reg.session && !taken_over && live(&held, ttl) {
                         return Err(RelayError::Conflict(format!(
                             "instance id {id:?} is in use by another live session; pick another id, or wait \
                              until it has been silent for {} s",

@@ -230,12 +230,15 @@ impl Relay {
             .await?
     }
 
+    /// Binds `instance_id` to `session`. A live binding to another session is refused, but
+    /// for one whose name starts with `take_over` (see [`Register::take_over`]).
     pub async fn register(
         &self,
         instance_id: &str,
         description: Option<String>,
         kind: InstanceKind,
         session: Option<String>,
+        take_over: Option<String>,
     ) -> Result<Registered, RelayError> {
         self.inner
             .registry
@@ -244,9 +247,15 @@ impl Relay {
                 description,
                 kind,
                 session,
+                take_over,
             })
             .timeout(ACTOR_CALL_TIMEOUT)
             .await?
+    }
+
+    /// The live identities bound to `session` (at most `most`).
+    pub fn bound_to(&self, session: &str, most: usize) -> Vec<String> {
+        self.inner.identities.bound_to(session, most)
     }
 
     /// The session `who` is bound to now, if any: where a task that waits as `who` acts from

@@ -355,7 +355,7 @@ fn an_inbox_hands_each_message_out_once() {
         let relay = setup.relay(dir.path()).await;
         let dev = ch("dev");
         relay
-            .register("alice", None, InstanceKind::Agent, Some("s-alice".into()))
+            .register("alice", None, InstanceKind::Agent, Some("s-alice".into()), None)
             .await
             .unwrap();
         relay.join("alice", &dev).await.unwrap();
@@ -397,11 +397,12 @@ fn a_registered_id_is_held_by_its_live_session() {
                 Some("builds".into()),
                 InstanceKind::Agent,
                 Some("s1".into()),
+                None,
             )
             .await
             .unwrap();
         let taken = relay
-            .register("worker-1", None, InstanceKind::Agent, Some("s2".into()))
+            .register("worker-1", None, InstanceKind::Agent, Some("s2".into()), None)
             .await;
         assert!(matches!(taken, Err(RelayError::Conflict(_))), "{:?}", taken.err());
         relay
@@ -410,9 +411,37 @@ fn a_registered_id_is_held_by_its_live_session() {
                 Some("builds and tests".into()),
                 InstanceKind::Agent,
                 Some("s1".into()),
+                None,
             )
             .await
             .expect("the same session registers again");
+        // A session whose name starts with the live one's owner takes it over at once (the
+        // same principal restarted); any other is still refused.
+        let stranger = relay
+            .register(
+                "worker-1",
+                None,
+                InstanceKind::Agent,
+                Some("other\u{1f}s3".into()),
+                Some("me\u{1f}".into()),
+            )
+            .await;
+        assert!(matches!(stranger, Err(RelayError::Conflict(_))), "{:?}", stranger.err());
+        relay
+            .register(
+                "worker-1",
+                None,
+                InstanceKind::Agent,
+                Some("s1-restarted".into()),
+                Some("s1".into()),
+            )
+            .await
+            .expect("the same owner takes its name back");
+        assert_eq!(relay.session_of("worker-1").as_deref(), Some("s1-restarted"));
+        assert!(
+            relay.authorize("worker-1", Some("s1")).is_err(),
+            "the old session lost it"
+        );
         relay.shutdown().unwrap();
     });
 }

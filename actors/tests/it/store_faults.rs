@@ -171,7 +171,10 @@ async fn a_write_error_is_never_acknowledged_and_the_relay_recovers() {
     }
     assert!(relay.store_health().is_err(), "health reports the failed write");
     // The other write paths refuse too, and say so.
-    assert!(relay.register("alice", None, InstanceKind::Agent, None).await.is_err());
+    assert!(relay
+        .register("alice", None, InstanceKind::Agent, None, None)
+        .await
+        .is_err());
     assert!(relay.share_data("alice", "spec", "x".into(), None).await.is_err());
     assert!(relay.start_session(&ch("dev"), None).await.is_err());
     assert!(relay.create_channel(&ch("dev"), "what for").await.is_err());
@@ -183,7 +186,10 @@ async fn a_write_error_is_never_acknowledged_and_the_relay_recovers() {
     assert_eq!(stored_bodies(store.as_ref(), "dev"), ["before", "after"]);
     // Registration, shared data and sessions work again, and the refused ones left nothing.
     assert!(relay.list_instances().is_empty(), "a refused registration is not bound");
-    relay.register("alice", None, InstanceKind::Agent, None).await.unwrap();
+    relay
+        .register("alice", None, InstanceKind::Agent, None, None)
+        .await
+        .unwrap();
     let v = relay.share_data("alice", "spec", "x".into(), None).await.unwrap();
     assert_eq!(v.version, 1, "a refused version does not count");
     assert!(relay.start_session(&ch("dev"), None).await.is_ok());
@@ -204,7 +210,7 @@ async fn a_flush_error_is_never_acknowledged_and_never_turns_up_later() {
         assert!(r.is_err(), "post {i} was acknowledged: {r:?}");
         refused.push(format!("refused {i}"));
     }
-    let r = relay.register("bob", None, InstanceKind::Agent, None).await;
+    let r = relay.register("bob", None, InstanceKind::Agent, None, None).await;
     assert!(r.is_err(), "{r:?}");
     assert!(relay.store_health().is_err());
 
@@ -235,7 +241,7 @@ async fn a_hanging_flush_fails_writes_fast_recovers_and_lets_shutdown_go() {
     // Every other write waiting on the store is abandoned too, not held until the hang ends
     // (on a relay node, the fold's watermark waits the same way, and could hold the fold up).
     let registering = async {
-        let r = relay.register("carol", None, InstanceKind::Agent, None).await;
+        let r = relay.register("carol", None, InstanceKind::Agent, None, None).await;
         (r, started.elapsed())
     };
     let probe = async {
@@ -283,7 +289,10 @@ async fn the_inbox_hands_nothing_out_unless_its_cursors_are_durable() {
     let dir = tempfile::tempdir().unwrap();
     let store = Faulty::new(dir.path());
     let relay = start(&store);
-    let reg = relay.register("me", None, InstanceKind::Agent, None).await.unwrap();
+    let reg = relay
+        .register("me", None, InstanceKind::Agent, None, None)
+        .await
+        .unwrap();
     let _ = reg;
     relay.post(&ch("dev"), msg("me", "joining")).await.unwrap();
     relay.post(&ch("dev"), msg("peer", "for you")).await.unwrap();
