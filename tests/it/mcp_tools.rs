@@ -88,8 +88,9 @@ async fn tools_list_is_small_and_complete() {
     let size = serde_json::to_vec(&list).unwrap().len();
     println!("tools/list: {size} bytes of JSON");
     // 22 tools since reserve (#33, one tool for four operations), within 12 KB since output
-    // schemas keep only their fields' names (#34; typed, they were 13.9 KB).
-    assert!(size <= 12_000, "tools/list is {size} bytes");
+    // schemas keep only their fields' names (#34; typed, they were 13.9 KB); 42 bytes more
+    // since a channel's row names its open questions and session (#60).
+    assert!(size <= 12_050, "tools/list is {size} bytes");
     let tools = list["tools"].as_array().unwrap();
     let names: Vec<_> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(
