@@ -897,7 +897,7 @@ async fn revoke(req: HttpRequest) -> HttpResponse {
 
 fn admin(req: &HttpRequest) -> Result<(), Box<HttpResponse>> {
     match req.extensions().get::<Principal>() {
-        Some(Principal::Shared) => Ok(()),
+        Some(p) if p.manages_connections() => Ok(()),
         _ => Err(Box::new(
             crate::error::ApiError::new(
                 StatusCode::FORBIDDEN,

@@ -169,6 +169,9 @@ pub struct Ctx {
     pub shared_kept: Arc<Kept>,
     /// cross-claude's `general` channel is known to exist (`cross_claude::ensure_general`).
     pub cc_general: Arc<std::sync::atomic::AtomicBool>,
+    /// The relay is an OAuth authorization server (`--oauth`): its `/api/oauth/…` routes are
+    /// mounted, which `whoami` tells the console.
+    pub oauth: bool,
 }
 
 /// Default of `--max-waits-per-principal`: enough for a large fleet behind one token.
@@ -270,6 +273,7 @@ impl Ctx {
             reservations_kept: Arc::new(Kept::new(DEFAULT_MAX_RESERVATIONS)),
             shared_kept: Arc::new(Kept::new(DEFAULT_MAX_SHARED_KEYS)),
             cc_general: Default::default(),
+            oauth: false,
         }
     }
 
@@ -363,6 +367,18 @@ impl Principal {
     /// data), so that no one client can take what all the others share.
     pub fn is_one_client(&self) -> bool {
         matches!(self, Principal::Participant(_) | Principal::Connector(_))
+    }
+
+    /// May add, list and remove webhooks (`/api/webhooks`): the relay's own token, or anyone
+    /// on a relay without tokens, but no token of one client.
+    pub fn manages_webhooks(&self) -> bool {
+        matches!(self, Principal::Shared | Principal::Anyone)
+    }
+
+    /// May mint OAuth invites and see and revoke connections (`/api/oauth/…`, with `--oauth`):
+    /// the relay's own token only.
+    pub fn manages_connections(&self) -> bool {
+        matches!(self, Principal::Shared)
     }
 
     /// Whom the channels it brings into being are counted against

@@ -275,6 +275,7 @@ pub async fn serve(
     cx.reservations_kept = Arc::new(Kept::new(config.max_reservations_per_participant));
     cx.shared_kept = Arc::new(Kept::new(config.max_shared_keys_per_participant));
     cx.humans = Arc::new(config.humans.iter().cloned().collect());
+    cx.oauth = config.oauth;
     if !is_loopback(&config.host) && !config.auth.enabled() {
         tracing::warn!(host = %config.host, "--insecure-open: listening beyond loopback WITHOUT A TOKEN; anyone who \
             can reach this port can read, post and act as anyone");

@@ -37,7 +37,7 @@ fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> 
 
 fn admin(req: &HttpRequest) -> Result<(), Box<HttpResponse>> {
     match req.extensions().get::<Principal>() {
-        Some(Principal::Shared) | Some(Principal::Anyone) => Ok(()),
+        Some(p) if p.manages_webhooks() => Ok(()),
         _ => Err(Box::new(error(
             StatusCode::FORBIDDEN,
             "forbidden",

@@ -148,8 +148,9 @@ impl ChannelMeta {
     }
 }
 
-/// One row of `GET /api/channels`: crosstalk-mcp's fields. `last_id` is the newest message's
-/// id and `last_at` its time.
+/// One row of `GET /api/channels`: crosstalk-mcp's fields, then what a person scanning the
+/// list needs to see without opening each channel. `last_id` is the newest message's id and
+/// `last_at` its time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChannelSummary {
     pub channel: String,
@@ -157,16 +158,28 @@ pub struct ChannelSummary {
     pub last_id: u64,
     pub last_at: Option<String>,
     pub created_at: Option<String>,
+    /// QUESTIONs and PERMISSION prompts on the channel that no ANSWER has closed yet. Absent
+    /// from relays before it, hence the default.
+    #[serde(default)]
+    pub open_questions: u64,
+    /// The id of the session running on the channel (`GET /api/channels/{channel}/session`
+    /// shows it); absent when none is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_session: Option<String>,
 }
 
 impl ChannelSummary {
-    pub fn new(name: &ChannelName, meta: &ChannelMeta) -> Self {
+    /// The row of a channel from its summary and what its state
+    /// ([`ChannelState`](crate::ChannelState)) says: its open questions and running session.
+    pub fn new(name: &ChannelName, meta: &ChannelMeta, open_questions: usize, active_session: Option<&str>) -> Self {
         ChannelSummary {
             channel: name.to_string(),
             count: meta.count,
             last_id: meta.last_message_id,
             last_at: meta.last_at.map(Timestamp::to_rfc3339),
             created_at: meta.created_at.map(Timestamp::to_rfc3339),
+            open_questions: open_questions as u64,
+            active_session: active_session.map(str::to_owned),
         }
     }
 }

@@ -114,6 +114,9 @@ impl Render for ChannelList {
             if let Some(at) = &c.last_at {
                 let _ = write!(text, " at {at}");
             }
+            if c.open_questions > 0 {
+                let _ = write!(text, ", {} open question(s)", c.open_questions);
+            }
         }
         text
     }

@@ -132,6 +132,10 @@ pub struct WhoAmI {
     /// The token is a person's: the admin's, or a participant named in `--humans` (on a relay
     /// without tokens, whoever answers other than through MCP).
     pub human: bool,
+    /// What else the token may manage on this relay: `webhooks`, and on a relay with
+    /// `--oauth`, `connections` (invites and OAuth grants). The console shows those panels
+    /// only, and so asks for nothing the relay would refuse.
+    pub manages: Vec<&'static str>,
 }
 
 pub struct Whoami;
@@ -145,27 +149,25 @@ impl Operation for Whoami {
     type Response = WhoAmI;
 
     async fn run(cx: &Ctx, caller: Caller, _: NoArgs) -> Result<WhoAmI, OpError> {
-        Ok(match caller.principal {
-            Principal::Shared => WhoAmI {
-                principal: "admin",
-                identity: None,
-                human: true,
-            },
-            Principal::Participant(id) => WhoAmI {
-                principal: "participant",
-                human: cx.humans.contains(&id),
-                identity: Some(id),
-            },
-            Principal::Connector(_) => WhoAmI {
-                principal: "connector",
-                identity: None,
-                human: false,
-            },
-            Principal::Anyone => WhoAmI {
-                principal: "anyone",
-                identity: None,
-                human: !caller.policy.agents,
-            },
+        let p = &caller.principal;
+        let manages = [
+            ("webhooks", p.manages_webhooks()),
+            ("connections", cx.oauth && p.manages_connections()),
+        ]
+        .into_iter()
+        .filter_map(|(what, may)| may.then_some(what))
+        .collect();
+        let (principal, human, identity) = match caller.principal {
+            Principal::Shared => ("admin", true, None),
+            Principal::Participant(id) => ("participant", cx.humans.contains(&id), Some(id)),
+            Principal::Connector(_) => ("connector", false, None),
+            Principal::Anyone => ("anyone", !caller.policy.agents, None),
+        };
+        Ok(WhoAmI {
+            principal,
+            identity,
+            human,
+            manages,
         })
     }
 }

@@ -19,6 +19,7 @@ const state = {
   retry: 500,
   replyTo: null,
   questions: new Map(), // id -> message, open questions of this channel
+  usedBy: { asked: "", who: new Set() }, // who is on the channel, by the relay, and for what
   seen: JSON.parse(localStorage.getItem("crosstalk-seen") || "{}"), // channel -> count read
   titleAlert: false,
 };
@@ -76,7 +77,13 @@ $("logout").addEventListener("click", () => {
 });
 
 async function start() {
+  // Who the token makes this page, first: a participant's token says who this is (the page
+  // posts as that identity, not as a name typed in, and counts that identity's unread), and
+  // what else it may manage (the panels it shows, so it asks for nothing the relay refuses).
+  let me;
   try {
+    me = await api("/api/whoami");
+    if (me.identity) state.me = me.identity;
     await refreshChannels();
   } catch (e) {
     if (!(e instanceof Refused)) {
@@ -85,27 +92,19 @@ async function start() {
     }
     return;
   }
+  state.human = me.human;
+  $("me").readOnly = Boolean(me.identity);
+  $("me").title = me.identity ? "the identity of your token" : "";
+  $("me").value = state.me;
+  const manages = new Set(me.manages || []);
+  $("webhooks").hidden = !manages.has("webhooks");
+  $("oauth").hidden = !manages.has("connections");
   $("login").hidden = true;
   $("app").hidden = false;
   $("logout").hidden = !state.token;
-  refreshOAuth().catch(report);
-  refreshWebhooks().catch(report);
+  if (manages.has("connections")) refreshOAuth().catch(report);
+  if (manages.has("webhooks")) refreshWebhooks().catch(report);
   refreshReservations().catch(report);
-  // A participant's token says who this is: the page posts as that identity, not as a name
-  // typed in.
-  try {
-    const me = await api("/api/whoami");
-    state.human = me.human;
-    if (me.identity) {
-      state.me = me.identity;
-      $("me").value = me.identity;
-      $("me").readOnly = true;
-      $("me").title = "the identity of your token";
-    }
-  } catch (e) {
-    report(e);
-  }
-  $("me").value = state.me;
   const wanted = decodeURIComponent(location.hash.slice(1));
   if (wanted) openChannel(wanted);
   else if (state.channels.length) openChannel(state.channels[0].channel);
@@ -145,28 +144,32 @@ async function refreshChannels() {
       b.setAttribute("aria-current", "true");
       state.seen[c.channel] = c.count;
     }
-    const name = document.createElement("span");
-    name.className = "name";
-    name.textContent = `# ${c.channel}`;
-    b.append(name);
+    // A question or permission prompt waiting for an answer, in amber: what a person looks
+    // for first; then what is unread.
+    const open = c.open_questions || 0;
     const unread =
       c.channel === state.channel ? 0 : relayUnread[c.channel] ?? (c.count || 0) - (state.seen[c.channel] ?? 0);
-    if (unread > 0) {
-      const badge = document.createElement("span");
-      badge.className = "badge";
-      badge.textContent = unread > 999 ? "999+" : String(unread);
-      badge.title = `${unread} unread`;
-      b.append(badge);
-    }
-    const meta = document.createElement("span");
-    meta.className = "meta";
-    meta.textContent = [ago(c.last_at), c.description].filter(Boolean).join(" · ");
-    b.append(meta);
+    const asking = open > 0 ? `${open} open question${open === 1 ? "" : "s"}` : "";
+    const unseen = unread > 0 ? `${unread} unread` : "";
+    const marks = el("span", "marks");
+    if (asking) marks.append(mark("asks", `? ${open}`, asking));
+    if (unseen) marks.append(mark("badge", unread > 999 ? "999+" : String(unread), unseen));
+    const meta = el("span", "meta", [ago(c.last_at), c.description].filter(Boolean).join(" · "));
+    b.append(el("span", "name", `# ${c.channel}`), marks, meta);
+    b.setAttribute("aria-label", [c.channel, asking, unseen, meta.textContent].filter(Boolean).join(", "));
     b.addEventListener("click", () => openChannel(c.channel));
     li.append(b);
     list.append(li);
   }
   localStorage.setItem("crosstalk-seen", JSON.stringify(state.seen));
+  if (state.channel) await refreshSession();
+}
+
+// A small mark on a channel's row, with what it means in words on hover.
+function mark(cls, text, title) {
+  const m = el("span", cls, text);
+  m.title = title;
+  return m;
 }
 
 $("new-channel").addEventListener("submit", async (ev) => {
@@ -206,7 +209,6 @@ async function openChannel(name) {
     openStream();
     refreshChannels().catch(report);
     refreshPresence().catch(report);
-    refreshSession().catch(report);
     refreshData().catch(report);
   } catch (e) {
     report(e);
@@ -318,8 +320,9 @@ function arrived(m) {
   }
   if (asks(m.type) && m.sender !== state.me) alertQuestion(m);
   if (m.reply_to) bumpReplies(m.reply_to);
-  if (m.sender !== state.me) soon(refreshChannels);
-  if (m.session_id) soon(refreshSession);
+  // Any message may change the channel's row: its unread count, its open questions (an
+  // ANSWER from this page too), its session's turns.
+  soon(refreshChannels);
 }
 
 // At most one refresh a second per kind, however fast messages arrive.
@@ -490,8 +493,11 @@ function render(m) {
   head.append(who);
   if (m.type && m.type !== "message") head.append(el("span", "kind", m.type));
   if (m.recipient) head.append(el("span", "to", `→ ${m.recipient}`));
-  const t = el("time", "", new Date(m.created_at).toLocaleTimeString());
+  // Hours and minutes, as a chat shows them (the ids give the order); the rest on hover.
+  const at = new Date(m.created_at);
+  const t = el("time", "", at.toLocaleTimeString([], { hour: "numeric", minute: "2-digit" }));
   t.dateTime = m.created_at;
+  t.title = at.toLocaleString();
   head.append(t, el("span", "id", `#${m.id}`));
   if (m.reply_to) head.append(el("span", "re", `↳ #${m.reply_to}`));
   const status = el("span", m.status === "answered" ? "answered status" : "status", m.status === "answered" ? "answered" : "");
@@ -663,10 +669,22 @@ function renderReplying() {
   const x = el("button", "link", "cancel");
   x.type = "button";
   x.addEventListener("click", () => {
+    // An ANSWER was chosen for the reply (setReply): without the reply it answers nothing.
+    if ($("kind").value === "ANSWER") $("kind").value = "message";
     state.replyTo = null;
     renderReplying();
   });
   r.append(x);
+}
+
+// After a send the composer is ready for the next ordinary message: a DIRECTIVE, its
+// recipient and the reply were for the one just sent. Who the page posts as stays.
+function resetComposer() {
+  $("body").value = "";
+  $("kind").value = "message";
+  $("to").value = "";
+  state.replyTo = null;
+  renderReplying();
 }
 
 $("composer").addEventListener("submit", async (ev) => {
@@ -678,11 +696,9 @@ $("composer").addEventListener("submit", async (ev) => {
   if (state.replyTo) fields.reply_to = state.replyTo.id;
   try {
     await post(fields);
-    $("body").value = "";
-    state.replyTo = null;
-    renderReplying();
-    if ($("kind").value === "ANSWER") $("kind").value = "message";
+    resetComposer();
   } catch (e) {
+    // Refused: everything stays as it was, to be put right and sent again.
     report(e);
   }
 });
@@ -703,14 +719,27 @@ $("me").addEventListener("change", () => {
 // ---- side panels: presence, thread, readers, shared data, search
 
 async function refreshPresence() {
-  if (!state.channel) return;
+  const { channel, lastId: newest } = state;
+  if (!channel) return;
   const [present, instances] = await Promise.all([
-    api(`/api/channels/${enc(state.channel)}/presence`),
+    api(`/api/channels/${enc(channel)}/presence`),
     api("/api/instances").catch(() => []),
   ]);
+  const here = new Set(present.map((p) => p.id));
+  // Registered identities that are offline count as on this channel only if they used it: the
+  // relay's own list of who is on a channel (a read position there, a post among its newest
+  // messages), as "read by…" on its newest message gives it.
+  // Asked again only when that could change: a new message, someone else away.
+  const away = instances.filter((i) => !here.has(i.instance_id) && i.status !== "online");
+  const asked = [channel, newest, ...away.map((i) => i.instance_id)].join("\n");
+  if (away.length && newest && state.usedBy.asked !== asked) {
+    const r = await api(`/api/channels/${enc(channel)}/messages/${newest}/readers`);
+    state.usedBy = { asked, who: new Set([...r.read_by, ...r.not_yet]) };
+  }
+  const used = state.usedBy.asked === asked ? state.usedBy.who : new Set();
+  if (state.channel !== channel) return;
   const list = $("presence");
   list.replaceChildren();
-  const here = new Set(present.map((p) => p.id));
   for (const p of present) {
     const li = el("li");
     li.append(el("span", "dot online"), el("span", "", p.display_name || p.id));
@@ -724,28 +753,36 @@ async function refreshPresence() {
     }
     list.append(li);
   }
-  for (const i of instances) {
-    if (here.has(i.instance_id) || i.status === "online") continue;
+  for (const i of away) {
+    if (!used.has(i.instance_id)) continue;
     const li = el("li");
     li.append(el("span", "dot"), el("span", "", i.instance_id), el("span", "activity", `${i.kind}, offline`));
     list.append(li);
   }
 }
 
+// The open channel's session, asked for only while its row in the channel list says one runs
+// there (with none, the relay answers crosstalk-mcp's 404, an error in the browser's console).
 async function refreshSession() {
-  const s = await api(`/api/channels/${enc(state.channel)}/session`);
+  const row = state.channels.find((c) => c.channel === state.channel);
+  showSession(row && row.active_session ? await api(`/api/channels/${enc(state.channel)}/session`) : null);
+}
+
+function showSession(s) {
   $("session").hidden = false;
-  const active = s && s.status === "active";
+  const active = Boolean(s && s.status === "active");
   $("session-state").textContent = active ? `session: ${s.turn_count} turn(s)${s.max_turns ? ` of ${s.max_turns}` : ""}` : "no session";
   $("session-start").hidden = active;
   $("session-end").hidden = !active;
 }
 
 $("session-start").addEventListener("click", () =>
-  api(`/api/channels/${enc(state.channel)}/session`, { method: "POST", json: {} }).then(refreshSession).catch(report),
+  api(`/api/channels/${enc(state.channel)}/session`, { method: "POST", json: {} }).then(showSession).catch(report),
 );
 $("session-end").addEventListener("click", () =>
-  api(`/api/channels/${enc(state.channel)}/session`, { method: "DELETE" }).then(refreshSession).catch(report),
+  api(`/api/channels/${enc(state.channel)}/session`, { method: "DELETE" })
+    .then(() => showSession(null))
+    .catch(report),
 );
 
 function detail(title, nodes) {
@@ -780,13 +817,9 @@ async function showReaders(m) {
 
 // ---- OAuth connections (a relay with --oauth, seen with its own token)
 
-// Shown only where the relay has OAuth and this token is its admin's (404 or 403 otherwise).
+// Shown only where the relay has OAuth and this token is its admin's (`whoami` says so).
 async function refreshOAuth() {
-  const headers = state.token ? { Authorization: `Bearer ${state.token}` } : {};
-  const r = await fetch("/api/oauth/clients", { headers });
-  $("oauth").hidden = !r.ok;
-  if (!r.ok) return;
-  const { clients } = await r.json();
+  const { clients } = await api("/api/oauth/clients");
   const list = $("grants");
   list.replaceChildren();
   for (const g of clients) {
@@ -828,11 +861,7 @@ setInterval(() => refreshReservations().catch(() => {}), 5000);
 // ---- webhooks (the relay's own token, or a relay without tokens)
 
 async function refreshWebhooks() {
-  const headers = state.token ? { Authorization: `Bearer ${state.token}` } : {};
-  const r = await fetch("/api/webhooks", { headers });
-  $("webhooks").hidden = !r.ok;
-  if (!r.ok) return;
-  const { webhooks } = await r.json();
+  const { webhooks } = await api("/api/webhooks");
   const list = $("webhook-list");
   list.replaceChildren();
   for (const h of webhooks) {
@@ -968,6 +997,7 @@ document.addEventListener("keydown", (ev) => {
 });
 
 $("menu").addEventListener("click", () => $("app").classList.toggle("show-nav"));
+$("nav-close").addEventListener("click", () => $("app").classList.remove("show-nav"));
 $("panel").addEventListener("click", () => $("app").classList.toggle("show-side"));
 $("side-close").addEventListener("click", () => $("app").classList.remove("show-side"));
 window.addEventListener("hashchange", () => {

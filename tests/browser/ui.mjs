@@ -34,13 +34,31 @@ browser = await chromium.launch({
   args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
 });
 const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-const page = await context.newPage();
-const pageErrors = [];
-page.on("pageerror", (e) => pageErrors.push(String(e)));
 const foreign = [];
-page.on("request", (r) => {
-  if (!r.url().startsWith(base) && !r.url().startsWith("blob:") && !r.url().startsWith("data:")) foreign.push(r.url());
-});
+
+// What a person would find in the browser's console: script errors, console errors, and
+// requests that failed or that the relay refused (400 or more). A request the page itself
+// abandoned (the stream of a channel it left, a page navigated away from) is none of them.
+// `take(p)` hands over what a page has had since the last look.
+const trouble = new Map();
+function watch(p) {
+  const seen = [];
+  trouble.set(p, seen);
+  const where = (url) => (url.startsWith(base) ? url.slice(base.length) : url);
+  p.on("pageerror", (e) => seen.push(`script error: ${e}`));
+  p.on("console", (m) => m.type() === "error" && seen.push(`console: ${m.text()} (${where(m.location().url || "")})`));
+  p.on("response", (r) => r.status() >= 400 && seen.push(`${r.status()} ${r.request().method()} ${where(r.url())}`));
+  p.on("requestfailed", (r) => {
+    const why = r.failure()?.errorText;
+    if (why !== "net::ERR_ABORTED") seen.push(`${why} ${r.method()} ${where(r.url())}`);
+  });
+  p.on("request", (r) => {
+    if (!r.url().startsWith(base) && !r.url().startsWith("blob:") && !r.url().startsWith("data:")) foreign.push(r.url());
+  });
+  return p;
+}
+const take = (p) => trouble.get(p).splice(0);
+const page = watch(await context.newPage());
 
 // `/` redirects to the page; the page carries a restrictive CSP.
 const root = await fetch(`${base}/`, { redirect: "manual" });
@@ -89,6 +107,8 @@ const asked = fetch(`${base}/api/channels/team/ask`, {
 const q = page.locator("#question-list li").filter({ hasText: "Ship build 412?" });
 await q.waitFor({ timeout: 10_000 });
 check((await page.title()).includes("asks"), "the tab title announces the question", await page.title());
+await page.locator('#channel-list button[data-channel="team"] .asks').getByText("? 1").waitFor({ timeout: 5_000 });
+ok("the channel list marks #team with its open question");
 await page.screenshot({ path: join(shots, "question.png") });
 await q.locator("input").fill("yes, ship it");
 await q.getByRole("button", { name: "Answer" }).click();
@@ -228,6 +248,25 @@ ok("a session started on the page shows its turn count");
 await page.click("#session-end");
 await page.locator("#session-start").waitFor({ timeout: 5_000 });
 
+// So far, in a relay's ordinary life, the page asked only for what the relay serves and
+// nothing failed.
+const sofar = take(page);
+check(sofar.length === 0, "no errors in the browser's console, no failed or refused request", sofar);
+
+// Two registered agents: helper-9 works on #team, ghost never comes near it.
+const registered = {};
+for (const id of ["helper-9", "ghost"]) {
+  const r = await fetch(`${base}/api/register`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ instance_id: id }) });
+  check(r.ok, `${id} registers`, r.status);
+  registered[id] = (await r.json()).session;
+}
+const helped = await fetch(`${base}/api/channels/team/messages`, {
+  method: "POST",
+  headers: { "content-type": "application/json", "x-crosstalk-session": registered["helper-9"] },
+  body: JSON.stringify({ sender: "helper-9", body: "helper-9 was here" }),
+});
+check(helped.ok, "helper-9 posts on #team", helped.status);
+
 // Kill the relay and restart it: the page resumes by itself.
 await relay.stop("SIGKILL");
 ok("relay SIGKILLed");
@@ -238,6 +277,17 @@ const after = await post("team", "alice", "after the restart");
 await list.getByText("after the restart").waitFor({ timeout: 20_000 });
 ids = await list.locator("li").evaluateAll((lis) => lis.map((l) => Number(l.dataset.id)));
 check(ids.includes(after.id) && new Set(ids).size === ids.length, "the page resumed after the restart, nothing doubled", ids);
+// While the relay was down its requests failed to connect, and nothing else went wrong.
+const down = take(page);
+const unreachable = /^(console: Failed to load resource: )?net::ERR_(CONNECTION_REFUSED|CONNECTION_RESET|EMPTY_RESPONSE|INCOMPLETE_CHUNKED_ENCODING)\b/;
+check(down.every((t) => unreachable.test(t)), "while the relay was down, only its requests failed", down);
+
+// After the restart nobody is online: "On this channel" lists who used it (helper-9, offline),
+// not every registered identity (ghost never came near #team).
+const presence = page.locator("#presence");
+await presence.locator("li", { hasText: "helper-9" }).getByText("offline").waitFor({ timeout: 10_000 });
+const onChannel = await presence.locator("li").allTextContents();
+check(!onChannel.some((t) => t.includes("ghost")), "on this channel: who used it, offline too, but not who never came", onChannel);
 
 // Hostile bodies stay text.
 await post("team", "mallory", `<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2"> **bold**`);
@@ -316,13 +366,83 @@ await page.locator("#reservation-list li").getByText("builder-3").waitFor({ time
 const heldText = await page.locator("#reservation-list li").first().textContent();
 check(/builder-3 src\/\*\* exclusive in demo, until .* · router refactor/.test(heldText), "the console lists who holds which paths", heldText);
 
-// Phone width and dark: every panel is reachable from the top bar.
+// The controls shown now that are smaller than a fingertip (44 × 44 CSS px, WCAG 2.5.5), but
+// for links inside a message's text, which sit in their sentence as links in any text do.
+const tooSmall = () =>
+  page.evaluate(() =>
+    [...document.querySelectorAll("button, a[href], input, select, textarea")]
+      .filter((e) => !e.closest(".md"))
+      .map((e) => [e, e.getBoundingClientRect()])
+      .filter(([e, r]) => r.width > 0 && getComputedStyle(e).visibility !== "hidden" && (r.width < 44 || r.height < 44))
+      .map(([e, r]) => `${e.tagName.toLowerCase()}${e.id ? `#${e.id}` : ""} "${(e.textContent || e.placeholder || e.value || "").trim().slice(0, 24)}" ${r.width.toFixed(0)}×${r.height.toFixed(0)}`),
+  );
+// With a mouse nothing needs a fingertip: the desktop stays as dense as it was.
+const replyHeight = await list.locator(":scope > li .actions button").first().evaluate((b) => b.getBoundingClientRect().height);
+check(replyHeight < 30, `on a desktop a message's actions stay small (${replyHeight.toFixed(0)} px)`, replyHeight);
+
+// Phone width and dark: every panel is reachable from the top bar, and comfortable to tap.
 await page.setViewportSize({ width: 390, height: 844 });
 await page.screenshot({ path: join(shots, "phone.png") });
 check(!(await page.locator(".side").isVisible()), "on a phone the side panel starts closed", "");
+
+// A DIRECTIVE sent as a reply: afterwards the composer is ready for an ordinary message, not
+// for another DIRECTIVE to the same agent about the same thing.
+await list.locator(`:scope > li[data-id="${parentMsg.id}"] > .head .actions`).getByRole("button", { name: "reply" }).click();
+await page.selectOption("#kind", "DIRECTIVE");
+await page.fill("#to", "worker-1");
+let small = await tooSmall();
+check(small.length === 0, "on a phone every control of the channel view is at least 44 px", small);
+await page.fill("#body", "worker-1: hold the port change");
+await page.click("#composer button[type=submit]");
+await list.getByText("worker-1: hold the port change").first().waitFor({ timeout: 5_000 });
+const sentDirective = (await (await fetch(`${base}/api/channels/team/messages?before_id=${Number.MAX_SAFE_INTEGER}&limit=5`)).json()).find(
+  (m) => m.body === "worker-1: hold the port change",
+);
+check(
+  sentDirective?.type === "DIRECTIVE" && sentDirective.recipient === "worker-1" && sentDirective.reply_to === parentMsg.id,
+  "the page sends a DIRECTIVE to worker-1 as a reply",
+  sentDirective,
+);
+const composer = await page.evaluate(() => ({
+  kind: document.querySelector("#kind").value,
+  to: document.querySelector("#to").value,
+  replying: !document.querySelector("#replying").hidden,
+  body: document.querySelector("#body").value,
+}));
+check(
+  composer.kind === "message" && composer.to === "" && !composer.replying && composer.body === "",
+  "after a send the type is message again, the recipient and the reply are cleared",
+  composer,
+);
+
+// The channel list marks the channels where a question waits, with how many.
+await post("ops-q", "builder-4", "Roll back the canary?", { type: "QUESTION", recipient: "any-human" });
+await post("team", "alice", "nudge the list for ops-q");
+await page.click("#menu");
+const asks = (name) => page.locator(`#channel-list button[data-channel="${name}"] .asks`);
+await asks("ops-q").getByText("? 1", { exact: true }).waitFor({ timeout: 10_000 });
+const teamOpen = await page.locator("#question-list > li").count();
+check((await asks("team").textContent()) === `? ${teamOpen}` && teamOpen > 0, `#team is marked with its ${teamOpen} open questions`, await asks("team").textContent());
+check((await asks("long").count()) === 0, "a channel without a question has no mark", "");
+small = await tooSmall();
+check(small.length === 0, "on a phone every control of the channel list is at least 44 px", small);
+await page.screenshot({ path: join(shots, "phone-channels.png") });
+await page.click("#nav-close");
+const shipIt = page.locator("#question-list > li", { hasText: "Ship it?" });
+await shipIt.locator("input").fill("not yet");
+await shipIt.getByRole("button", { name: "Answer" }).click();
+await page.click("#menu");
+await asks("team").getByText(`? ${teamOpen - 1}`, { exact: true }).waitFor({ timeout: 5_000 });
+ok("answered on the page, the channel's mark counts one question less");
+await page.click("#nav-close");
+
 await page.click("#panel");
 await page.locator("#presence").waitFor({ state: "visible", timeout: 5_000 });
 ok("on a phone the side panel opens from the top bar");
+await page.locator("#data").getByRole("button", { name: "plan" }).click();
+await page.locator("#detail-body pre").getByText("plan v2").waitFor({ timeout: 5_000 });
+small = await tooSmall();
+check(small.length === 0, "on a phone every control of the side panel is at least 44 px", small);
 await page.screenshot({ path: join(shots, "phone-panel.png") });
 await page.click("#side-close");
 await list.locator(`li[data-id="${instr.id}"]`).getByRole("button", { name: "read by…" }).click();
@@ -343,11 +463,17 @@ const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundC
 check(bg !== "rgb(247, 247, 245)", "dark follows the system", bg);
 await page.emulateMedia({ colorScheme: "light" });
 
+// The page asked for nothing the relay does not serve, and nothing failed but while the relay
+// was down.
+let left = take(page);
+check(left.length === 0, "no errors in the browser's console, no failed or refused request", left);
+await page.close();
+
 // With a token: the page asks for it, says so when it is wrong, and works with the right one.
+// The relay is an OAuth server too, which its admin manages on the page.
 await relay.stop("SIGTERM");
-await relay.start(["--token", "s3cret", "--participants", "dana:dana-tok", "--humans", "dana"]);
-const locked = await context.newPage();
-locked.on("pageerror", (e) => pageErrors.push(String(e)));
+await relay.start(["--token", "s3cret", "--participants", "dana:dana-tok", "--humans", "dana", "--oauth"]);
+const locked = watch(await context.newPage());
 await locked.goto(`${base}/ui#team`);
 await locked.locator("#login").waitFor({ timeout: 10_000 });
 ok("with a token the page asks for it");
@@ -362,15 +488,26 @@ await locked.locator("#conn.live").waitFor({ timeout: 10_000 });
 await post("team", "alice", "authenticated live", {}, "s3cret");
 await locked.locator("#message-list").getByText("authenticated live").waitFor({ timeout: 5_000 });
 ok("with the right token the page and its stream work");
+// Until it had the right token the relay refused the page's requests: only that.
+const refused = take(locked);
+check(refused.length > 0 && refused.every((t) => /\b401\b/.test(t)), "before the right token, the only errors are the relay's 401s", refused);
+await locked.locator("#oauth").waitFor({ state: "visible", timeout: 5_000 });
+check(await locked.locator("#webhooks").isVisible(), "the admin sees Webhooks and Connections", "");
 
 // A person's participant token names them: the page posts as dana, not as a typed name.
-const danaPage = await context.newPage();
-danaPage.on("pageerror", (e) => pageErrors.push(String(e)));
+const danaPage = watch(await context.newPage());
 await danaPage.goto(`${base}/ui#team`);
 await danaPage.locator("#login").waitFor({ timeout: 10_000 });
 await danaPage.fill("#token", "dana-tok");
 await danaPage.press("#token", "Enter");
 await danaPage.locator("#message-list").getByText("authenticated live").waitFor({ timeout: 10_000 });
+const beforeLogin = take(danaPage);
+check(beforeLogin.every((t) => /\b401\b/.test(t)), "dana's page: before her token, only the relay's 401s", beforeLogin);
+check(
+  !(await danaPage.locator("#webhooks").isVisible()) && !(await danaPage.locator("#oauth").isVisible()),
+  "a participant's page shows no admin panel",
+  "",
+);
 await danaPage.waitForFunction(() => document.querySelector("#me").value === "dana", null, { timeout: 5_000 });
 check(await danaPage.locator("#me").evaluate((e) => e.readOnly), "a participant's token fixes who the page posts as", "");
 await danaPage.fill("#body", "posted as my token's identity");
@@ -393,7 +530,10 @@ await post("team", "alice", "nudge again", {}, "s3cret");
 await sideBadge.waitFor({ state: "detached", timeout: 10_000 });
 ok("read as dana elsewhere, the count goes away here too");
 
-check(pageErrors.length === 0, "no script errors on the page", pageErrors);
+for (const [who, p] of [["the admin's", locked], ["dana's", danaPage]]) {
+  left = take(p);
+  check(left.length === 0, `${who} page: no errors in the console, no failed or refused request`, left);
+}
 check(foreign.length === 0, "nothing was fetched from another origin", foreign);
 
 await browser.close();

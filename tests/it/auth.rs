@@ -117,3 +117,47 @@ async fn a_participant_token_acts_only_as_itself_over_mcp_too() {
         .unwrap();
     assert_eq!(r.status(), 401, "no token, no MCP");
 }
+
+/// `whoami`'s `manages` is what the console shows panels for, so it must name exactly what the
+/// routes then allow this token: `webhooks` where `GET /api/webhooks` answers, `connections`
+/// where `GET /api/oauth/clients` does. A relay without `--oauth` serves no OAuth routes at
+/// all, and says so to every token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whoami_names_what_the_token_may_manage_as_the_routes_allow_it() {
+    let tokens = ["--token", "s3cret", "--participants", "alice:tok-alice"];
+    let relays = [
+        ("no tokens", vec![], vec![None]),
+        ("tokens", tokens.to_vec(), vec![Some("s3cret"), Some("tok-alice")]),
+        (
+            "--oauth",
+            [&tokens[..], &["--oauth"]].concat(),
+            vec![Some("s3cret"), Some("tok-alice")],
+        ),
+    ];
+    for (relay, args, callers) in relays {
+        let s = Server::start_with(&args);
+        for token in callers {
+            let c = match token {
+                Some(t) => client_with_token(t),
+                None => client(),
+            };
+            let (status, me) = get_json(&c, &s.url("/api/whoami")).await;
+            assert_eq!(status, 200, "{me}");
+            let mut allowed = Vec::new();
+            for (what, path) in [("webhooks", "/api/webhooks"), ("connections", "/api/oauth/clients")] {
+                if c.get(s.url(path)).send().await.unwrap().status() == 200 {
+                    allowed.push(what);
+                }
+            }
+            assert_eq!(me["manages"], json!(allowed), "{relay}, token {token:?}: {me}");
+        }
+        if relay == "--oauth" {
+            let (_, admin) = get_json(&client_with_token("s3cret"), &s.url("/api/whoami")).await;
+            assert_eq!(
+                admin["manages"],
+                json!(["webhooks", "connections"]),
+                "the test sees both"
+            );
+        }
+    }
+}

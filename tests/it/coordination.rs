@@ -519,6 +519,95 @@ async fn shared_data_belongs_to_its_owner_and_keeps_versions() {
     assert_eq!(still["content"], "draft 2", "earlier versions stay readable");
 }
 
+/// The channel list says, for each channel, how many questions and permission prompts wait
+/// for an answer and which session runs there, so a person sees them without opening each
+/// channel; from the open channel's state and, after a restart, the stored one. MCP's text
+/// form says the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_channel_list_counts_open_questions_and_names_the_running_session() {
+    let mut s = Server::process(&[]);
+    let c = client();
+    let row = |list: &Value, name: &str| {
+        let rows = list.as_array().unwrap_or_else(|| panic!("{list}"));
+        rows.iter()
+            .find(|r| r["channel"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{list}"))
+    };
+    let q = post(
+        &c,
+        &s,
+        "ops",
+        json!({"sender": "agent", "type": "QUESTION", "body": "deploy?", "recipient": "any-human"}),
+    )
+    .await;
+    post(
+        &c,
+        &s,
+        "ops",
+        json!({"sender": "host", "type": "permission", "body": "Allow Bash?", "recipient": "any-human"}),
+    )
+    .await;
+    post(&c, &s, "calm", msg("a", "nothing to ask")).await;
+    let (_, list) = get_json(&c, &s.url("/api/channels")).await;
+    assert_eq!(row(&list, "ops")["open_questions"], 2, "{list}");
+    assert_eq!(row(&list, "calm")["open_questions"], 0, "{list}");
+    assert!(
+        row(&list, "ops").get("active_session").is_none(),
+        "no session, no field: {list}"
+    );
+    let text = common::mcp::Mcp::connect(&s)
+        .await
+        .call("list_channels", json!({}))
+        .await;
+    let text = text["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        text.contains("ops: 2 messages") && text.contains(", 2 open question(s)"),
+        "{text}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("calm:") && l.contains("open question")),
+        "{text}"
+    );
+
+    let (_, started) = request(&c, "POST", &s.url("/api/channels/ops/session"), Some(json!({})), None).await;
+    post(
+        &c,
+        &s,
+        "ops",
+        json!({"sender": "lead", "type": "ANSWER", "body": "yes", "reply_to": q["id"]}),
+    )
+    .await;
+    let (_, list) = get_json(&c, &s.url("/api/channels")).await;
+    let ops = row(&list, "ops");
+    assert_eq!(
+        (&ops["open_questions"], &ops["active_session"]),
+        (&json!(1), &started["session_id"]),
+        "{list}"
+    );
+
+    // From what was stored, after a restart.
+    let (_, clean) = s.terminate();
+    assert!(clean);
+    let dir = s.take_dir().unwrap();
+    let s = Server::start_in(dir.path(), &[]);
+    let (_, list) = get_json(&c, &s.url("/api/channels")).await;
+    let ops = row(&list, "ops");
+    assert_eq!(
+        (&ops["open_questions"], &ops["active_session"]),
+        (&json!(1), &started["session_id"]),
+        "{list}"
+    );
+    request(&c, "DELETE", &s.url("/api/channels/ops/session"), None, None).await;
+    let (_, list) = get_json(&c, &s.url("/api/channels")).await;
+    assert!(
+        row(&list, "ops").get("active_session").is_none(),
+        "the session ended: {list}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn channels_are_created_found_and_searched() {
     let s = Server::start();

@@ -90,7 +90,8 @@ async fn tools_list_is_small_and_complete() {
     // 22 tools since reserve (#33, one tool for four operations), within 12 KB since output
     // schemas keep only their fields' names (#34; typed, they were 13.9 KB), and 13 KB since
     // every tool says it acts on the relay alone (openWorldHint: false) and which are
-    // idempotent (#60: Codex runs a write tool without asking only if it is closed-world).
+    // idempotent (#60: Codex runs a write tool without asking only if it is closed-world),
+    // and a channel's row names its open questions and session (#60, 42 bytes).
     assert!(size <= 13_000, "tools/list is {size} bytes");
     let tools = list["tools"].as_array().unwrap();
     let names: Vec<_> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();

@@ -88,18 +88,20 @@ impl Relay {
         }
     }
 
-    /// Every channel with at least one event, most recently active first.
+    /// Every channel with at least one event, most recently active first. Reads each one's
+    /// state (one read per channel not open), for its open questions and session.
     pub fn list_channels(&self) -> Result<Vec<ChannelSummary>, RelayError> {
         let mut metas: HashMap<ChannelName, _> = self.inner.store.channels()?.into_iter().collect();
         // Open channels may have a batch in flight: show only what they have committed.
         for (name, handle) in self.inner.directory.read().iter() {
             metas.insert(name.clone(), handle.view.meta());
         }
-        let mut list: Vec<ChannelSummary> = metas
-            .iter()
-            .filter(|(_, m)| m.last_id > 0)
-            .map(|(name, meta)| ChannelSummary::new(name, meta))
-            .collect();
+        let mut list = Vec::with_capacity(metas.len());
+        for (name, meta) in metas.iter().filter(|(_, m)| m.last_id > 0) {
+            let state = self.channel_state(name)?;
+            let open = state.open_questions.len();
+            list.push(ChannelSummary::new(name, meta, open, state.active_session()));
+        }
         // Most recently active first; by name among equals, so pages are stable.
         list.sort_by(|a, b| b.last_id.cmp(&a.last_id).then_with(|| a.channel.cmp(&b.channel)));
         Ok(list)
@@ -114,7 +116,12 @@ impl Relay {
             .timeout(ACTOR_CALL_TIMEOUT)
             .await??;
         Ok(ChannelInfo {
-            summary: ChannelSummary::new(channel, &handle.view.meta()),
+            summary: ChannelSummary::new(
+                channel,
+                &handle.view.meta(),
+                state.open_questions.len(),
+                state.active_session(),
+            ),
             description: state.description,
         })
     }
