@@ -115,7 +115,7 @@ pub async fn authenticate(req: &ServiceRequest) -> Result<Principal, Box<actix_w
     if let (None, Some(o), Some(t)) = (&found, oauth, token.as_deref()) {
         if t.starts_with(crate::ops::oauth::ACCESS_PREFIX) {
             match o.verify(t).await {
-                Ok(p) => found = p,
+                Ok(v) => found = v.map(|v| v.principal),
                 Err(e) => {
                     tracing::warn!(error = %e.description, "an OAuth token could not be checked");
                     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);

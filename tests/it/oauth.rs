@@ -285,12 +285,6 @@ async fn a_hosted_client_connects_with_an_invite() {
     assert_eq!(st, 200, "{tokens}");
     assert_eq!(tokens["token_type"], "Bearer");
     assert_eq!(tokens["scope"], "crosstalk");
-    let (st, e) = exchange(verifier.clone(), client_id.clone(), q["code"].clone()).await;
-    assert_eq!(
-        (st, e["error"].as_str()),
-        (400, Some("invalid_grant")),
-        "a code is good once: {e}"
-    );
     let (st, e) = token(s, &[("grant_type", "password"), ("client_id", &client_id)]).await;
     assert_eq!((st, e["error"].as_str()), (400, Some("unsupported_grant_type")), "{e}");
 
@@ -543,4 +537,53 @@ async fn registration_is_limited_per_address() {
     }
     assert_eq!(statuses[..10], [201; 10], "{statuses:?}");
     assert_eq!(statuses[10..], [429; 2], "{statuses:?}");
+}
+
+/// Races of each kind: enough that a window of a few milliseconds is hit many times over.
+const RACES: usize = 100;
+/// A relay for races: the checks that a token is refused are failed authentications, as many
+/// as the races make, so they are not limited.
+const RACING: [&str; 5] = ["--oauth", "--token", ADMIN, "--auth-failure-rate", "0"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_wins_over_refreshes_in_flight() {
+    let s = Server::start_with(&RACING);
+    common::oauth::revocation_races(&s, &s, ADMIN, RACES).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_token_used_three_times_at_once_ends_the_grant_with_the_winners_tokens() {
+    let s = Server::start_with(&RACING);
+    common::oauth::reuse_races(&s, &s, ADMIN, RACES).await;
+}
+
+#[tokio::test]
+async fn a_code_exchanged_twice_ends_the_grant_it_made() {
+    let s = Server::start_with(&RACING);
+    let flow = common::oauth::Flow::new(&s, ADMIN).await;
+    let code = flow.code(&s, "twice").await;
+    let (status, first) = flow.exchange(&s, &code).await;
+    assert_eq!(status, 200, "{first}");
+    let first = common::oauth::Tokens::of(&first);
+    let (status, next) = flow.refresh(&s, &first.refresh).await;
+    assert_eq!(status, 200, "{next}");
+    let next = common::oauth::Tokens::of(&next);
+    assert_eq!(common::oauth::works(&s, &next.access).await, 200);
+    // The code again: refused, and everything issued from it, refreshed or not, ends.
+    let (status, e) = flow.exchange(&s, &code).await;
+    assert_eq!((status, e["error"].as_str()), (400, Some("invalid_grant")), "{e}");
+    assert!(e["error_description"].as_str().unwrap().contains("revoked"), "{e}");
+    assert_eq!(common::oauth::works(&s, &next.access).await, 401);
+    assert_eq!(flow.refresh(&s, &next.refresh).await.0, 400);
+    assert!(!flow.grants(&s).await.contains_key("twice"));
+    // A code nobody issued ends nothing and says so.
+    let (status, e) = flow.exchange(&s, "ct_ac_0000").await;
+    assert_eq!((status, e["error"].as_str()), (400, Some("invalid_grant")), "{e}");
+    assert!(e["error_description"].as_str().unwrap().contains("unknown"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_exchanged_twice_at_once_ends_the_grant_whichever_exchange_won() {
+    let s = Server::start_with(&RACING);
+    common::oauth::code_races(&s, &s, ADMIN, RACES).await;
 }
