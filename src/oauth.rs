@@ -476,7 +476,8 @@ struct AuthorizeParams {
     invite_code: Option<String>,
 }
 
-/// A request checked far enough to redirect back to the client.
+/// An authorization request that checked out: what the consent page shows and a consent
+/// sends back to the client.
 struct Checked {
     client_id: String,
     client_name: String,
@@ -485,8 +486,8 @@ struct Checked {
     resource: String,
 }
 
-/// Where a refusal goes: a page of our own while the client or its redirect URI is not
-/// trusted, a redirect to the client afterwards (RFC 6749 §4.1.2.1).
+/// Where an answer to the authorization request goes: a page of our own for every refusal,
+/// a redirect to the client only with the code a consent made.
 enum Refusal {
     Page(StatusCode, String),
     Redirect(String),
@@ -572,14 +573,16 @@ async fn check(
             escape(&redirect_uri.chars().take(200).collect::<String>())
         )));
     }
-    // From here on the client hears of its mistakes at its redirect URI.
+    // Even with a registered redirect URI, a mistake is told on this page, never by sending
+    // the browser there: registration is open to anyone, so a redirect URI may be an
+    // attacker's page, and an error redirect from the relay's origin would lend it the
+    // relay's name (RFC 9700 §4.11.2). Only a consent sends the browser to the client.
     let back = |error: &str, description: &str| {
-        let mut pairs = vec![("error", error), ("error_description", description)];
-        if let Some(s) = &p.state {
-            pairs.push(("state", s));
-        }
-        pairs.push(("iss", &o.issuer));
-        Refusal::Redirect(with_query(&redirect_uri, &pairs))
+        page(format!(
+            "The connection request is not valid ({}): {}.",
+            escape(error),
+            escape(description)
+        ))
     };
     if p.response_type.as_deref() != Some("code") {
         return Err(back("unsupported_response_type", "response_type must be code"));

@@ -229,7 +229,7 @@ async fn a_hosted_client_connects_with_an_invite() {
         .await
         .unwrap();
     assert_eq!(r.status(), 400);
-    // No PKCE: back to the client with the error, the state and the issuer.
+    // No PKCE: the relay's own page says so; nothing goes to the client before a consent.
     let mut plain = params.clone();
     plain.retain(|(k, _)| !k.starts_with("code_challenge"));
     let r = no_redirects()
@@ -237,19 +237,9 @@ async fn a_hosted_client_connects_with_an_invite() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 303);
-    let to = r.headers()["location"].to_str().unwrap();
-    assert!(
-        to.starts_with(REDIRECT) && to.contains("error=invalid_request") && to.contains("state=state-1"),
-        "{to}"
-    );
-    assert!(
-        to.contains(&format!(
-            "iss={}",
-            form_urlencoded::byte_serialize(issuer.as_bytes()).collect::<String>()
-        )),
-        "{to}"
-    );
+    assert_eq!(r.status(), 400);
+    assert!(r.headers().get("location").is_none());
+    assert!(r.text().await.unwrap().contains("PKCE is required"));
 
     // A wrong code is refused on the page; the invite `crosstalk invite` minted works once.
     let code = invite(&s, &["--as", "worker-7"]);
@@ -586,4 +576,53 @@ async fn a_code_exchanged_twice_ends_the_grant_it_made() {
 async fn a_code_exchanged_twice_at_once_ends_the_grant_whichever_exchange_won() {
     let s = Server::start_with(&RACING);
     common::oauth::code_races(&s, &s, ADMIN, RACES).await;
+}
+
+#[tokio::test]
+async fn an_authorization_request_in_error_is_answered_on_the_relays_own_page_never_redirected() {
+    let s = Server::start_with(&["--oauth", "--token", ADMIN]);
+    // Anyone may register a client that names an attacker's page (the relay never connects).
+    const PHISH: &str = "https://evil.example/phish";
+    let client_id = register(&s, PHISH).await;
+    let verifier = "e".repeat(43);
+    let mut params = authorize_params(&client_id, &verifier, "s");
+    params[2].1 = PHISH.into();
+    let bad = |k: &str, v: &str| {
+        let mut p = params.clone();
+        match p.iter_mut().find(|(name, _)| name == k) {
+            Some(pair) => pair.1 = v.into(),
+            None => p.push((k.into(), v.into())),
+        }
+        p
+    };
+    for (what, query) in [
+        ("response_type", bad("response_type", "x")),
+        ("code_challenge_method", bad("code_challenge_method", "plain")),
+        ("scope", bad("scope", "admin")),
+        ("resource", bad("resource", "https://elsewhere.example/")),
+    ] {
+        let r = no_redirects()
+            .get(with_query(&s, "/oauth/authorize", &query))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{what}");
+        assert!(r.headers().get("location").is_none(), "{what}: redirected");
+        assert!(
+            r.headers()["content-type"].to_str().unwrap().starts_with("text/html"),
+            "{what}"
+        );
+        let page = r.text().await.unwrap();
+        assert!(
+            page.contains("Cannot connect") && !page.contains("evil.example"),
+            "{what}: {page}"
+        );
+    }
+    // The form is shown for a good request, and only a consent sends the client anywhere.
+    let r = no_redirects()
+        .get(with_query(&s, "/oauth/authorize", &params))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
 }
