@@ -39,10 +39,15 @@ pub const ACCESS_PREFIX: &str = "ct_at_";
 const REFRESH_PREFIX: &str = "ct_rt_";
 const CODE_PREFIX: &str = "ct_ac_";
 const CLIENT_PREFIX: &str = "ct_c_";
-/// Redirect URIs one client may register.
+/// Redirect URIs one client may register, and the longest one (real callbacks are under a
+/// hundred bytes).
 pub const MAX_REDIRECT_URIS: usize = 10;
+pub const MAX_REDIRECT_URI_BYTES: usize = 512;
+/// The longest `client_name`, in characters.
+pub const MAX_CLIENT_NAME_CHARS: usize = 200;
 /// Registered clients the relay keeps; past it, those a day old that never got a grant are
 /// dropped to make room (registration needs no token, so it must not grow the store forever).
+/// With each registration's size bounded too, the clients take at most about 60 MB.
 pub const MAX_CLIENTS: usize = 10_000;
 pub const UNUSED_CLIENT_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -175,6 +180,18 @@ pub struct OAuth {
     store: Arc<dyn RecordStore>,
     /// [`MAX_CLIENTS`] (smaller in tests).
     max_clients: usize,
+    /// The registered clients by age, so that making room reads none of them.
+    clients: Arc<tokio::sync::Mutex<ByAge>>,
+}
+
+/// Registered clients as this node knows them, oldest first: read from the store at the first
+/// registration after a start, then kept as this node registers and drops them. On a cluster
+/// each node knows the clients there were when it started and those it registered since.
+#[derive(Default)]
+struct ByAge {
+    loaded: bool,
+    /// `(created_at, client_id)`.
+    clients: std::collections::BTreeSet<(i64, String)>,
 }
 
 fn now() -> i64 {
@@ -311,6 +328,7 @@ impl OAuth {
             issuer: issuer.trim_end_matches('/').to_owned(),
             store,
             max_clients: MAX_CLIENTS,
+            clients: Default::default(),
         }
     }
 
@@ -478,42 +496,74 @@ impl OAuth {
                 format!("redirect_uris needs 1 to {MAX_REDIRECT_URIS} URIs"),
             ));
         }
+        if let Some(long) = redirect_uris.iter().find(|u| u.len() > MAX_REDIRECT_URI_BYTES) {
+            return Err(OAuthError::bad(
+                "invalid_redirect_uri",
+                format!(
+                    "a redirect URI is {} bytes; the relay takes at most {MAX_REDIRECT_URI_BYTES}",
+                    long.len()
+                ),
+            ));
+        }
         if let Some(bad) = redirect_uris.iter().find(|u| !redirect_uri_ok(u)) {
             return Err(OAuthError::bad(
                 "invalid_redirect_uri",
                 format!("{bad:?} is not a redirect URI this relay sends codes to: use https://, or http:// to a loopback address"),
             ));
         }
-        let client_name = name
-            .map(|n| n.trim().chars().take(200).collect::<String>())
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "unnamed client".to_owned());
-        self.make_room().await?;
+        let client_name = name.map(|n| n.trim().to_owned()).filter(|n| !n.is_empty());
+        if let Some(n) = client_name
+            .as_ref()
+            .filter(|n| n.chars().count() > MAX_CLIENT_NAME_CHARS)
+        {
+            return Err(OAuthError::bad(
+                "invalid_client_metadata",
+                format!(
+                    "client_name is {} characters; the relay takes at most {MAX_CLIENT_NAME_CHARS}",
+                    n.chars().count()
+                ),
+            ));
+        }
+        let mut by_age = self.clients.lock().await;
+        if !by_age.loaded {
+            self.load_clients(&mut by_age).await?;
+        }
+        if by_age.clients.len() >= self.max_clients {
+            self.make_room(&mut by_age).await?;
+        }
         let client = OAuthClient {
             client_id: format!("{CLIENT_PREFIX}{}", random_hex(16)),
-            client_name,
+            client_name: client_name.unwrap_or_else(|| "unnamed client".to_owned()),
             redirect_uris,
             created_at: now(),
         };
         self.put(Kind::Clients, &client.client_id, &client).await?;
+        by_age.clients.insert((client.created_at, client.client_id.clone()));
         Ok(client)
     }
 
-    /// At [`MAX_CLIENTS`], drops the registrations a day old that never got a grant; refuses
-    /// if that frees nothing.
-    async fn make_room(&self) -> Result<(), OAuthError> {
-        let clients = self.store.list(Kind::Clients).await.map_err(OAuthError::server)?;
-        if clients.len() < self.max_clients {
-            return Ok(());
-        }
-        let granted: std::collections::HashSet<String> =
-            self.grants().await?.into_iter().map(|g| g.client_id).collect();
-        let old = now() - UNUSED_CLIENT_TTL.as_secs() as i64;
-        let mut freed = 0;
-        for (id, bytes) in clients {
+    /// Reads every stored client's age: once, at the first registration after a start.
+    async fn load_clients(&self, by_age: &mut ByAge) -> Result<(), OAuthError> {
+        for (id, bytes) in self.store.list(Kind::Clients).await.map_err(OAuthError::server)? {
             let c: OAuthClient = decode("client", &bytes)?;
-            if c.created_at < old && !granted.contains(&id) {
-                self.delete(Kind::Clients, &id).await?;
+            by_age.clients.insert((c.created_at, id));
+        }
+        by_age.loaded = true;
+        Ok(())
+    }
+
+    /// At [`MAX_CLIENTS`], drops the registrations a day old that never got a grant, oldest
+    /// first from the index, reading no client; refuses if that frees nothing.
+    async fn make_room(&self, by_age: &mut ByAge) -> Result<(), OAuthError> {
+        let old = now() - UNUSED_CLIENT_TTL.as_secs() as i64;
+        let aged: Vec<(i64, String)> = by_age.clients.iter().take_while(|(at, _)| *at < old).cloned().collect();
+        let mut freed = 0;
+        if !aged.is_empty() {
+            let granted: std::collections::HashSet<String> =
+                self.grants().await?.into_iter().map(|g| g.client_id).collect();
+            for entry in aged.into_iter().filter(|(_, id)| !granted.contains(id)) {
+                self.delete(Kind::Clients, &entry.1).await?;
+                by_age.clients.remove(&entry);
                 freed += 1;
             }
         }
@@ -924,12 +974,15 @@ mod tests {
         // Full, and none is old enough to drop.
         let e = o.register(None, uris()).await.unwrap_err();
         assert_eq!((e.status, e.error), (503, "temporarily_unavailable"));
-        // Two of them a day old: one got a grant (kept), one never did (dropped).
+        // Two of them a day old (as a restart reads them): one got a grant (kept), one never
+        // did (dropped).
         for id in &ids[..2] {
             let mut c: OAuthClient = decode("client", &store.0.lock()[&(Kind::Clients.tag().0, id.clone())]).unwrap();
             c.created_at -= UNUSED_CLIENT_TTL.as_secs() as i64 + 1;
             store.put(Kind::Clients, id.clone(), encode(&c)).await.unwrap();
         }
+        let mut o = OAuth::new("http://127.0.0.1:1".into(), store.clone());
+        o.max_clients = 3;
         let grant = Grant {
             id: "g1".into(),
             client_id: ids[0].clone(),
@@ -954,6 +1007,110 @@ mod tests {
             o.client(&ids[1]).await.unwrap().is_none(),
             "an old unused one made room"
         );
+    }
+
+    /// Records in memory that count the reads of registered clients.
+    #[derive(Default)]
+    struct Counting {
+        inner: Memory,
+        client_reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Counting {
+        fn saw(&self, kind: Kind) {
+            if kind == Kind::Clients {
+                self.client_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    impl RecordStore for Counting {
+        fn get(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<Option<Vec<u8>>> {
+            self.saw(kind);
+            self.inner.get(kind, key)
+        }
+        fn put(&self, kind: Kind, key: String, value: Vec<u8>) -> crosstalk_actors::records::Answer<()> {
+            self.inner.put(kind, key, value)
+        }
+        fn delete(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<()> {
+            self.inner.delete(kind, key)
+        }
+        fn take(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<Option<Vec<u8>>> {
+            self.saw(kind);
+            self.inner.take(kind, key)
+        }
+        fn swap(
+            &self,
+            kind: Kind,
+            key: String,
+            expected: Option<Vec<u8>>,
+            new: Option<Vec<u8>>,
+        ) -> crosstalk_actors::records::Answer<bool> {
+            self.inner.swap(kind, key, expected, new)
+        }
+        fn list(&self, kind: Kind) -> crosstalk_actors::records::Answer<Vec<(String, Vec<u8>)>> {
+            self.saw(kind);
+            self.inner.list(kind)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_registration_at_the_cap_reads_no_registered_client() {
+        let store = Arc::new(Counting::default());
+        // A full relay whose every client is a day old and unused.
+        let cap = 50;
+        for i in 0..cap {
+            let c = OAuthClient {
+                client_id: format!("{CLIENT_PREFIX}{i:032x}"),
+                client_name: "old".into(),
+                redirect_uris: vec!["http://127.0.0.1:9/cb".into()],
+                created_at: now() - UNUSED_CLIENT_TTL.as_secs() as i64 - 2 * cap as i64 + i as i64,
+            };
+            store.put(Kind::Clients, c.client_id.clone(), encode(&c)).await.unwrap();
+        }
+        let mut o = OAuth::new("http://127.0.0.1:1".into(), store.clone());
+        o.max_clients = cap;
+        for _ in 0..cap {
+            o.register(Some("new".into()), vec!["http://127.0.0.1:9/cb".into()])
+                .await
+                .unwrap();
+        }
+        // The first registration read the clients' ages once; making room read none again.
+        assert_eq!(store.client_reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // Full of new ones now: refused, still without reading them.
+        let e = o
+            .register(None, vec!["http://127.0.0.1:9/cb".into()])
+            .await
+            .unwrap_err();
+        assert_eq!((e.status, e.error), (503, "temporarily_unavailable"));
+        assert_eq!(store.client_reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(store.inner.list(Kind::Clients).await.unwrap().len(), cap);
+    }
+
+    #[tokio::test]
+    async fn a_registration_is_bounded_in_size() {
+        let o = OAuth::new("http://127.0.0.1:1".into(), Arc::new(Memory::default()));
+        let uri = |n: usize| format!("https://a.example/{}", "p".repeat(n - "https://a.example/".len()));
+        let refused = |r: Result<OAuthClient, OAuthError>| r.map(|_| ()).unwrap_err();
+        let e = refused(o.register(None, vec![uri(MAX_REDIRECT_URI_BYTES + 1)]).await);
+        assert_eq!((e.status, e.error), (400, "invalid_redirect_uri"), "{e:?}");
+        assert!(e.description.contains("at most 512"), "{e:?}");
+        let e = refused(o.register(None, vec![uri(40); MAX_REDIRECT_URIS + 1]).await);
+        assert_eq!((e.status, e.error), (400, "invalid_redirect_uri"), "{e:?}");
+        let e = refused(
+            o.register(Some("n".repeat(MAX_CLIENT_NAME_CHARS + 1)), vec![uri(40)])
+                .await,
+        );
+        assert_eq!((e.status, e.error), (400, "invalid_client_metadata"), "{e:?}");
+        // At every bound at once: taken.
+        let c = o
+            .register(
+                Some("é".repeat(MAX_CLIENT_NAME_CHARS)),
+                vec![uri(MAX_REDIRECT_URI_BYTES); MAX_REDIRECT_URIS],
+            )
+            .await
+            .unwrap();
+        assert!(encode(&c).len() < 6 * 1024, "{}", encode(&c).len());
     }
 
     #[test]

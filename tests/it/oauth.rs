@@ -626,3 +626,47 @@ async fn an_authorization_request_in_error_is_answered_on_the_relays_own_page_ne
         .unwrap();
     assert_eq!(r.status(), 200);
 }
+
+#[tokio::test]
+async fn a_registration_is_bounded_in_size_with_rfc_7591_errors() {
+    let s = Server::start_with(&["--oauth", "--token", ADMIN]);
+    let refused = |body: Value| {
+        let url = s.url("/oauth/register");
+        async move {
+            let r = client().post(url).json(&body).send().await.unwrap();
+            let status = r.status().as_u16();
+            let v: Value = r.json().await.unwrap();
+            (status, v["error"].as_str().unwrap_or_default().to_owned(), v)
+        }
+    };
+    let long_uri = format!("https://app.example/{}", "c".repeat(600));
+    for (body, want) in [
+        (json!({"redirect_uris": [long_uri]}), "invalid_redirect_uri"),
+        (json!({"redirect_uris": vec![REDIRECT; 11]}), "invalid_redirect_uri"),
+        (
+            json!({"redirect_uris": [REDIRECT], "client_name": "n".repeat(201)}),
+            "invalid_client_metadata",
+        ),
+        (
+            json!({"redirect_uris": [REDIRECT], "client_name": 7}),
+            "invalid_client_metadata",
+        ),
+        (
+            json!({"redirect_uris": [REDIRECT], "logo_uri": "l".repeat(2001)}),
+            "invalid_client_metadata",
+        ),
+        (
+            json!({"redirect_uris": [REDIRECT], "contacts": ["x".repeat(3000), "y".repeat(3000), "z".repeat(3000)]}),
+            "invalid_client_metadata",
+        ),
+    ] {
+        let (status, error, v) = refused(body).await;
+        assert_eq!((status, error.as_str()), (400, want), "{v}");
+        assert!(
+            v["error_description"].as_str().unwrap().contains("at most")
+                || v["error_description"].as_str().unwrap().contains("string")
+                || v["error_description"].as_str().unwrap().contains("1 to 10"),
+            "{v}"
+        );
+    }
+}
