@@ -2056,6 +2056,7 @@ async fn oauth_is_one_authorization_server_across_nodes() {
 /// The OAuth races of `tests/it/oauth.rs`, split across two nodes: a client refreshing on A
 /// while the admin revokes on B, one refresh token used on A, B and A at once, and one code
 /// exchanged on A and B at once, 100 times each. The revocation or the reuse wins every time.
+/// And a token's streams and waits on A end within seconds of its revocation on B.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oauth_revocations_and_reuse_win_every_race_across_nodes() {
     const ADMIN: &str = "admin-token";
@@ -2080,6 +2081,7 @@ async fn oauth_revocations_and_reuse_win_every_race_across_nodes() {
         oauth::reuse_races(&a, &b, ADMIN, RACES).await;
     }
     oauth::code_races(&a, &b, ADMIN, RACES).await;
+    oauth::revoked_streams_end(&a, &b, ADMIN).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

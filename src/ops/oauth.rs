@@ -51,6 +51,13 @@ pub const MAX_CLIENT_NAME_CHARS: usize = 200;
 pub const MAX_CLIENTS: usize = 10_000;
 pub const UNUSED_CLIENT_TTL: Duration = Duration::from_secs(24 * 3600);
 
+/// How often a request that outlives the check at its start (an SSE stream, a long-poll, an
+/// MCP stream or wait, a task) has its credential checked again: a revoked, expired or
+/// rotated-away token's streams and waits end within about this long.
+pub const RECHECK: Duration = Duration::from_secs(1);
+/// Verdicts [`OAuth::still_good`] keeps before it forgets old ones.
+const MAX_VERDICTS: usize = 10_000;
+
 /// Compare-and-set attempts on one record before a change is given up as contended.
 const CHANGE_ATTEMPTS: u32 = 16;
 /// Retired refresh tokens a grant remembers, for reuse detection.
@@ -182,6 +189,9 @@ pub struct OAuth {
     max_clients: usize,
     /// The registered clients by age, so that making room reads none of them.
     clients: Arc<tokio::sync::Mutex<ByAge>>,
+    /// Whether each token (`t<hash>`) or grant (`g<id>`) long-lived requests hold is still
+    /// good, and when that was read: one read per [`RECHECK`] however many hold it.
+    verdicts: Arc<parking_lot::Mutex<std::collections::HashMap<String, (std::time::Instant, bool)>>>,
 }
 
 /// Registered clients as this node knows them, oldest first: read from the store at the first
@@ -329,6 +339,7 @@ impl OAuth {
             store,
             max_clients: MAX_CLIENTS,
             clients: Default::default(),
+            verdicts: Default::default(),
         }
     }
 
@@ -895,6 +906,63 @@ impl OAuth {
         }))
     }
 
+    /// Whether `credential`'s token is still good: read at most once per [`RECHECK`] on this
+    /// node for every request that holds it. A store that cannot answer ends nothing.
+    pub async fn still_good(&self, credential: &Credential) -> bool {
+        let key = format!("t{}", credential.token);
+        self.verdict(&key, || async {
+            Ok(self.verify_hash(&credential.token).await?.is_some())
+        })
+        .await
+    }
+
+    /// Whether grant `id` still stands (not revoked), read as [`OAuth::still_good`] reads a
+    /// token: what a task made with one of its tokens lives by.
+    pub async fn grant_stands(&self, id: &str) -> bool {
+        let key = format!("g{id}");
+        self.verdict(&key, || async {
+            Ok(self.get::<Grant>(Kind::Grants, id, "grant").await?.is_some())
+        })
+        .await
+    }
+
+    async fn verdict<F: std::future::Future<Output = Result<bool, OAuthError>>>(
+        &self,
+        key: &str,
+        read: impl FnOnce() -> F,
+    ) -> bool {
+        if let Some((at, good)) = self.verdicts.lock().get(key) {
+            // A token or grant that ended does not come back.
+            if !good || at.elapsed() < RECHECK {
+                return *good;
+            }
+        }
+        let good = match read().await {
+            Ok(good) => good,
+            Err(e) => {
+                tracing::warn!(error = %e.description, "a credential could not be checked again; its requests go on");
+                true
+            }
+        };
+        let mut verdicts = self.verdicts.lock();
+        if verdicts.len() >= MAX_VERDICTS {
+            verdicts.retain(|_, (at, _)| at.elapsed() < 10 * RECHECK);
+        }
+        verdicts.insert(key.to_owned(), (std::time::Instant::now(), good));
+        good
+    }
+
+    /// Resolves once `credential`'s token is no longer good: revoked (with its grant, or by
+    /// itself), rotated away from by a refresh, or expired.
+    pub async fn ended(self, credential: Credential) {
+        loop {
+            tokio::time::sleep(RECHECK).await;
+            if !self.still_good(&credential).await {
+                return;
+            }
+        }
+    }
+
     /// RFC 7009: a refresh token ends its grant, an access token itself; unknown tokens are
     /// fine.
     pub async fn revoke_token(&self, token: &str) -> Result<(), OAuthError> {
@@ -1111,6 +1179,41 @@ mod tests {
             .await
             .unwrap();
         assert!(encode(&c).len() < 6 * 1024, "{}", encode(&c).len());
+    }
+
+    #[tokio::test]
+    async fn a_long_request_ends_when_its_token_expires() {
+        let store = Arc::new(Memory::default());
+        let o = OAuth::new("http://127.0.0.1:1".into(), store.clone());
+        let token = hash("ct_at_soon");
+        let grant = Grant {
+            id: "g1".into(),
+            client_id: "ct_c_x".into(),
+            client_name: "x".into(),
+            redirect_host: "127.0.0.1".into(),
+            identity: None,
+            invite_id: "i".into(),
+            scope: SCOPE.into(),
+            resource: o.issuer.clone(),
+            created_at: now(),
+            access: token.clone(),
+            refresh: String::new(),
+            retired: Vec::new(),
+        };
+        store.put(Kind::Grants, "g1".into(), encode(&grant)).await.unwrap();
+        let expires_at = now() + 2;
+        let good_for = TokenRef {
+            grant: "g1".into(),
+            kind: TokenKind::Access,
+            expires_at,
+        };
+        store.put(Kind::Tokens, token.clone(), encode(&good_for)).await.unwrap();
+        let credential = o.verify("ct_at_soon").await.unwrap().unwrap().credential;
+        assert!(o.still_good(&credential).await);
+        tokio::time::timeout(Duration::from_secs(5), o.clone().ended(credential))
+            .await
+            .expect("the token expired, and what it held open ended");
+        assert!(now() >= expires_at);
     }
 
     #[test]

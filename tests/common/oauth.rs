@@ -403,3 +403,103 @@ pub async fn code_races(a: &Server, b: &Server, admin_token: &str, races: usize)
     }
     lost_races(lost, races);
 }
+
+/// Whether `r`'s body ends (as a stream ends) within `within`; what it sent meanwhile.
+pub async fn ends_within(r: &mut reqwest::Response, within: Duration) -> (bool, String) {
+    let mut seen = String::new();
+    let read = async {
+        while let Ok(Some(chunk)) = r.chunk().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    let ended = tokio::time::timeout(within, read).await.is_ok();
+    (ended, seen)
+}
+
+/// How long after a revocation a token's streams and waits may go on: the relay checks them
+/// again every second.
+pub const ENDS_WITHIN: Duration = Duration::from_secs(5);
+
+/// Everything long-lived a token opened on `a` — an SSE stream, a long-poll, an MCP session's
+/// event stream (`GET /mcp`) and a `wait_for_message` call in flight — ends within
+/// [`ENDS_WITHIN`] of its grant being revoked on `b`: a stream as a stream ends, the long-poll
+/// with 401. Before that, the stream delivers.
+pub async fn revoked_streams_end(a: &Server, b: &Server, admin_token: &str) {
+    use super::mcp::{Mcp, LEGACY};
+    let flow = Flow::new(a, admin_token).await;
+    let tokens = flow.connect(a, "streamer").await;
+    let grant = flow.grants(b).await["streamer"].clone();
+    let c = client_with_token(&tokens.access);
+    let mut sse = c
+        .get(a.url("/api/channels/live/stream"))
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sse.status(), 200);
+    let posted = super::post(&c, a, "live", super::msg("streamer", "while good")).await;
+    let mut delivered = String::new();
+    while !delivered.contains("while good") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), sse.chunk()).await;
+        delivered.push_str(&String::from_utf8_lossy(&chunk.unwrap().unwrap().unwrap()));
+    }
+    let since = posted["id"].as_u64().unwrap();
+    let long_poll = tokio::spawn({
+        let (c, url) = (
+            c.clone(),
+            a.url(&format!("/api/channels/live/wait?since_id={since}&timeout_s=60")),
+        );
+        async move {
+            let r = c.get(url).send().await.unwrap();
+            let challenge = r
+                .headers()
+                .get("www-authenticate")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (r.status().as_u16(), challenge, std::time::Instant::now())
+        }
+    });
+    let m = Mcp::connect_with(a, c.clone()).await;
+    let mut events = c
+        .get(a.url("/mcp"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", m.session.clone().unwrap())
+        .header("mcp-protocol-version", LEGACY)
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let id = m.next_id();
+    let body = m.request_body(
+        id,
+        "tools/call",
+        json!({"name": "wait_for_message", "arguments": {"channel": "quiet", "timeout_s": 60}}),
+    );
+    let mut call = m.post_raw(&body).timeout(Duration::from_secs(60)).send().await.unwrap();
+    assert_eq!(call.status(), 200);
+    // The long-poll and the tool call's wait are parked.
+    super::until_waits(&super::client(), a.url("").trim_end_matches('/'), 2).await;
+
+    assert_eq!(flow.revoke(b, &grant).await, 204);
+    let revoked = std::time::Instant::now();
+    let ((sse_ended, _), (events_ended, _), (call_ended, answer), polled) = tokio::join!(
+        ends_within(&mut sse, ENDS_WITHIN),
+        ends_within(&mut events, ENDS_WITHIN),
+        ends_within(&mut call, ENDS_WITHIN),
+        long_poll,
+    );
+    assert!(sse_ended, "the SSE stream outlived its revoked token");
+    assert!(events_ended, "the MCP event stream outlived its revoked token");
+    assert!(call_ended, "a wait_for_message call outlived its revoked token");
+    assert!(
+        !answer.contains("\"result\""),
+        "the call answered after the revocation: {answer}"
+    );
+    let (status, challenge, at) = polled.unwrap();
+    assert_eq!(status, 401, "the long-poll");
+    assert!(challenge.unwrap_or_default().contains("invalid_token"));
+    assert!(
+        at.duration_since(revoked) < ENDS_WITHIN,
+        "the long-poll outlived its token"
+    );
+}

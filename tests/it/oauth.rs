@@ -670,3 +670,9 @@ async fn a_registration_is_bounded_in_size_with_rfc_7591_errors() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_tokens_streams_and_waits_end_within_seconds() {
+    let s = Server::start_with(&RACING);
+    common::oauth::revoked_streams_end(&s, &s, ADMIN).await;
+}
