@@ -115,7 +115,13 @@ pub async fn authenticate(req: &ServiceRequest) -> Result<Principal, Box<actix_w
     if let (None, Some(o), Some(t)) = (&found, oauth, token.as_deref()) {
         if t.starts_with(crate::ops::oauth::ACCESS_PREFIX) {
             match o.verify(t).await {
-                Ok(p) => found = p,
+                Ok(v) => {
+                    found = v.map(|v| {
+                        // What a request that outlives this check is checked against again.
+                        actix_web::HttpMessage::extensions_mut(req).insert(v.credential);
+                        v.principal
+                    })
+                }
                 Err(e) => {
                     tracing::warn!(error = %e.description, "an OAuth token could not be checked");
                     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
@@ -133,25 +139,46 @@ pub async fn authenticate(req: &ServiceRequest) -> Result<Principal, Box<actix_w
     }
     match found {
         Some(p) => Ok(p),
-        None => {
-            let mut resp = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                match (&token, oauth) {
-                    (Some(_), Some(_)) => "the bearer token is wrong, expired or revoked (an OAuth client refreshes it or connects again)",
-                    (None, Some(_)) => "a bearer token is required: connect with OAuth (see WWW-Authenticate), or send Authorization: Bearer <token>",
-                    _ => "missing or wrong bearer token (send Authorization: Bearer <token>)",
-                },
-            )
-            .error_response();
-            let challenge = match oauth {
-                Some(o) => crate::http::oauth_challenge(&o.issuer, req.path(), token.is_some()),
-                None => "Bearer".to_owned(),
+        None => Err(Box::new(crate::http::unauthorized(
+            req.path(),
+            token.is_some(),
+            oauth.map(|o| o.get_ref()),
+        ))),
+    }
+}
+
+/// Whether the credential something long-lived was made with still holds: an MCP task, which
+/// outlives its request and the relay's restarts, acts for its owner only while the OAuth
+/// grant it was made through stands, or, made with a configured token, while that token's
+/// principal is still configured (`--token`, `--participants`; none at all for `anyone`).
+#[derive(Clone)]
+pub struct Standing {
+    auth: Auth,
+    oauth: Option<OAuth>,
+}
+
+impl Standing {
+    pub fn new(auth: Auth, oauth: Option<OAuth>) -> Self {
+        Standing { auth, oauth }
+    }
+
+    /// Whether `owner` (and `grant`, the OAuth grant the thing was made through) still holds.
+    pub async fn holds(&self, owner: &Principal, grant: Option<&str>) -> bool {
+        let grant = grant.or(match owner {
+            Principal::Connector(key) => Some(key.strip_prefix("\0grant:").unwrap_or(key)),
+            _ => None,
+        });
+        if let Some(g) = grant {
+            return match &self.oauth {
+                Some(o) => o.grant_stands(g).await,
+                None => false,
             };
-            if let Ok(v) = actix_web::http::header::HeaderValue::from_str(&challenge) {
-                resp.headers_mut().insert(actix_web::http::header::WWW_AUTHENTICATE, v);
-            }
-            Err(Box::new(resp))
+        }
+        match owner {
+            Principal::Anyone => !self.auth.enabled(),
+            Principal::Shared => self.auth.admin(),
+            Principal::Participant(id) => self.auth.participants.values().any(|p| p == id),
+            Principal::Connector(_) => false,
         }
     }
 }

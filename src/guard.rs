@@ -20,13 +20,16 @@
 use crate::error::ApiError;
 use crate::http::{is_sse_stream, Body};
 use crate::ops::Principal;
-use actix_web::body::{EitherBody, MessageBody};
+use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage, ResponseError};
 use futures_util::StreamExt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// Longest a client may take to send a request's body.
@@ -353,13 +356,59 @@ pub async fn guard(
         }
     }
     let sse = is_sse_stream(req.path());
-    let mut res = next.call(req).await?;
+    // A stream opened with an OAuth token lasts no longer than the token (a long-poll is cut
+    // short where REST operations are answered, `http::routes`).
+    let ended = req
+        .extensions()
+        .get::<crate::ops::oauth::Credential>()
+        .cloned()
+        .and_then(|c| {
+            let oauth = req.app_data::<web::Data<crate::ops::oauth::OAuth>>()?.get_ref().clone();
+            Some(oauth.ended(c))
+        });
+    let mut res = next.call(req).await?.map_body(|_, body| match ended {
+        Some(ended) if matches!(body.size(), BodySize::Stream) => EitherBody::right(Lasting {
+            body: body.boxed(),
+            ended: Some(Box::pin(ended)),
+        }),
+        _ => EitherBody::left(body),
+    });
     let headers = res.headers_mut();
     browser_headers(headers, sse);
     if let Some(o) = &cors {
         cors_headers(headers, o);
     }
     Ok(res.map_into_left_body())
+}
+
+/// A streamed answer (an SSE stream, an MCP event stream) to a request made with an OAuth
+/// token: it ends, as a stream ends, once the token is no longer good.
+pub struct Lasting {
+    body: BoxBody,
+    /// Resolves when the token is revoked, rotated away from or expired; `None` once it has.
+    ended: Option<Pin<Box<dyn Future<Output = ()>>>>,
+}
+
+impl MessageBody for Lasting {
+    type Error = Box<dyn std::error::Error>;
+
+    fn size(&self) -> BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<web::Bytes, Self::Error>>> {
+        let this = self.get_mut();
+        if let Some(ended) = &mut this.ended {
+            if ended.as_mut().poll(cx).is_ready() {
+                this.ended = None;
+                tracing::debug!("a stream's OAuth token ended; the stream ends");
+                return Poll::Ready(None);
+            }
+        } else {
+            return Poll::Ready(None);
+        }
+        Pin::new(&mut this.body).poll_next(cx)
+    }
 }
 
 /// Rebuilds a request's header map at the size its headers need, when it is much larger.

@@ -8,7 +8,7 @@ pub mod routes;
 use crate::error::ApiError;
 use crate::ops::{Caller, Ctx, FacePolicy, Principal};
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use std::time::Duration;
 
 /// Messages one read returns when the client names no `limit`.
@@ -115,6 +115,29 @@ pub fn oauth_challenge(issuer: &str, path: &str, token_sent: bool) -> String {
         "Bearer {error}resource_metadata=\"{issuer}/.well-known/oauth-protected-resource{suffix}\", scope=\"{}\"",
         crate::ops::oauth::SCOPE
     )
+}
+
+/// The 401 for a request to `path` whose token is missing (`presented` false), wrong, or no
+/// longer good, saying where the OAuth metadata is when the relay is an authorization server.
+pub fn unauthorized(path: &str, presented: bool, oauth: Option<&crate::ops::oauth::OAuth>) -> HttpResponse {
+    let mut resp = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        match (presented, oauth) {
+            (true, Some(_)) => "the bearer token is wrong, expired or revoked (an OAuth client refreshes it or connects again)",
+            (false, Some(_)) => "a bearer token is required: connect with OAuth (see WWW-Authenticate), or send Authorization: Bearer <token>",
+            _ => "missing or wrong bearer token (send Authorization: Bearer <token>)",
+        },
+    )
+    .error_response();
+    let challenge = match oauth {
+        Some(o) => oauth_challenge(&o.issuer, path, presented),
+        None => "Bearer".to_owned(),
+    };
+    if let Ok(v) = actix_web::http::header::HeaderValue::from_str(&challenge) {
+        resp.headers_mut().insert(actix_web::http::header::WWW_AUTHENTICATE, v);
+    }
+    resp
 }
 
 /// [`STREAM_PATH`], `/api/channels/{channel}/stream`, and nothing else: where EventSource

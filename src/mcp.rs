@@ -19,6 +19,7 @@ pub mod sessions;
 pub mod tasks;
 pub mod tools;
 
+use crate::ops::oauth::Credential;
 use crate::ops::{Caller, Ctx, Principal};
 use parking_lot::Mutex;
 use rmcp::model::{
@@ -117,8 +118,13 @@ pub fn service(
         // The auth middleware's verdict travels to the tools, so a participant token acts
         // only as its identity over MCP too (the Authorization header itself is not passed).
         .on_request_fn(|req, ext| {
-            if let Some(p) = actix_web::HttpMessage::extensions(req).get::<Principal>() {
+            let verdict = actix_web::HttpMessage::extensions(req);
+            if let Some(p) = verdict.get::<Principal>() {
                 ext.insert(p.clone());
+            }
+            // And the OAuth grant of its token, if it was one: a task made with it ends with it.
+            if let Some(c) = verdict.get::<Credential>() {
+                ext.insert(c.clone());
             }
         })
         .build()
@@ -253,6 +259,13 @@ pub(crate) fn principal_in(extensions: &rmcp::model::Extensions) -> Principal {
         .unwrap_or(Principal::Anyone)
 }
 
+/// The OAuth grant of the request's token, if it was one.
+fn grant(context: &RequestContext<RoleServer>) -> Option<String> {
+    rmcp_actix_web::transport::on_request_extensions(&context.extensions)
+        .and_then(|e| e.get::<Credential>())
+        .map(|c| c.grant.clone())
+}
+
 /// A task request's refusal as JSON-RPC: an unknown (or not the caller's) task and a finished
 /// one are the client's mistake (`-32602`).
 pub(crate) fn task_error(e: crate::ops::OpError) -> McpError {
@@ -341,7 +354,11 @@ impl ServerHandler for CrosstalkMcp {
                     .and_then(|t| t.as_u64());
                 let args = request.arguments.unwrap_or_default();
                 let peer = v1.then(|| context.peer.clone());
-                return Ok(match self.tasks.create(&cx, &request.name, args, keep, peer).await {
+                let made = self
+                    .tasks
+                    .create(&cx, &request.name, args, keep, peer, grant(&context))
+                    .await;
+                return Ok(match made {
                     Ok(task) => CallToolResponse::Task(CreateTaskResult::new(tasks::v2::task(&task))),
                     Err(refused) => CallToolResponse::from(refused),
                 });

@@ -29,6 +29,10 @@ pub const GUESS_WINDOW: Duration = Duration::from_secs(60);
 /// Client registrations per address and relay-wide, per [`GUESS_WINDOW`].
 pub const REGISTRATIONS_PER_ADDRESS: usize = 10;
 pub const REGISTRATIONS_PER_RELAY: usize = 100;
+/// The largest registration request (RFC 7591 metadata), and the longest string in it: far
+/// above what clients send (a few hundred bytes), and what keeps 10,000 registrations small.
+pub const MAX_REGISTRATION_BYTES: usize = 8 * 1024;
+pub const MAX_METADATA_STRING_BYTES: usize = 2000;
 /// Metadata-document fetches a consent page may cause, per address and relay-wide.
 pub const FETCHES_PER_ADDRESS: usize = 10;
 pub const FETCHES_PER_RELAY: usize = 100;
@@ -387,6 +391,16 @@ async fn register(req: HttpRequest, limits: web::Data<Limits>) -> HttpResponse {
         Ok(b) => b,
         Err(_) => return oauth_error(OAuthError::new(400, "invalid_client_metadata", "no body")),
     };
+    if body.len() > MAX_REGISTRATION_BYTES {
+        return oauth_error(OAuthError::new(
+            400,
+            "invalid_client_metadata",
+            format!(
+                "the registration is {} bytes; the relay takes at most {MAX_REGISTRATION_BYTES}",
+                body.len()
+            ),
+        ));
+    }
     let meta: Value = match serde_json::from_slice(&body) {
         Ok(v @ Value::Object(_)) => v,
         _ => {
@@ -397,6 +411,28 @@ async fn register(req: HttpRequest, limits: web::Data<Limits>) -> HttpResponse {
             ))
         }
     };
+    // Every string the client sent, kept or not, within one bound (the redirect URIs and the
+    // name have tighter ones of their own).
+    let long = meta.as_object().into_iter().flatten().find_map(|(field, v)| {
+        let longest = match v {
+            Value::String(s) => s.len(),
+            Value::Array(a) => a.iter().filter_map(Value::as_str).map(str::len).max().unwrap_or(0),
+            _ => 0,
+        };
+        (longest > MAX_METADATA_STRING_BYTES).then(|| (field.clone(), longest))
+    });
+    if let Some((field, len)) = long {
+        let error = if field == "redirect_uris" {
+            "invalid_redirect_uri"
+        } else {
+            "invalid_client_metadata"
+        };
+        return oauth_error(OAuthError::new(
+            400,
+            error,
+            format!("{field} holds a string of {len} bytes; the relay takes at most {MAX_METADATA_STRING_BYTES}"),
+        ));
+    }
     let strings = |field: &str| -> Option<Result<Vec<String>, OAuthError>> {
         meta.get(field).map(|v| {
             v.as_array()
@@ -443,7 +479,17 @@ async fn register(req: HttpRequest, limits: web::Data<Limits>) -> HttpResponse {
             None => {}
         }
     }
-    let name = meta.get("client_name").and_then(Value::as_str).map(str::to_owned);
+    let name = match meta.get("client_name") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(n)) => Some(n.clone()),
+        Some(_) => {
+            return oauth_error(OAuthError::new(
+                400,
+                "invalid_client_metadata",
+                "client_name must be a string",
+            ))
+        }
+    };
     match o.register(name, redirect_uris).await {
         Ok(c) => no_store(HttpResponse::Created().json(json!({
             "client_id": c.client_id,
@@ -476,7 +522,8 @@ struct AuthorizeParams {
     invite_code: Option<String>,
 }
 
-/// A request checked far enough to redirect back to the client.
+/// An authorization request that checked out: what the consent page shows and a consent
+/// sends back to the client.
 struct Checked {
     client_id: String,
     client_name: String,
@@ -485,8 +532,8 @@ struct Checked {
     resource: String,
 }
 
-/// Where a refusal goes: a page of our own while the client or its redirect URI is not
-/// trusted, a redirect to the client afterwards (RFC 6749 §4.1.2.1).
+/// Where an answer to the authorization request goes: a page of our own for every refusal,
+/// a redirect to the client only with the code a consent made.
 enum Refusal {
     Page(StatusCode, String),
     Redirect(String),
@@ -572,14 +619,16 @@ async fn check(
             escape(&redirect_uri.chars().take(200).collect::<String>())
         )));
     }
-    // From here on the client hears of its mistakes at its redirect URI.
+    // Even with a registered redirect URI, a mistake is told on this page, never by sending
+    // the browser there: registration is open to anyone, so a redirect URI may be an
+    // attacker's page, and an error redirect from the relay's origin would lend it the
+    // relay's name (RFC 9700 §4.11.2). Only a consent sends the browser to the client.
     let back = |error: &str, description: &str| {
-        let mut pairs = vec![("error", error), ("error_description", description)];
-        if let Some(s) = &p.state {
-            pairs.push(("state", s));
-        }
-        pairs.push(("iss", &o.issuer));
-        Refusal::Redirect(with_query(&redirect_uri, &pairs))
+        page(format!(
+            "The connection request is not valid ({}): {}.",
+            escape(error),
+            escape(description)
+        ))
     };
     if p.response_type.as_deref() != Some("code") {
         return Err(back("unsupported_response_type", "response_type must be code"));

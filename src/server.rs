@@ -301,19 +301,6 @@ pub async fn serve(
         config.max_sessions_per_participant,
         &cx,
     ));
-    // Both faces' tasks, resumed from their records before the first request.
-    let tasks = mcp::tasks::Tasks::new(cx.clone(), node.clone(), mcp_settings.task_wait_cap);
-    if let Err(e) = tasks.start().await {
-        tracing::warn!(error = %e, "cannot read the stored MCP tasks; those working are not resumed");
-    }
-    let mcp = mcp::service(
-        cx.clone(),
-        &mcp_settings,
-        mcp::Face::Crosstalk,
-        owners.clone(),
-        tasks.clone(),
-    );
-    let cc_mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::CrossClaude, owners.clone(), tasks);
     // The authorization server, with the address clients know the relay by.
     let oauth = config.oauth.then(|| {
         let issuer = config.public_url.clone().unwrap_or_else(|| {
@@ -327,6 +314,21 @@ pub async fn serve(
         tracing::info!(issuer = %issuer, "OAuth: hosted clients connect with invites (crosstalk invite)");
         web::Data::new(crate::ops::oauth::OAuth::new(issuer, relay.records()))
     });
+    // Both faces' tasks, resumed from their records before the first request, each only
+    // while its owner's token is still valid.
+    let standing = crate::auth::Standing::new(config.auth.clone(), oauth.as_ref().map(|o| o.get_ref().clone()));
+    let tasks = mcp::tasks::Tasks::new(cx.clone(), node.clone(), mcp_settings.task_wait_cap, standing);
+    if let Err(e) = tasks.start().await {
+        tracing::warn!(error = %e, "cannot read the stored MCP tasks; those working are not resumed");
+    }
+    let mcp = mcp::service(
+        cx.clone(),
+        &mcp_settings,
+        mcp::Face::Crosstalk,
+        owners.clone(),
+        tasks.clone(),
+    );
+    let cc_mcp = mcp::service(cx.clone(), &mcp_settings, mcp::Face::CrossClaude, owners.clone(), tasks);
     let limits = web::Data::new(crate::oauth::Limits::default());
     let cimd_ca = match &config.oauth_cimd_ca {
         Some(pem) => Some(

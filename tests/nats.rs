@@ -2053,6 +2053,37 @@ async fn oauth_is_one_authorization_server_across_nodes() {
     assert_eq!(status, 401);
 }
 
+/// The OAuth races of `tests/it/oauth.rs`, split across two nodes: a client refreshing on A
+/// while the admin revokes on B, one refresh token used on A, B and A at once, and one code
+/// exchanged on A and B at once, 100 times each. The revocation or the reuse wins every time.
+/// And a token's streams and waits on A end within seconds of its revocation on B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth_revocations_and_reuse_win_every_race_across_nodes() {
+    const ADMIN: &str = "admin-token";
+    const RACES: usize = 100;
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = Nats::start();
+    let args = [
+        "--store",
+        &nats.urls(),
+        "--nats-replicas",
+        "3",
+        "--oauth",
+        "--token",
+        ADMIN,
+        // Each race checks its tokens are refused: failed authentications, not limited here.
+        "--auth-failure-rate",
+        "0",
+    ];
+    let (a, b) = (Server::process(&args), Server::process(&args));
+    if std::env::var("ONLY_CODE").is_err() {
+        oauth::revocation_races(&a, &b, ADMIN, RACES).await;
+        oauth::reuse_races(&a, &b, ADMIN, RACES).await;
+    }
+    oauth::code_races(&a, &b, ADMIN, RACES).await;
+    oauth::revoked_streams_end(&a, &b, ADMIN).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_is_delivered_by_one_node_of_the_cluster() {
     let _one = ONE_CLUSTER.lock().await;

@@ -57,18 +57,24 @@ pub struct Grant {
     pub access: String,
     /// The current refresh token's hash.
     pub refresh: String,
-    /// Refresh tokens this grant rotated away from: one of them coming back is a stolen
-    /// token being replayed, and ends the grant.
+    /// Refresh tokens this grant rotated away from, and the authorization code it was made
+    /// from: one of them coming back is a stolen secret being replayed, and ends the grant.
     pub retired: Vec<String>,
 }
 
-/// What a token's hash points at.
+/// What a token's hash points at. A token is good only while its grant names it as current
+/// ([`Grant::access`], [`Grant::refresh`]): the grant is the one record a refresh and a
+/// revocation change, by compare-and-set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TokenKind {
     Access,
     Refresh,
-    /// A refresh token already used once.
+    /// A refresh token already used once (written by releases before the grant was the
+    /// judge; a refresh token its grant no longer names reads the same).
     Retired,
+    /// An authorization code that was exchanged for this grant: it coming back ends the grant
+    /// (RFC 6749 §4.1.2). Added last, so every earlier record reads as it did.
+    Code,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -67,9 +67,59 @@ pub struct TaskRecord {
     pub ttl_ms: i64,
     /// The node that runs it (and resumes it after a restart).
     pub node: String,
+    /// The OAuth grant whose token made it, if one did: the task lives no longer than the
+    /// grant. (Without one, it lives as long as its owner's token is configured.)
+    pub grant: Option<String>,
+}
+
+/// A task as the first release with tasks stored it, before `grant`.
+#[derive(Deserialize)]
+struct TaskRecordV1 {
+    id: String,
+    owner: String,
+    face: String,
+    tool: String,
+    run: String,
+    bound: Option<String>,
+    state: TaskState,
+    message: Option<String>,
+    result: Option<String>,
+    created_ms: i64,
+    updated_ms: i64,
+    deadline_ms: i64,
+    ttl_ms: i64,
+    node: String,
+}
+
+/// Made before tasks named their grant: it lives by its owner's token.
+impl From<TaskRecordV1> for TaskRecord {
+    fn from(v: TaskRecordV1) -> Self {
+        TaskRecord {
+            id: v.id,
+            owner: v.owner,
+            face: v.face,
+            tool: v.tool,
+            run: v.run,
+            bound: v.bound,
+            state: v.state,
+            message: v.message,
+            result: v.result,
+            created_ms: v.created_ms,
+            updated_ms: v.updated_ms,
+            deadline_ms: v.deadline_ms,
+            ttl_ms: v.ttl_ms,
+            node: v.node,
+            grant: None,
+        }
+    }
 }
 
 impl TaskRecord {
+    /// Decodes a stored task, of this release or of the one before `grant`.
+    pub fn decode(bytes: &[u8]) -> Result<TaskRecord, crate::CodecError> {
+        crate::codec::decode_or_older::<TaskRecord, TaskRecordV1>(bytes)
+    }
+
     /// The record once the wait ended with `state` (final) and `result`, at `now_ms`.
     pub fn settled(&self, state: TaskState, result: Option<String>, message: Option<String>, now_ms: i64) -> Self {
         debug_assert!(state.is_final());
@@ -108,7 +158,22 @@ mod tests {
             deadline_ms: 61_000,
             ttl_ms: 3_600_000,
             node: "n".into(),
+            grant: None,
         }
+    }
+
+    #[test]
+    fn a_task_stored_before_grants_reads_as_made_without_one() {
+        // `record()` as the release before `grant` encoded it.
+        const V1: &str = "01d4c40e0501740700616e796f6e65036d637010776169745f666f725f6d657373616765027b7d00000000d00fd00f90b90780bab703016e";
+        let bytes: Vec<u8> = (0..V1.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&V1[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(TaskRecord::decode(&bytes).unwrap(), record());
+        let mut granted = record();
+        granted.grant = Some("3f2a9c1b7d0e".into());
+        assert_eq!(TaskRecord::decode(&crate::encode(&granted)).unwrap(), granted);
     }
 
     #[test]

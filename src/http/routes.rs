@@ -9,9 +9,11 @@
 
 use super::Body;
 use crate::error::{self, ApiError};
+use crate::ops::oauth::{Credential, OAuth};
 use crate::ops::{Caller, Ctx, Operation};
 use actix_web::http::{Method, StatusCode};
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use futures_util::future::{self, Either};
 use futures_util::FutureExt;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::DeserializeOwned;
@@ -155,7 +157,9 @@ fn posted<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
 }
 
 /// Runs the operation and writes its (projected) answer. A combinator for the same reason
-/// as [`crate::ops::call`]: a parked long-poll holds only the operation's future.
+/// as [`crate::ops::call`]: a parked long-poll holds only the operation's future. A request
+/// made with an OAuth token is answered 401 if the token ends (revoked, rotated away from,
+/// expired) while the operation still runs: a long-poll or an ask lasts no longer than it.
 fn answer<'a, O, P>(
     face: Face,
     req: &HttpRequest,
@@ -168,13 +172,29 @@ where
     O: Operation,
     P: Serialize + 'a,
 {
-    crate::ops::call::<O>(face.name, cx, (face.caller)(req), request).map(move |answer| {
+    let answered = crate::ops::call::<O>(face.name, cx, (face.caller)(req), request).map(move |answer| {
         let answer = answer?;
         let mut json = Vec::with_capacity(RESPONSE_CAPACITY);
         serde_json::to_writer(&mut json, &project(answer))
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
         Ok(HttpResponse::build(status).content_type("application/json").body(json))
-    })
+    });
+    let oauth = req.app_data::<web::Data<OAuth>>().map(|o| o.get_ref().clone());
+    match (req.extensions().get::<Credential>().cloned(), oauth) {
+        (Some(credential), Some(oauth)) => {
+            let path = req.path().to_owned();
+            Either::Right(async move {
+                match future::select(Box::pin(answered), Box::pin(oauth.clone().ended(credential))).await {
+                    Either::Left((answered, _)) => answered,
+                    Either::Right(((), _)) => {
+                        crate::ops::counted(face.name, O::NAME, "unauthorized");
+                        Ok(super::unauthorized(&path, true, Some(&oauth)))
+                    }
+                }
+            })
+        }
+        _ => Either::Left(answered),
+    }
 }
 
 /// A POST's request: its JSON object body (none is `{}`) with the path parameters set.

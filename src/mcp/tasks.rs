@@ -23,6 +23,8 @@
 
 use super::tools::{self, Cx};
 use super::Face;
+use crate::auth::Standing;
+use crate::ops::oauth::RECHECK;
 use crate::ops::tasks::{now_ms, Read, TaskStore, MAX_TASKS_PER_PRINCIPAL};
 use crate::ops::{Ctx, ErrorKind, OpError, Principal};
 use crosstalk_schema::task::{TaskRecord, TaskState};
@@ -56,6 +58,9 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
 pub const LISTEN_RECHECK: Duration = Duration::from_secs(2);
 /// How often a runner looks at its task's record, for a cancel made on another node.
 pub const RECORD_RECHECK: Duration = Duration::from_secs(5);
+/// Why a task ended that its owner's credential no longer holds for.
+pub const NO_LONGER_HELD: &str =
+    "the token that made this task is no longer valid (its OAuth connection was revoked, or it is no longer configured)";
 /// Tasks one `subscriptions/listen` stream may follow.
 pub const MAX_LISTENED: usize = 100;
 /// `_meta` key that names a result's task (2025-11-25).
@@ -80,6 +85,8 @@ fn timeout_argument(tool: &str) -> (&'static str, f64) {
 pub struct Tasks {
     ctx: Ctx,
     store: TaskStore,
+    /// Whether a task's owner still holds the credential it was made with.
+    standing: Standing,
     node: String,
     /// Longest a task waits (`--task-wait-cap-secs`).
     cap: Duration,
@@ -90,9 +97,10 @@ pub struct Tasks {
 }
 
 impl Tasks {
-    pub fn new(ctx: Ctx, node: String, cap: Duration) -> Arc<Self> {
+    pub fn new(ctx: Ctx, node: String, cap: Duration, standing: Standing) -> Arc<Self> {
         Arc::new(Tasks {
             store: TaskStore::new(ctx.relay.records()),
+            standing,
             ctx,
             node,
             cap,
@@ -101,19 +109,30 @@ impl Tasks {
         })
     }
 
-    /// Resumes this node's working tasks from their records, and sweeps expired ones every
-    /// minute until the relay stops.
+    /// Resumes this node's working tasks from their records, but for those whose owner's
+    /// credential no longer holds (a participant token a restart no longer configures, a
+    /// revoked OAuth connection), which fail; and sweeps expired ones every minute until the
+    /// relay stops.
     pub async fn start(self: &Arc<Self>) -> Result<(), OpError> {
         let all = self.store.load().await?;
-        let mut resumed = 0;
+        let (mut resumed, mut ended) = (0, 0);
         for record in all {
             if record.state == TaskState::Working && record.node == self.node {
-                self.spawn(record, None);
-                resumed += 1;
+                if self.held(&record).await {
+                    self.spawn(record, None);
+                    resumed += 1;
+                } else {
+                    self.unheld(&record.id).await;
+                    ended += 1;
+                }
             }
         }
-        if resumed > 0 {
-            tracing::info!(resumed, "resumed MCP tasks");
+        if resumed > 0 || ended > 0 {
+            tracing::info!(
+                resumed,
+                ended,
+                "resumed MCP tasks; ended those whose token is no longer valid"
+            );
         }
         let this = Arc::downgrade(self);
         let stop = self.ctx.relay.shutdown_token();
@@ -135,9 +154,26 @@ impl Tasks {
         Ok(())
     }
 
+    /// Whether `record`'s owner still holds the credential it was made with.
+    async fn held(&self, record: &TaskRecord) -> bool {
+        self.standing
+            .holds(&Principal::from_key(&record.owner), record.grant.as_deref())
+            .await
+    }
+
+    /// Fails working task `id`: its owner's credential no longer holds.
+    async fn unheld(&self, id: &str) {
+        let message = Some(NO_LONGER_HELD.to_owned());
+        let error = Some(json!({ "code": -32603, "message": NO_LONGER_HELD }).to_string());
+        if let Some(settled) = self.settle(id, TaskState::Failed, error, message).await {
+            self.told(&settled, None).await;
+        }
+    }
+
     /// Makes a task of a call to `tool`: checks the arguments, pins what the session would
     /// have supplied, stores the record and starts its runner. A refusal is the tool error
-    /// the call would have answered, returned at once instead of a task.
+    /// the call would have answered, returned at once instead of a task. `grant`: the OAuth
+    /// grant of the call's token, if it was one; the task ends with it.
     pub async fn create(
         self: &Arc<Self>,
         cx: &Cx,
@@ -145,6 +181,7 @@ impl Tasks {
         mut args: JsonObject,
         keep_ms: Option<u64>,
         v1_peer: Option<Peer<RoleServer>>,
+        grant: Option<String>,
     ) -> Result<TaskRecord, CallToolResult> {
         let refused = |e: OpError| tools::error_result(&e);
         tools::check(cx.face, tool, &args).map_err(refused)?;
@@ -219,6 +256,7 @@ impl Tasks {
             deadline_ms: now + wait.as_millis() as i64,
             ttl_ms: (wait + keep).as_millis() as i64,
             node: self.node.clone(),
+            grant,
         };
         self.store.create(&record).await.map_err(refused)?;
         self.spawn(record.clone(), v1_peer);
@@ -238,16 +276,30 @@ impl Tasks {
         let this = self.clone();
         tokio::spawn(async move {
             // A cancel that reached another node changes only the record: looking at it now
-            // and then ends this wait too, and frees its slot.
+            // and then ends this wait too, and frees its slot. And the wait acts for its
+            // owner only while the owner's credential holds (a revoked OAuth connection).
+            let unheld = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let watching = tokio::spawn({
-                let (this, id, stop) = (this.clone(), record.id.clone(), stop.clone());
+                let (this, stop, unheld) = (this.clone(), stop.clone(), unheld.clone());
+                let record = record.clone();
                 async move {
+                    let mut ticks = 0u32;
+                    let record_every = (RECORD_RECHECK.as_secs() / RECHECK.as_secs()).max(1) as u32;
                     loop {
                         tokio::select! {
                             _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(RECORD_RECHECK) => {}
+                            _ = tokio::time::sleep(RECHECK) => {}
                         }
-                        if let Ok(Some(r)) = this.store.get(&id).await {
+                        if !this.held(&record).await {
+                            unheld.store(true, std::sync::atomic::Ordering::Relaxed);
+                            stop.cancel();
+                            return;
+                        }
+                        ticks += 1;
+                        if !ticks.is_multiple_of(record_every) {
+                            continue;
+                        }
+                        if let Ok(Some(r)) = this.store.get(&record.id).await {
                             if r.record.state.is_final() {
                                 stop.cancel();
                                 return;
@@ -259,6 +311,11 @@ impl Tasks {
             let answer = this.run(&record, stop.clone()).await;
             watching.abort();
             this.running.lock().remove(&record.id);
+            if unheld.load(std::sync::atomic::Ordering::Relaxed) {
+                tracing::info!(task = %record.id, "an MCP task's token is no longer valid; the task ends");
+                this.unheld(&record.id).await;
+                return;
+            }
             let shutting_down = this.ctx.relay.shutdown_token().is_cancelled();
             if stop.is_cancelled() || shutting_down {
                 // Cancelled (the record says so already), or the relay is stopping: the

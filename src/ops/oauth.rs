@@ -39,12 +39,66 @@ pub const ACCESS_PREFIX: &str = "ct_at_";
 const REFRESH_PREFIX: &str = "ct_rt_";
 const CODE_PREFIX: &str = "ct_ac_";
 const CLIENT_PREFIX: &str = "ct_c_";
-/// Redirect URIs one client may register.
+/// Redirect URIs one client may register, and the longest one (real callbacks are under a
+/// hundred bytes).
 pub const MAX_REDIRECT_URIS: usize = 10;
+pub const MAX_REDIRECT_URI_BYTES: usize = 512;
+/// The longest `client_name`, in characters.
+pub const MAX_CLIENT_NAME_CHARS: usize = 200;
 /// Registered clients the relay keeps; past it, those a day old that never got a grant are
 /// dropped to make room (registration needs no token, so it must not grow the store forever).
+/// With each registration's size bounded too, the clients take at most about 60 MB.
 pub const MAX_CLIENTS: usize = 10_000;
 pub const UNUSED_CLIENT_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// How often a request that outlives the check at its start (an SSE stream, a long-poll, an
+/// MCP stream or wait, a task) has its credential checked again: a revoked, expired or
+/// rotated-away token's streams and waits end within about this long.
+pub const RECHECK: Duration = Duration::from_secs(1);
+/// Verdicts [`OAuth::still_good`] keeps before it forgets old ones.
+const MAX_VERDICTS: usize = 10_000;
+
+/// Compare-and-set attempts on one record before a change is given up as contended.
+const CHANGE_ATTEMPTS: u32 = 16;
+/// Retired refresh tokens a grant remembers, for reuse detection.
+const MAX_RETIRED: usize = 16;
+
+/// Waits before another attempt at a change that lost its compare-and-set, a little longer
+/// each time (1, 2, 4 … 32 ms), so that racing requests on two nodes do not keep colliding.
+async fn backoff(attempt: u32) {
+    tokio::time::sleep(Duration::from_millis(1 << attempt.min(5))).await;
+}
+
+/// A change that lost every compare-and-set.
+fn contended() -> OAuthError {
+    OAuthError::new(
+        503,
+        "temporarily_unavailable",
+        "the connection is being changed by other requests; try again",
+    )
+}
+
+/// A record as read, with its stored bytes: what a compare-and-set expects.
+struct Read<T> {
+    value: T,
+    bytes: Vec<u8>,
+}
+
+/// What a good access token stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub principal: Principal,
+    pub credential: Credential,
+}
+
+/// The OAuth grant a request's token belongs to, and the token (its hash): what a request
+/// that outlives the check at its start is checked against again, and what a task made by
+/// it ends with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub grant: String,
+    pub token: String,
+}
 
 /// An OAuth error as RFC 6749 §5.2 names it, with the status to answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,6 +187,21 @@ pub struct OAuth {
     store: Arc<dyn RecordStore>,
     /// [`MAX_CLIENTS`] (smaller in tests).
     max_clients: usize,
+    /// The registered clients by age, so that making room reads none of them.
+    clients: Arc<tokio::sync::Mutex<ByAge>>,
+    /// Whether each token (`t<hash>`) or grant (`g<id>`) long-lived requests hold is still
+    /// good, and when that was read: one read per [`RECHECK`] however many hold it.
+    verdicts: Arc<parking_lot::Mutex<std::collections::HashMap<String, (std::time::Instant, bool)>>>,
+}
+
+/// Registered clients as this node knows them, oldest first: read from the store at the first
+/// registration after a start, then kept as this node registers and drops them. On a cluster
+/// each node knows the clients there were when it started and those it registered since.
+#[derive(Default)]
+struct ByAge {
+    loaded: bool,
+    /// `(created_at, client_id)`.
+    clients: std::collections::BTreeSet<(i64, String)>,
 }
 
 fn now() -> i64 {
@@ -269,6 +338,8 @@ impl OAuth {
             issuer: issuer.trim_end_matches('/').to_owned(),
             store,
             max_clients: MAX_CLIENTS,
+            clients: Default::default(),
+            verdicts: Default::default(),
         }
     }
 
@@ -343,6 +414,36 @@ impl OAuth {
         }
     }
 
+    async fn read<T: DeserializeOwned>(
+        &self,
+        kind: Kind,
+        key: &str,
+        what: &str,
+    ) -> Result<Option<Read<T>>, OAuthError> {
+        match self.store.get(kind, key.to_owned()).await.map_err(OAuthError::server)? {
+            Some(bytes) => Ok(Some(Read {
+                value: decode(what, &bytes)?,
+                bytes,
+            })),
+            None => Ok(None),
+        }
+    }
+
+    /// The store's compare-and-set: writes `new` (`None`: deletes) if the record is still
+    /// `expected` (`None`: absent).
+    async fn swap(
+        &self,
+        kind: Kind,
+        key: &str,
+        expected: Option<Vec<u8>>,
+        new: Option<Vec<u8>>,
+    ) -> Result<bool, OAuthError> {
+        self.store
+            .swap(kind, key.to_owned(), expected, new)
+            .await
+            .map_err(OAuthError::server)
+    }
+
     async fn delete(&self, kind: Kind, key: &str) -> Result<(), OAuthError> {
         self.store
             .delete(kind, key.to_owned())
@@ -406,42 +507,74 @@ impl OAuth {
                 format!("redirect_uris needs 1 to {MAX_REDIRECT_URIS} URIs"),
             ));
         }
+        if let Some(long) = redirect_uris.iter().find(|u| u.len() > MAX_REDIRECT_URI_BYTES) {
+            return Err(OAuthError::bad(
+                "invalid_redirect_uri",
+                format!(
+                    "a redirect URI is {} bytes; the relay takes at most {MAX_REDIRECT_URI_BYTES}",
+                    long.len()
+                ),
+            ));
+        }
         if let Some(bad) = redirect_uris.iter().find(|u| !redirect_uri_ok(u)) {
             return Err(OAuthError::bad(
                 "invalid_redirect_uri",
                 format!("{bad:?} is not a redirect URI this relay sends codes to: use https://, or http:// to a loopback address"),
             ));
         }
-        let client_name = name
-            .map(|n| n.trim().chars().take(200).collect::<String>())
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "unnamed client".to_owned());
-        self.make_room().await?;
+        let client_name = name.map(|n| n.trim().to_owned()).filter(|n| !n.is_empty());
+        if let Some(n) = client_name
+            .as_ref()
+            .filter(|n| n.chars().count() > MAX_CLIENT_NAME_CHARS)
+        {
+            return Err(OAuthError::bad(
+                "invalid_client_metadata",
+                format!(
+                    "client_name is {} characters; the relay takes at most {MAX_CLIENT_NAME_CHARS}",
+                    n.chars().count()
+                ),
+            ));
+        }
+        let mut by_age = self.clients.lock().await;
+        if !by_age.loaded {
+            self.load_clients(&mut by_age).await?;
+        }
+        if by_age.clients.len() >= self.max_clients {
+            self.make_room(&mut by_age).await?;
+        }
         let client = OAuthClient {
             client_id: format!("{CLIENT_PREFIX}{}", random_hex(16)),
-            client_name,
+            client_name: client_name.unwrap_or_else(|| "unnamed client".to_owned()),
             redirect_uris,
             created_at: now(),
         };
         self.put(Kind::Clients, &client.client_id, &client).await?;
+        by_age.clients.insert((client.created_at, client.client_id.clone()));
         Ok(client)
     }
 
-    /// At [`MAX_CLIENTS`], drops the registrations a day old that never got a grant; refuses
-    /// if that frees nothing.
-    async fn make_room(&self) -> Result<(), OAuthError> {
-        let clients = self.store.list(Kind::Clients).await.map_err(OAuthError::server)?;
-        if clients.len() < self.max_clients {
-            return Ok(());
-        }
-        let granted: std::collections::HashSet<String> =
-            self.grants().await?.into_iter().map(|g| g.client_id).collect();
-        let old = now() - UNUSED_CLIENT_TTL.as_secs() as i64;
-        let mut freed = 0;
-        for (id, bytes) in clients {
+    /// Reads every stored client's age: once, at the first registration after a start.
+    async fn load_clients(&self, by_age: &mut ByAge) -> Result<(), OAuthError> {
+        for (id, bytes) in self.store.list(Kind::Clients).await.map_err(OAuthError::server)? {
             let c: OAuthClient = decode("client", &bytes)?;
-            if c.created_at < old && !granted.contains(&id) {
-                self.delete(Kind::Clients, &id).await?;
+            by_age.clients.insert((c.created_at, id));
+        }
+        by_age.loaded = true;
+        Ok(())
+    }
+
+    /// At [`MAX_CLIENTS`], drops the registrations a day old that never got a grant, oldest
+    /// first from the index, reading no client; refuses if that frees nothing.
+    async fn make_room(&self, by_age: &mut ByAge) -> Result<(), OAuthError> {
+        let old = now() - UNUSED_CLIENT_TTL.as_secs() as i64;
+        let aged: Vec<(i64, String)> = by_age.clients.iter().take_while(|(at, _)| *at < old).cloned().collect();
+        let mut freed = 0;
+        if !aged.is_empty() {
+            let granted: std::collections::HashSet<String> =
+                self.grants().await?.into_iter().map(|g| g.client_id).collect();
+            for entry in aged.into_iter().filter(|(_, id)| !granted.contains(id)) {
+                self.delete(Kind::Clients, &entry.1).await?;
+                by_age.clients.remove(&entry);
                 freed += 1;
             }
         }
@@ -480,6 +613,12 @@ impl OAuth {
     }
 
     // ---- codes and tokens
+    //
+    // A grant is the one record that says which tokens are good: its current access and
+    // refresh token. A refresh rewrites it by compare-and-set over the version it read, and a
+    // revocation deletes it whatever it holds, so a refresh racing a revocation (or another
+    // refresh) on any node either lands before it, and is ended with it, or finds it gone. A
+    // token record only points at its grant; a token the grant does not name is not good.
 
     /// Mints the authorization code a consent sends back to the client.
     pub async fn issue_code(&self, code: AuthCode) -> Result<String, OAuthError> {
@@ -489,7 +628,9 @@ impl OAuth {
     }
 
     /// The `authorization_code` grant: checks the code against the client, redirect URI,
-    /// verifier and resource, then makes a grant and its first tokens.
+    /// verifier and resource, then makes a grant and its first tokens. A code that comes back
+    /// after its exchange ends the grant made from it (RFC 6749 §4.1.2), however close the two
+    /// exchanges are, on one node or two.
     pub async fn exchange(
         &self,
         code: &str,
@@ -506,8 +647,9 @@ impl OAuth {
         }
         self.known(client_id).await?;
         let invalid = |why: &str| OAuthError::bad("invalid_grant", why.to_owned());
-        let Some(c): Option<AuthCode> = self.take(Kind::Codes, &hash(code), "code").await? else {
-            return Err(invalid("the code is unknown, expired or already used"));
+        let key = hash(code);
+        let Some(c): Option<AuthCode> = self.get(Kind::Codes, &key, "code").await? else {
+            return Err(self.code_again(&key, false).await?);
         };
         if c.expires_at <= now() {
             return Err(invalid("the code expired: authorize again"));
@@ -540,19 +682,103 @@ impl OAuth {
             created_at: now(),
             access: String::new(),
             refresh: String::new(),
-            retired: Vec::new(),
+            // The code is a spent secret of the grant from now on, as a rotated refresh token.
+            retired: vec![key.clone()],
         };
-        self.mint(grant).await
+        // The code names its grant before anything is issued: of two exchanges of one code,
+        // one writes this and the other finds it.
+        let spent = encode(&TokenRef {
+            grant: grant.id.clone(),
+            kind: TokenKind::Code,
+            expires_at: c.expires_at,
+        });
+        if !self.swap(Kind::Tokens, &key, None, Some(spent.clone())).await? {
+            return Err(self.code_again(&key, true).await?);
+        }
+        self.delete(Kind::Codes, &key).await?;
+        let id = grant.id.clone();
+        // An exchange of the same code that came while this grant was being made burnt the
+        // code's record first, so this one sees it and ends the grant itself (if the other
+        // ended it already, the grant's id is taken by that deletion and it is not made).
+        match self.mint(None, grant).await? {
+            Some(tokens) if self.still_spent_once(&key, &spent).await? => Ok(tokens),
+            _ => {
+                self.end_grant(&id).await?;
+                Err(invalid(
+                    "the code was used twice: the tokens issued from it are revoked",
+                ))
+            }
+        }
     }
 
-    /// New access and refresh tokens for `grant`, which is stored with their hashes.
-    async fn mint(&self, mut grant: Grant) -> Result<Tokens, OAuthError> {
+    /// What a code that is not waiting to be exchanged answers: if it was exchanged, it is
+    /// burnt and the grant made from it ends, since a code used twice was stolen or replayed.
+    /// `known`: the caller lost the compare-and-set that writes the code's record, so it is
+    /// there, though on a cluster the write that won may take a moment to be read back.
+    async fn code_again(&self, key: &str, known: bool) -> Result<OAuthError, OAuthError> {
+        let unknown = || OAuthError::bad("invalid_grant", "the code is unknown, expired or already used");
+        for attempt in 0..CHANGE_ATTEMPTS {
+            let spent = match self.read::<TokenRef>(Kind::Tokens, key, "code").await? {
+                Some(r) if matches!(r.value.kind, TokenKind::Code | TokenKind::Retired) => r,
+                None if known => {
+                    backoff(attempt).await;
+                    continue;
+                }
+                // Never issued, expired unused, or a token's hash: nothing to end.
+                _ => return Ok(unknown()),
+            };
+            // Burnt before the grant ends: an exchange still making the grant finds it so.
+            let burnt = TokenRef {
+                kind: TokenKind::Retired,
+                ..spent.value.clone()
+            };
+            let burn = spent.value.kind == TokenKind::Retired
+                || self
+                    .swap(Kind::Tokens, key, Some(spent.bytes), Some(encode(&burnt)))
+                    .await?;
+            if burn {
+                tracing::warn!(grant = %spent.value.grant, "an authorization code was used twice: its grant is revoked");
+                self.end_grant(&spent.value.grant).await?;
+                return Ok(OAuthError::bad(
+                    "invalid_grant",
+                    "the code was already used: the tokens issued from it are revoked",
+                ));
+            }
+            backoff(attempt).await;
+        }
+        Err(contended())
+    }
+
+    /// Whether the code's record is still as its exchange wrote it (not burnt by a second
+    /// exchange, nor gone with a revoked grant), checked by compare-and-set so that it is
+    /// ordered with a burn.
+    async fn still_spent_once(&self, key: &str, spent: &[u8]) -> Result<bool, OAuthError> {
+        for attempt in 0..CHANGE_ATTEMPTS {
+            let now = self
+                .store
+                .get(Kind::Tokens, key.to_owned())
+                .await
+                .map_err(OAuthError::server)?;
+            if now.as_deref() != Some(spent) {
+                return Ok(false);
+            }
+            if self.swap(Kind::Tokens, key, now, Some(spent.to_vec())).await? {
+                return Ok(true);
+            }
+            backoff(attempt).await;
+        }
+        Ok(false)
+    }
+
+    /// New access and refresh tokens for `grant`, stored with their hashes if the grant is
+    /// still `expected` (`None`: a new grant); `None` if another change came first.
+    async fn mint(&self, expected: Option<Vec<u8>>, mut grant: Grant) -> Result<Option<Tokens>, OAuthError> {
         let access = format!("{ACCESS_PREFIX}{}", random_hex(32));
         let refresh = format!("{REFRESH_PREFIX}{}", random_hex(32));
         grant.access = hash(&access);
         grant.refresh = hash(&refresh);
         let now = now();
-        // The tokens first: a grant is never stored pointing at tokens that are not there.
+        // The tokens first: a grant never names tokens that are not there.
         self.put(
             Kind::Tokens,
             &grant.access,
@@ -573,79 +799,90 @@ impl OAuth {
             },
         )
         .await?;
-        self.put(Kind::Grants, &grant.id, &grant).await?;
-        Ok(Tokens {
+        if !self
+            .swap(Kind::Grants, &grant.id, expected, Some(encode(&grant)))
+            .await?
+        {
+            // Never the grant's: a revocation or another refresh came first.
+            self.delete(Kind::Tokens, &grant.access).await?;
+            self.delete(Kind::Tokens, &grant.refresh).await?;
+            return Ok(None);
+        }
+        Ok(Some(Tokens {
             access_token: access,
             refresh_token: refresh,
             expires_in: ACCESS_TTL.as_secs(),
             scope: grant.scope,
-        })
+        }))
     }
 
-    /// The `refresh_token` grant: rotates both tokens. A refresh token already used once ends
-    /// the grant.
+    /// The `refresh_token` grant: rotates both tokens. A refresh token the grant rotated
+    /// away from ends the grant, with every token it issued since: of refreshes racing with
+    /// one token, one rotates it and the others end what it got.
     pub async fn refresh(&self, token: &str, client_id: &str, resource: Option<&str>) -> Result<Tokens, OAuthError> {
         let invalid = |why: &str| OAuthError::bad("invalid_grant", why.to_owned());
         self.known(client_id).await?;
         let key = hash(token);
-        // Taken, so two refreshes with one token cannot both rotate it.
-        let Some(t): Option<TokenRef> = self.take(Kind::Tokens, &key, "token").await? else {
+        let Some(t): Option<TokenRef> = self.get(Kind::Tokens, &key, "token").await? else {
             return Err(invalid("the refresh token is unknown, expired or revoked"));
         };
         match t.kind {
-            TokenKind::Refresh => {}
-            TokenKind::Retired => {
+            TokenKind::Refresh | TokenKind::Retired => {}
+            TokenKind::Access => return Err(invalid("that is an access token, not a refresh token")),
+            TokenKind::Code => return Err(invalid("that is an authorization code, not a refresh token")),
+        }
+        for attempt in 0..CHANGE_ATTEMPTS {
+            let Some(read) = self.read::<Grant>(Kind::Grants, &t.grant, "grant").await? else {
+                return Err(invalid("the connection was revoked"));
+            };
+            let grant = &read.value;
+            if grant.retired.contains(&key) {
                 tracing::warn!(grant = %t.grant, "a refresh token was used twice: the grant is revoked");
-                self.revoke_grant(&t.grant).await?;
+                self.end_grant(&t.grant).await?;
                 return Err(invalid(
                     "this refresh token was already used: the connection is revoked, consent again",
                 ));
             }
-            TokenKind::Access => {
-                // Not a refresh token: put it back as it was.
-                self.put(Kind::Tokens, &key, &t).await?;
-                return Err(invalid("that is an access token, not a refresh token"));
+            if grant.refresh != key {
+                // Minted by a refresh that lost its compare-and-set: never the grant's.
+                return Err(invalid("the refresh token is unknown, expired or revoked"));
             }
+            if t.expires_at <= now() {
+                return Err(invalid("the refresh token expired: consent again"));
+            }
+            if grant.client_id != client_id {
+                return Err(invalid("the refresh token was issued to another client"));
+            }
+            if resource.is_some() && self.resource(resource)? != grant.resource {
+                return Err(OAuthError::bad("invalid_target", "resource differs from the grant's"));
+            }
+            let mut next = grant.clone();
+            next.retired.push(key.clone());
+            // Keep the last few: enough to catch a replay, bounded however long a grant lives.
+            let over = next.retired.len().saturating_sub(MAX_RETIRED);
+            let dropped: Vec<String> = next.retired.drain(..over).collect();
+            let old_access = grant.access.clone();
+            if let Some(tokens) = self.mint(Some(read.bytes), next).await? {
+                // No longer named by the grant, so no longer good: the records go.
+                self.delete(Kind::Tokens, &old_access).await?;
+                for old in dropped {
+                    self.delete(Kind::Tokens, &old).await?;
+                }
+                return Ok(tokens);
+            }
+            backoff(attempt).await;
         }
-        if t.expires_at <= now() {
-            return Err(invalid("the refresh token expired: consent again"));
-        }
-        let Some(mut grant): Option<Grant> = self.get(Kind::Grants, &t.grant, "grant").await? else {
-            return Err(invalid("the connection was revoked"));
-        };
-        if grant.client_id != client_id {
-            self.put(Kind::Tokens, &key, &t).await?;
-            return Err(invalid("the refresh token was issued to another client"));
-        }
-        if resource.is_some() && self.resource(resource)? != grant.resource {
-            self.put(Kind::Tokens, &key, &t).await?;
-            return Err(OAuthError::bad("invalid_target", "resource differs from the grant's"));
-        }
-        // The old refresh token stays known as retired, for reuse detection; the old access
-        // token ends now.
-        self.put(
-            Kind::Tokens,
-            &key,
-            &TokenRef {
-                grant: grant.id.clone(),
-                kind: TokenKind::Retired,
-                expires_at: t.expires_at,
-            },
-        )
-        .await?;
-        self.delete(Kind::Tokens, &grant.access).await?;
-        grant.retired.push(key);
-        // Keep the last few: enough to catch a replay, bounded however long a grant lives.
-        if grant.retired.len() > 16 {
-            let old = grant.retired.remove(0);
-            self.delete(Kind::Tokens, &old).await?;
-        }
-        self.mint(grant).await
+        Err(contended())
     }
 
-    /// Who an access token acts for; `None` if it is unknown, expired or revoked.
-    pub async fn verify(&self, token: &str) -> Result<Option<Principal>, OAuthError> {
-        let Some(t): Option<TokenRef> = self.get(Kind::Tokens, &hash(token), "token").await? else {
+    /// Who an access token acts for, and its grant; `None` if it is unknown, expired,
+    /// revoked, or no longer its grant's current token.
+    pub async fn verify(&self, token: &str) -> Result<Option<Verified>, OAuthError> {
+        self.verify_hash(&hash(token)).await
+    }
+
+    async fn verify_hash(&self, key: &str) -> Result<Option<Verified>, OAuthError> {
+        let Some(t): Option<TokenRef> = self.get(Kind::Tokens, key, "token").await? else {
             return Ok(None);
         };
         if t.kind != TokenKind::Access || t.expires_at <= now() {
@@ -654,10 +891,76 @@ impl OAuth {
         let Some(grant): Option<Grant> = self.get(Kind::Grants, &t.grant, "grant").await? else {
             return Ok(None);
         };
-        Ok(Some(match grant.identity {
-            Some(id) => Principal::Participant(id),
-            None => Principal::Connector(format!("\0grant:{}", grant.id)),
+        if grant.access != key {
+            return Ok(None);
+        }
+        Ok(Some(Verified {
+            principal: match grant.identity {
+                Some(id) => Principal::Participant(id),
+                None => Principal::Connector(format!("\0grant:{}", grant.id)),
+            },
+            credential: Credential {
+                grant: grant.id,
+                token: key.to_owned(),
+            },
         }))
+    }
+
+    /// Whether `credential`'s token is still good: read at most once per [`RECHECK`] on this
+    /// node for every request that holds it. A store that cannot answer ends nothing.
+    pub async fn still_good(&self, credential: &Credential) -> bool {
+        let key = format!("t{}", credential.token);
+        self.verdict(&key, || async {
+            Ok(self.verify_hash(&credential.token).await?.is_some())
+        })
+        .await
+    }
+
+    /// Whether grant `id` still stands (not revoked), read as [`OAuth::still_good`] reads a
+    /// token: what a task made with one of its tokens lives by.
+    pub async fn grant_stands(&self, id: &str) -> bool {
+        let key = format!("g{id}");
+        self.verdict(&key, || async {
+            Ok(self.get::<Grant>(Kind::Grants, id, "grant").await?.is_some())
+        })
+        .await
+    }
+
+    async fn verdict<F: std::future::Future<Output = Result<bool, OAuthError>>>(
+        &self,
+        key: &str,
+        read: impl FnOnce() -> F,
+    ) -> bool {
+        if let Some((at, good)) = self.verdicts.lock().get(key) {
+            // A token or grant that ended does not come back.
+            if !good || at.elapsed() < RECHECK {
+                return *good;
+            }
+        }
+        let good = match read().await {
+            Ok(good) => good,
+            Err(e) => {
+                tracing::warn!(error = %e.description, "a credential could not be checked again; its requests go on");
+                true
+            }
+        };
+        let mut verdicts = self.verdicts.lock();
+        if verdicts.len() >= MAX_VERDICTS {
+            verdicts.retain(|_, (at, _)| at.elapsed() < 10 * RECHECK);
+        }
+        verdicts.insert(key.to_owned(), (std::time::Instant::now(), good));
+        good
+    }
+
+    /// Resolves once `credential`'s token is no longer good: revoked (with its grant, or by
+    /// itself), rotated away from by a refresh, or expired.
+    pub async fn ended(self, credential: Credential) {
+        loop {
+            tokio::time::sleep(RECHECK).await;
+            if !self.still_good(&credential).await {
+                return;
+            }
+        }
     }
 
     /// RFC 7009: a refresh token ends its grant, an access token itself; unknown tokens are
@@ -670,20 +973,31 @@ impl OAuth {
         match t.kind {
             TokenKind::Access => self.delete(Kind::Tokens, &key).await,
             TokenKind::Refresh | TokenKind::Retired => self.revoke_grant(&t.grant).await.map(|_| ()),
+            TokenKind::Code => Ok(()),
         }
     }
 
     /// Ends a grant and every token of it, at once on every node. `false` if there was none.
     pub async fn revoke_grant(&self, id: &str) -> Result<bool, OAuthError> {
-        let Some(grant): Option<Grant> = self.take(Kind::Grants, id, "grant").await? else {
+        if self.get::<Grant>(Kind::Grants, id, "grant").await?.is_none() {
             return Ok(false);
-        };
-        self.delete(Kind::Tokens, &grant.access).await?;
-        self.delete(Kind::Tokens, &grant.refresh).await?;
-        for old in &grant.retired {
-            self.delete(Kind::Tokens, old).await?;
         }
+        self.end_grant(id).await?;
         Ok(true)
+    }
+
+    /// Ends grant `id` whatever it holds now: it is deleted unconditionally, so a refresh
+    /// that read it before, here or on another node, fails its compare-and-set; then the
+    /// records of the tokens it named go.
+    async fn end_grant(&self, id: &str) -> Result<(), OAuthError> {
+        let found: Option<Grant> = self.get(Kind::Grants, id, "grant").await?;
+        self.delete(Kind::Grants, id).await?;
+        if let Some(g) = found {
+            for key in [&g.access, &g.refresh].into_iter().chain(&g.retired) {
+                self.delete(Kind::Tokens, key).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Every grant, oldest first.
@@ -728,12 +1042,15 @@ mod tests {
         // Full, and none is old enough to drop.
         let e = o.register(None, uris()).await.unwrap_err();
         assert_eq!((e.status, e.error), (503, "temporarily_unavailable"));
-        // Two of them a day old: one got a grant (kept), one never did (dropped).
+        // Two of them a day old (as a restart reads them): one got a grant (kept), one never
+        // did (dropped).
         for id in &ids[..2] {
             let mut c: OAuthClient = decode("client", &store.0.lock()[&(Kind::Clients.tag().0, id.clone())]).unwrap();
             c.created_at -= UNUSED_CLIENT_TTL.as_secs() as i64 + 1;
             store.put(Kind::Clients, id.clone(), encode(&c)).await.unwrap();
         }
+        let mut o = OAuth::new("http://127.0.0.1:1".into(), store.clone());
+        o.max_clients = 3;
         let grant = Grant {
             id: "g1".into(),
             client_id: ids[0].clone(),
@@ -758,6 +1075,145 @@ mod tests {
             o.client(&ids[1]).await.unwrap().is_none(),
             "an old unused one made room"
         );
+    }
+
+    /// Records in memory that count the reads of registered clients.
+    #[derive(Default)]
+    struct Counting {
+        inner: Memory,
+        client_reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Counting {
+        fn saw(&self, kind: Kind) {
+            if kind == Kind::Clients {
+                self.client_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    impl RecordStore for Counting {
+        fn get(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<Option<Vec<u8>>> {
+            self.saw(kind);
+            self.inner.get(kind, key)
+        }
+        fn put(&self, kind: Kind, key: String, value: Vec<u8>) -> crosstalk_actors::records::Answer<()> {
+            self.inner.put(kind, key, value)
+        }
+        fn delete(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<()> {
+            self.inner.delete(kind, key)
+        }
+        fn take(&self, kind: Kind, key: String) -> crosstalk_actors::records::Answer<Option<Vec<u8>>> {
+            self.saw(kind);
+            self.inner.take(kind, key)
+        }
+        fn swap(
+            &self,
+            kind: Kind,
+            key: String,
+            expected: Option<Vec<u8>>,
+            new: Option<Vec<u8>>,
+        ) -> crosstalk_actors::records::Answer<bool> {
+            self.inner.swap(kind, key, expected, new)
+        }
+        fn list(&self, kind: Kind) -> crosstalk_actors::records::Answer<Vec<(String, Vec<u8>)>> {
+            self.saw(kind);
+            self.inner.list(kind)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_registration_at_the_cap_reads_no_registered_client() {
+        let store = Arc::new(Counting::default());
+        // A full relay whose every client is a day old and unused.
+        let cap = 50;
+        for i in 0..cap {
+            let c = OAuthClient {
+                client_id: format!("{CLIENT_PREFIX}{i:032x}"),
+                client_name: "old".into(),
+                redirect_uris: vec!["http://127.0.0.1:9/cb".into()],
+                created_at: now() - UNUSED_CLIENT_TTL.as_secs() as i64 - 2 * cap as i64 + i as i64,
+            };
+            store.put(Kind::Clients, c.client_id.clone(), encode(&c)).await.unwrap();
+        }
+        let mut o = OAuth::new("http://127.0.0.1:1".into(), store.clone());
+        o.max_clients = cap;
+        for _ in 0..cap {
+            o.register(Some("new".into()), vec!["http://127.0.0.1:9/cb".into()])
+                .await
+                .unwrap();
+        }
+        // The first registration read the clients' ages once; making room read none again.
+        assert_eq!(store.client_reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // Full of new ones now: refused, still without reading them.
+        let e = o
+            .register(None, vec!["http://127.0.0.1:9/cb".into()])
+            .await
+            .unwrap_err();
+        assert_eq!((e.status, e.error), (503, "temporarily_unavailable"));
+        assert_eq!(store.client_reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(store.inner.list(Kind::Clients).await.unwrap().len(), cap);
+    }
+
+    #[tokio::test]
+    async fn a_registration_is_bounded_in_size() {
+        let o = OAuth::new("http://127.0.0.1:1".into(), Arc::new(Memory::default()));
+        let uri = |n: usize| format!("https://a.example/{}", "p".repeat(n - "https://a.example/".len()));
+        let refused = |r: Result<OAuthClient, OAuthError>| r.map(|_| ()).unwrap_err();
+        let e = refused(o.register(None, vec![uri(MAX_REDIRECT_URI_BYTES + 1)]).await);
+        assert_eq!((e.status, e.error), (400, "invalid_redirect_uri"), "{e:?}");
+        assert!(e.description.contains("at most 512"), "{e:?}");
+        let e = refused(o.register(None, vec![uri(40); MAX_REDIRECT_URIS + 1]).await);
+        assert_eq!((e.status, e.error), (400, "invalid_redirect_uri"), "{e:?}");
+        let e = refused(
+            o.register(Some("n".repeat(MAX_CLIENT_NAME_CHARS + 1)), vec![uri(40)])
+                .await,
+        );
+        assert_eq!((e.status, e.error), (400, "invalid_client_metadata"), "{e:?}");
+        // At every bound at once: taken.
+        let c = o
+            .register(
+                Some("é".repeat(MAX_CLIENT_NAME_CHARS)),
+                vec![uri(MAX_REDIRECT_URI_BYTES); MAX_REDIRECT_URIS],
+            )
+            .await
+            .unwrap();
+        assert!(encode(&c).len() < 6 * 1024, "{}", encode(&c).len());
+    }
+
+    #[tokio::test]
+    async fn a_long_request_ends_when_its_token_expires() {
+        let store = Arc::new(Memory::default());
+        let o = OAuth::new("http://127.0.0.1:1".into(), store.clone());
+        let token = hash("ct_at_soon");
+        let grant = Grant {
+            id: "g1".into(),
+            client_id: "ct_c_x".into(),
+            client_name: "x".into(),
+            redirect_host: "127.0.0.1".into(),
+            identity: None,
+            invite_id: "i".into(),
+            scope: SCOPE.into(),
+            resource: o.issuer.clone(),
+            created_at: now(),
+            access: token.clone(),
+            refresh: String::new(),
+            retired: Vec::new(),
+        };
+        store.put(Kind::Grants, "g1".into(), encode(&grant)).await.unwrap();
+        let expires_at = now() + 2;
+        let good_for = TokenRef {
+            grant: "g1".into(),
+            kind: TokenKind::Access,
+            expires_at,
+        };
+        store.put(Kind::Tokens, token.clone(), encode(&good_for)).await.unwrap();
+        let credential = o.verify("ct_at_soon").await.unwrap().unwrap().credential;
+        assert!(o.still_good(&credential).await);
+        tokio::time::timeout(Duration::from_secs(5), o.clone().ended(credential))
+            .await
+            .expect("the token expired, and what it held open ended");
+        assert!(now() >= expires_at);
     }
 
     #[test]

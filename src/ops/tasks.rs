@@ -28,7 +28,8 @@ pub fn now_ms() -> i64 {
 }
 
 fn decode(bytes: &[u8]) -> Result<TaskRecord, RelayError> {
-    codec::decode(bytes).map_err(|e| RelayError::Store(StoreError::Corrupt(format!("a stored task is damaged: {e}"))))
+    TaskRecord::decode(bytes)
+        .map_err(|e| RelayError::Store(StoreError::Corrupt(format!("a stored task is damaged: {e}"))))
 }
 
 /// The tasks' records, with this node's count of each principal's.
@@ -225,6 +226,7 @@ mod tests {
             deadline_ms: created_ms + 1_000,
             ttl_ms: 10_000,
             node: "n".into(),
+            grant: None,
         }
     }
 

@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod mcp;
+pub mod oauth;
 pub mod tmpfs;
 
 use futures_util::StreamExt;

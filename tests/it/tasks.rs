@@ -465,3 +465,79 @@ async fn a_legacy_task_list_comes_in_pages() {
     assert_eq!(rest["tasks"].as_array().unwrap().len(), 1);
     assert!(rest.get("nextCursor").is_none(), "{rest}");
 }
+
+/// A stateless client of `s` with `token`.
+fn with_token(s: &Server, token: &str) -> Mcp {
+    let mut m = Mcp::stateless(s);
+    m.http = client_with_token(token);
+    m
+}
+
+/// A task that waits two minutes for a message on a quiet channel.
+async fn long_wait(m: &Mcp) -> String {
+    let made = modern(
+        m,
+        "tools/call",
+        json!({"name": "wait_for_message", "arguments": {"channel": "quiet", "timeout_s": 120}}),
+    )
+    .await;
+    made["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{made}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_made_through_a_revoked_oauth_connection_fails_within_seconds() {
+    const ADMIN: &str = "admin-s3cret";
+    let s = Server::start_with(&["--oauth", "--token", ADMIN]);
+    let flow = common::oauth::Flow::new(&s, ADMIN).await;
+    let first = flow.connect(&s, "w7").await;
+    let grant = flow.grants(&s).await["w7"].clone();
+    let id = long_wait(&with_token(&s, &first.access)).await;
+    // Another connection acting as the same identity may read the task; the first ends.
+    let second = flow.connect(&s, "w7").await;
+    let reader = with_token(&s, &second.access);
+    assert_eq!(
+        modern(&reader, "tasks/get", json!({"taskId": id})).await["result"]["status"],
+        "working"
+    );
+    assert_eq!(flow.revoke(&s, &grant).await, 204);
+    let revoked = Instant::now();
+    let t = settled_v2(&reader, &id).await;
+    assert!(
+        revoked.elapsed() < common::oauth::ENDS_WITHIN,
+        "{:?}",
+        revoked.elapsed()
+    );
+    assert_eq!(t["status"], "failed", "{t}");
+    assert!(t["statusMessage"].as_str().unwrap().contains("no longer valid"), "{t}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_participant_token_a_restart_dropped_is_not_resumed() {
+    let mut s = Server::process(&["--participants", "alice:token-1"]);
+    let id = long_wait(&with_token(&s, "token-1")).await;
+    let (_, clean) = s.terminate();
+    assert!(clean);
+    let dir = s.take_dir().unwrap();
+    // Restarted without alice: her task does not wait on for her.
+    let mut s = Server::start_in(dir.path(), &["--participants", "bob:token-2"]);
+    // Serving (its signal handler in place) before it is stopped.
+    assert_eq!(get_json(&client(), &s.url("/healthz")).await.0, 200);
+    let (_, clean) = s.terminate();
+    assert!(clean);
+    // Alice back with a new token: the task ended when her old one went.
+    let s = Server::start_in(dir.path(), &["--participants", "alice:token-3"]);
+    let t = modern(&with_token(&s, "token-3"), "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(t["result"]["status"], "failed", "{t}");
+    assert!(
+        t["result"]["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("no longer valid"),
+        "{t}"
+    );
+    drop(s);
+    drop(dir);
+}

@@ -97,6 +97,8 @@ pub(super) struct Bucket<V> {
     store: kv::Store,
     /// Names the bucket in errors and logs.
     what: &'static str,
+    /// Reads go to the stream's leader ([`Bucket::reading_from_leader`]).
+    from_leader: bool,
     value: PhantomData<fn() -> V>,
 }
 
@@ -105,6 +107,7 @@ impl<V> Clone for Bucket<V> {
         Bucket {
             store: self.store.clone(),
             what: self.what,
+            from_leader: self.from_leader,
             value: PhantomData,
         }
     }
@@ -157,8 +160,19 @@ impl<V: Value> Bucket<V> {
         Ok(Bucket {
             store,
             what,
+            from_leader: false,
             value: PhantomData,
         })
+    }
+
+    /// The bucket, its every read answered by the stream's leader rather than by any replica.
+    /// A replica may be a moment behind a write another node was just answered for, and a
+    /// record that says who may do what (an OAuth grant, a token, a single-use code) must
+    /// not read as it was before a revocation: a refresh on one node must see the revocation
+    /// answered on another, and a code typed a moment after it was minted must be found.
+    pub fn reading_from_leader(mut self) -> Self {
+        self.from_leader = true;
+        self
     }
 
     fn corrupt(&self, key: &str, why: String) -> RelayError {
@@ -167,6 +181,9 @@ impl<V: Value> Bucket<V> {
 
     /// The key's latest entry, `None` if it never existed.
     pub async fn entry(&self, key: &str) -> Result<Option<Stored<V>>, RelayError> {
+        if self.from_leader {
+            return self.entry_at_leader(key).await;
+        }
         let entry = self
             .store
             .entry(key)
@@ -180,6 +197,34 @@ impl<V: Value> Bucket<V> {
         Ok(Some(Stored {
             value,
             revision: e.revision,
+        }))
+    }
+
+    /// The key's latest entry as the stream's leader holds it (the message API, not the
+    /// direct get any replica answers).
+    async fn entry_at_leader(&self, key: &str) -> Result<Option<Stored<V>>, RelayError> {
+        use async_nats::jetstream::stream::LastRawMessageErrorKind;
+        let subject = format!("{}{key}", self.store.prefix);
+        let m = match self.store.stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+            Err(e) => return Err(unavailable(&format!("reading the {} bucket", self.what), e)),
+        };
+        // A delete or purge is a marker message: the header says which (a purge that aged
+        // out says why instead).
+        let removed = m
+            .headers
+            .get("KV-Operation")
+            .is_some_and(|op| matches!(op.as_str(), "DEL" | "PURGE"))
+            || m.headers.get("Nats-Marker-Reason").is_some();
+        let value = if removed {
+            None
+        } else {
+            Some(V::decode(&m.payload).map_err(|why| self.corrupt(key, why))?)
+        };
+        Ok(Some(Stored {
+            value,
+            revision: m.sequence,
         }))
     }
 

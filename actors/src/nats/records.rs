@@ -1,9 +1,12 @@
 //! A cluster's small records ([`crate::records`]): one key-value bucket per kind
 //! (`<STREAM>_OAUTH_INVITES`, `_OAUTH_CLIENTS`, `_OAUTH_CODES`, `_OAUTH_GRANTS`,
 //! `_OAUTH_TOKENS`, `_WEBHOOKS`, `_WEBHOOK_DELIVERIES`), so a token minted on one node is
-//! honoured, and a revocation felt, on every node at its next request. A single-use record is
-//! taken with a delete that expects the revision read (of two nodes taking one invite or code
-//! at once, one gets it); a swap writes only over the revision of the value expected.
+//! honoured, and a revocation felt, on every node at its next request. Every read is answered
+//! by the bucket's leader, never by a replica a moment behind: what one node was answered for
+//! (a revocation, a new token, an invite) is what the next read on any node sees. A
+//! single-use record is taken with a delete that expects the revision read (of two nodes
+//! taking one invite or code at once, one gets it); a swap writes only over the revision of
+//! the value expected.
 
 use super::kv::{self, Bucket};
 use super::STREAM_READY_TIMEOUT;
@@ -36,7 +39,11 @@ impl RecordBuckets {
                     replicas: self.replicas,
                     deadline: tokio::time::Instant::now() + STREAM_READY_TIMEOUT,
                 };
-                Bucket::open(&open, kind.tag().1, Duration::ZERO, "records").await
+                Ok::<_, RelayError>(
+                    Bucket::open(&open, kind.tag().1, Duration::ZERO, "records")
+                        .await?
+                        .reading_from_leader(),
+                )
             })
             .await?;
         Ok(b.clone())
