@@ -9,10 +9,11 @@ use crate::client::{tls, Failure, RelayClient};
 use parking_lot::Mutex;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
-    CustomNotification, GetPromptRequestParams, GetPromptResponse, Implementation, InitializeResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ResourceUpdatedNotificationParam, ServerCapabilities,
-    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    CustomNotification, GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation, InitializeResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ResourceUpdatedNotificationParam, ResultType, ServerCapabilities, SubscribeRequestParams, Tool,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -475,6 +476,62 @@ fn answer(v: Value, is_error: bool) -> CallToolResponse {
     CallToolResponse::from(r)
 }
 
+/// A result as the revision the host speaks requires it. 2026-07-28 requires `resultType` on
+/// every result, but the relay answers the bridge in a 2025-11-25 session, where results have
+/// none: the bridge marks what it forwards `complete` (which is all the relay answers it), and
+/// rmcp takes the mark off again for a host on an older revision.
+trait Complete {
+    fn complete(self) -> Self;
+}
+
+macro_rules! complete {
+    ($($t:ty),*) => {$(
+        impl Complete for $t {
+            fn complete(mut self) -> Self {
+                self.result_type.get_or_insert(ResultType::COMPLETE);
+                self
+            }
+        }
+    )*};
+}
+
+complete!(
+    ListToolsResult,
+    ListPromptsResult,
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    CallToolResult,
+    GetPromptResult,
+    ReadResourceResult
+);
+
+impl Complete for CallToolResponse {
+    fn complete(self) -> Self {
+        match self {
+            CallToolResponse::Complete(r) => CallToolResponse::Complete(r.complete()),
+            other => other,
+        }
+    }
+}
+
+impl Complete for GetPromptResponse {
+    fn complete(self) -> Self {
+        match self {
+            GetPromptResponse::Complete(r) => GetPromptResponse::Complete(r.complete()),
+            other => other,
+        }
+    }
+}
+
+impl Complete for ReadResourceResponse {
+    fn complete(self) -> Self {
+        match self {
+            ReadResourceResponse::Complete(r) => ReadResourceResponse::Complete(r.complete()),
+            other => other,
+        }
+    }
+}
+
 impl ServerHandler for Bridge {
     #[allow(deprecated)] // logging: what relays declare, and how 2025-11-25 hosts see progress lines
     fn get_info(&self) -> InitializeResult {
@@ -526,7 +583,7 @@ impl ServerHandler for Bridge {
         if list.next_cursor.is_none() {
             list.tools.extend(own_tools());
         }
-        Ok(list)
+        Ok(list.complete())
     }
 
     async fn call_tool(
@@ -582,7 +639,7 @@ impl ServerHandler for Bridge {
                     registered.retain(|r| name(r) != this);
                     registered.push(request);
                 }
-                Ok(CallToolResponse::from(result))
+                Ok(CallToolResponse::from(result).complete())
             }
         }
     }
@@ -592,7 +649,9 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        self.list(|p| async move { p.list_prompts(request).await }).await
+        self.list(|p| async move { p.list_prompts(request).await })
+            .await
+            .map(Complete::complete)
     }
 
     async fn get_prompt(
@@ -602,6 +661,7 @@ impl ServerHandler for Bridge {
     ) -> Result<GetPromptResponse, McpError> {
         self.forward(|p| async move { p.get_prompt(request).await.map(Into::into) })
             .await
+            .map(Complete::complete)
     }
 
     async fn list_resources(
@@ -609,7 +669,9 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        self.list(|p| async move { p.list_resources(request).await }).await
+        self.list(|p| async move { p.list_resources(request).await })
+            .await
+            .map(Complete::complete)
     }
 
     async fn list_resource_templates(
@@ -619,6 +681,7 @@ impl ServerHandler for Bridge {
     ) -> Result<ListResourceTemplatesResult, McpError> {
         self.list(|p| async move { p.list_resource_templates(request).await })
             .await
+            .map(Complete::complete)
     }
 
     async fn read_resource(
@@ -628,6 +691,7 @@ impl ServerHandler for Bridge {
     ) -> Result<ReadResourceResponse, McpError> {
         self.forward(|p| async move { p.read_resource(request).await.map(Into::into) })
             .await
+            .map(Complete::complete)
     }
 
     #[allow(deprecated)] // 2025-11-25 hosts subscribe; the relay pushes, we forward

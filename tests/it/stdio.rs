@@ -21,10 +21,49 @@ struct Bridge {
     next_id: u64,
     /// Notifications read while waiting for answers.
     notes: Vec<Value>,
+    /// A 2026-07-28 host: no handshake, every request carries the revision in its `_meta`.
+    modern: bool,
 }
 
+/// The revision a 2026-07-28 host names in every request.
+const MODERN: &str = "2026-07-28";
+
 impl Bridge {
+    /// A 2025-11-25 host: `initialize`, then `notifications/initialized`.
     fn spawn(args: &[&str], env: &[(&str, &str)]) -> Bridge {
+        let mut b = Bridge::start(args, env, false);
+        let init = b.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test-host", "version": "1"}}),
+        );
+        assert!(
+            init["result"]["capabilities"]["experimental"]["claude/channel"].is_object(),
+            "{init}"
+        );
+        assert!(
+            init["result"]["capabilities"]["experimental"]["claude/channel/permission"].is_object(),
+            "{init}"
+        );
+        assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
+        b.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        b
+    }
+
+    /// A 2026-07-28 host, as the Python SDK's default mode is one: `server/discover`, which
+    /// must offer that revision, and no session.
+    fn spawn_modern(args: &[&str], env: &[(&str, &str)]) -> Bridge {
+        let mut b = Bridge::start(args, env, true);
+        let found = b.request("server/discover", json!({}));
+        let versions = &found["result"]["supportedVersions"];
+        assert!(
+            versions.as_array().is_some_and(|v| v.contains(&json!(MODERN))),
+            "{found}"
+        );
+        assert_eq!(found["result"]["resultType"], "complete", "{found}");
+        b
+    }
+
+    fn start(args: &[&str], env: &[(&str, &str)], modern: bool) -> Bridge {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
         cmd.arg("mcp")
             .args(args)
@@ -50,28 +89,14 @@ impl Bridge {
             }
         });
         let stdin = child.stdin.take();
-        let mut b = Bridge {
+        Bridge {
             child,
             stdin,
             lines,
             next_id: 0,
             notes: Vec::new(),
-        };
-        let init = b.request(
-            "initialize",
-            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test-host", "version": "1"}}),
-        );
-        assert!(
-            init["result"]["capabilities"]["experimental"]["claude/channel"].is_object(),
-            "{init}"
-        );
-        assert!(
-            init["result"]["capabilities"]["experimental"]["claude/channel/permission"].is_object(),
-            "{init}"
-        );
-        assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
-        b.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        b
+            modern,
+        }
     }
 
     fn send(&mut self, v: Value) {
@@ -80,9 +105,16 @@ impl Bridge {
         stdin.flush().unwrap();
     }
 
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    fn request(&mut self, method: &str, mut params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
+        if self.modern {
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "test-host", "version": "1"}
+            });
+        }
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -277,6 +309,55 @@ async fn tools_push_and_presence_over_stdio() {
     let took = tokio::task::block_in_place(|| b.close());
     assert!(took < Duration::from_secs(5), "exit took {took:?}");
     assert_eq!(status_of(&c, &s, "stdio-agent").await, "offline");
+}
+
+/// A 2026-07-28 host (the Python SDK's default mode) validates `resultType` on every result:
+/// each answer the bridge gives it says `complete`, whether it forwards the relay's (which
+/// answers the bridge in a 2025-11-25 session, without one) or makes it itself; a 2025-11-25
+/// host gets the same answers without the field, as that revision has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_to_a_2026_07_28_host_says_its_result_type() {
+    let s = Server::start();
+    let url = s.url("");
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn_modern(&["--relay", &url], &[]));
+    let uri = "crosstalk://channels/typed";
+    let asked = [
+        ("tools/list", json!({})),
+        ("prompts/list", json!({})),
+        ("prompts/get", json!({"name": "crosstalk-protocol"})),
+        ("resources/templates/list", json!({})),
+        (
+            "tools/call",
+            json!({"name": "post_message", "arguments": {"channel": "typed", "sender": "typist", "body": "hi"}}),
+        ),
+        (
+            "tools/call",
+            json!({"name": "get_messages", "arguments": {"channel": "typed", "limit": 0}}),
+        ),
+        ("tools/call", json!({"name": "delivery_status", "arguments": {}})),
+        ("resources/list", json!({})),
+        ("resources/read", json!({"uri": uri})),
+    ];
+    for (method, params) in &asked {
+        let answer = tokio::task::block_in_place(|| b.request(method, params.clone()));
+        assert!(answer["error"].is_null(), "{method} {params}: {answer}");
+        assert_eq!(
+            answer["result"]["resultType"], "complete",
+            "{method} {params}: {answer}"
+        );
+    }
+    tokio::task::block_in_place(|| b.close());
+
+    let mut old = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url], &[]));
+    for (method, params) in &asked {
+        let answer = tokio::task::block_in_place(|| old.request(method, params.clone()));
+        assert!(answer["error"].is_null(), "{method} {params}: {answer}");
+        assert!(
+            answer["result"].get("resultType").is_none(),
+            "{method} {params}: {answer}"
+        );
+    }
+    tokio::task::block_in_place(|| old.close());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
