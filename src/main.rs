@@ -95,7 +95,9 @@ fn main() -> anyhow::Result<()> {
         }
         Some(Command::Mcp(args)) => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            if let Err(crosstalk::client::Failure(why, code)) = rt.block_on(crosstalk::bridge::run(*args)) {
+            if let Err(crosstalk::client::Failure(why, code)) =
+                rt.block_on(crosstalk::bridge::run(*args, crosstalk::server::bridge_catalog))
+            {
                 eprintln!("crosstalk mcp: {why}");
                 std::process::exit(code);
             }

@@ -449,6 +449,25 @@ pub async fn serve(
     Ok(())
 }
 
+/// What `crosstalk mcp` offers its host before it reaches the relay: what a relay of this
+/// version offers on the endpoint the tool set names.
+pub fn bridge_catalog(set: crate::bridge::ToolSet) -> crate::bridge::Catalog {
+    use crate::bridge::ToolSet;
+    use crate::mcp::tools::ToolChoice;
+    let (face, choice) = match set {
+        ToolSet::Crosstalk => (mcp::Face::Crosstalk, ToolChoice::Full),
+        ToolSet::Core => (mcp::Face::Crosstalk, ToolChoice::Core),
+        ToolSet::CrossClaude => (mcp::Face::CrossClaude, ToolChoice::Full),
+    };
+    let (tools, prompts, templates) = mcp::offered(face, choice);
+    crate::bridge::Catalog {
+        info: mcp::info(face),
+        tools,
+        prompts,
+        templates,
+    }
+}
+
 fn is_loopback(host: &str) -> bool {
     host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }

@@ -606,9 +606,11 @@ fn print_config_gives_each_host_its_snippet() {
 }
 
 /// A host that starts `crosstalk mcp` before the relay keeps the tools: the bridge answers
-/// `initialize` at once, a tool called meanwhile says the relay is not reachable and how to
-/// fix it, and once the relay is up the bridge connects by itself, tells the host its tool
-/// list changed, and the same call works.
+/// `initialize` and `tools/list` at once, with the relay's whole tool list (as this binary's
+/// relay has it), a tool called meanwhile says the relay is not reachable and how to fix it,
+/// and once the relay is up the same call works. The tool list the relay gives is the one the
+/// host was given, so the host is not told it changed; the resources it was answered without
+/// the relay (none) did change, and it is told so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bridge_starts_before_the_relay_and_connects_when_it_comes() {
     let port = free_port();
@@ -620,8 +622,25 @@ async fn the_bridge_starts_before_the_relay_and_connects_when_it_comes() {
         "initialize took {:?} with no relay",
         started.elapsed()
     );
+    let asked = Instant::now();
     let names = tokio::task::block_in_place(|| b.tool_names());
-    assert!(names.iter().any(|n| n == "delivery_status"), "{names:?}");
+    // It used to wait 5 s for the relay, and then list the bridge's own tools alone.
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "tools/list took {:?} with no relay",
+        asked.elapsed()
+    );
+    for t in [
+        "post_message",
+        "wait_for_message",
+        "register",
+        "reserve",
+        "delivery_status",
+    ] {
+        assert!(names.iter().any(|n| n == t), "{t} missing without a relay: {names:?}");
+    }
+    let resources = tokio::task::block_in_place(|| b.request("resources/list", json!({})));
+    assert_eq!(resources["result"]["resources"], json!([]), "{resources}");
     let r = tokio::task::block_in_place(|| b.call("list_channels", json!({})));
     assert_eq!(r["isError"], true, "{r}");
     let text = r["content"][0]["text"].as_str().unwrap_or_default().to_owned();
@@ -632,13 +651,12 @@ async fn the_bridge_starts_before_the_relay_and_connects_when_it_comes() {
     let s = Server::start_with(&["--port", &port.to_string()]);
     let changed = tokio::task::block_in_place(|| {
         b.notified(
-            |v| v["method"] == "notifications/tools/list_changed",
+            |v| v["method"] == "notifications/resources/list_changed",
             Duration::from_secs(20),
         )
     });
-    assert!(changed.is_some(), "no tools/list_changed once the relay came");
-    let names = tokio::task::block_in_place(|| b.tool_names());
-    assert!(names.iter().any(|n| n == "post_message"), "{names:?}");
+    assert!(changed.is_some(), "no resources/list_changed once the relay came");
+    assert_eq!(tokio::task::block_in_place(|| b.tool_names()), names);
     let r = tokio::task::block_in_place(|| {
         b.call(
             "post_message",
@@ -648,6 +666,76 @@ async fn the_bridge_starts_before_the_relay_and_connects_when_it_comes() {
     assert_ne!(r["isError"], true, "{r}");
     let (_, list) = get_json(&client(), &s.url("/api/channels/late/messages")).await;
     assert_eq!(list[0]["body"], "made it", "{list}");
+    let told = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/tools/list_changed",
+            Duration::from_millis(500),
+        )
+    });
+    assert!(told.is_none(), "told the tools changed, and they did not: {told:?}");
+    tokio::task::block_in_place(|| b.close());
+}
+
+/// A 2026-07-28 host has no session to be notified on: it hears of changes on the
+/// `subscriptions/listen` stream it opens. Started before its relay, it is given this binary's
+/// relay's whole tool list; the relay that comes lists only the core tools (`--tools core`),
+/// so the list really changed and the stream says so; a post on a channel it listens to is
+/// told as that resource's update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_07_28_host_hears_of_changes_on_its_listen_stream() {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn_modern(&["--relay", &url], &[]));
+    let before = tokio::task::block_in_place(|| b.tool_names());
+    assert!(before.iter().any(|n| n == "search_messages"), "{before:?}");
+    let uri = "crosstalk://channels/news";
+    tokio::task::block_in_place(|| {
+        b.next_id += 1;
+        let id = b.next_id;
+        let mut params = json!({"notifications": {
+            "toolsListChanged": true,
+            "resourceSubscriptions": [uri, "https://elsewhere.example/x"]
+        }});
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "test-host", "version": "1"}
+        });
+        b.send(json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params}));
+    });
+    let ack = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/subscriptions/acknowledged",
+            Duration::from_secs(10),
+        )
+    })
+    .expect("the listen was acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!([uri]),
+        "only the relay's resources are accepted: {ack}"
+    );
+
+    let s = Server::start_with(&["--port", &port.to_string(), "--tools", "core"]);
+    let changed = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/tools/list_changed",
+            Duration::from_secs(20),
+        )
+    });
+    assert!(changed.is_some(), "no tools/list_changed on the listen stream");
+    let after = tokio::task::block_in_place(|| b.tool_names());
+    assert!(!after.iter().any(|n| n == "search_messages"), "{after:?}");
+    assert!(after.iter().any(|n| n == "post_message"), "{after:?}");
+
+    post(&client(), &s, "news", msg("reporter", "extra")).await;
+    let updated = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/resources/updated",
+            Duration::from_secs(20),
+        )
+    });
+    assert_eq!(updated.map(|v| v["params"]["uri"].clone()), Some(json!(uri)));
     tokio::task::block_in_place(|| b.close());
 }
 
