@@ -179,6 +179,13 @@ const FIRST_ATTEMPT: Duration = Duration::from_secs(3);
 /// at once (a local one) gives the host its own name and instructions rather than the
 /// catalog's. Hosts give a server about two seconds to list its tools.
 const HOST_WAIT: Duration = Duration::from_millis(500);
+/// How long a signal leaves the relay session to close (a `DELETE`, which signs the session's
+/// identities off at once; a few milliseconds to a relay nearby). Hosts escalate SIGINT to
+/// SIGTERM after 100 ms, and then to SIGKILL.
+const SIGNAL_GRACE: Duration = Duration::from_millis(80);
+/// How long a host that closed stdin leaves the relay session to close: it waits for the
+/// process, and a relay far away may take a round trip or two.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Most resource URIs one `subscriptions/listen` may name.
 const MAX_LISTENED: usize = 100;
 /// Back-off between attempts.
@@ -469,12 +476,18 @@ impl Link {
         let _ = tokio::time::timeout(within, state.wait_for(|s| !matches!(s, State::Down(None)))).await;
     }
 
-    /// Closes the relay session (signing its identities off) and ends the background task.
-    async fn close(&self) {
+    /// Closes the relay session (signing its identities off) and ends the background task,
+    /// giving up on them after `within`.
+    async fn close(&self, within: Duration) {
         self.stop.cancel();
         let task = self.task.lock().take();
         if let Some(t) = task {
-            let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
+            if tokio::time::timeout(within, t).await.is_err() {
+                tracing::warn!(
+                    "the relay session did not close within {within:?}: its identities go offline when the \
+                     relay's presence expires"
+                );
+            }
         }
     }
 }
@@ -930,11 +943,11 @@ pub async fn serve(link: Arc<Link>, live: Arc<Live>) -> Result<(), Failure> {
         .map_err(|e| Failure(format!("the host did not initialize: {e}"), 2))?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stop = server.cancellation_token();
-    let ended = tokio::select! {
-        r = server.waiting() => r.map(|_| ()).map_err(|e| Failure(e.to_string(), 2)),
-        _ = term.recv() => { stop.cancel(); Ok(()) },
-        _ = tokio::signal::ctrl_c() => { stop.cancel(); Ok(()) },
+    let (ended, grace) = tokio::select! {
+        r = server.waiting() => (r.map(|_| ()).map_err(|e| Failure(e.to_string(), 2)), CLOSE_GRACE),
+        _ = term.recv() => { stop.cancel(); (Ok(()), SIGNAL_GRACE) },
+        _ = tokio::signal::ctrl_c() => { stop.cancel(); (Ok(()), SIGNAL_GRACE) },
     };
-    link.close().await;
+    link.close(grace).await;
     ended
 }

@@ -23,6 +23,8 @@ struct Bridge {
     notes: Vec<Value>,
     /// A 2026-07-28 host: no handshake, every request carries the revision in its `_meta`.
     modern: bool,
+    /// Everything it wrote to stderr so far (also copied to the test's own).
+    logs: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 /// The revision a 2026-07-28 host names in every request.
@@ -63,6 +65,7 @@ impl Bridge {
         b
     }
 
+    /// Spawns `crosstalk mcp ARGS` with `env` set (an empty value unsets the variable).
     fn start(args: &[&str], env: &[(&str, &str)], modern: bool) -> Bridge {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
         cmd.arg("mcp")
@@ -71,11 +74,26 @@ impl Bridge {
             .env_remove("CROSSTALK_TOKEN")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::piped());
         for (k, v) in env {
-            cmd.env(k, v);
+            if v.is_empty() {
+                cmd.env_remove(k);
+            } else {
+                cmd.env(k, v);
+            }
         }
         let mut child = cmd.spawn().expect("spawn crosstalk mcp");
+        let logs = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                let mut logs = sink.lock().unwrap();
+                logs.push_str(&line);
+                logs.push('\n');
+            }
+        });
         let stdout = child.stdout.take().unwrap();
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -96,6 +114,7 @@ impl Bridge {
             next_id: 0,
             notes: Vec::new(),
             modern,
+            logs,
         }
     }
 
@@ -752,6 +771,72 @@ async fn the_bridge_says_when_the_relay_refuses_its_token() {
     assert!(text.contains("refused the token"), "{text}");
     assert!(text.contains("CROSSTALK_TOKEN"), "no remedy in: {text}");
     tokio::task::block_in_place(|| b.close());
+}
+
+/// A host stops its servers with SIGINT and escalates to SIGTERM 100 ms later (Claude Code
+/// does): the bridge exits within that after either signal (it took 210 ms, waiting for its
+/// stdin reader), and has closed its relay session by then, so the identity it registered is
+/// offline at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_ends_the_bridge_within_100_ms_signed_off() {
+    let s = Server::start();
+    let c = client();
+    let url = s.url("");
+    for (n, signal) in [libc::SIGINT, libc::SIGTERM].into_iter().enumerate() {
+        let who = format!("signalled-{n}");
+        // The fastest of three tries: the 100 ms are the bridge's budget, not this machine's.
+        let mut fastest = Duration::MAX;
+        for _ in 0..3 {
+            let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url, "--listen", "dev"], &[]));
+            tokio::task::block_in_place(|| b.call("register", json!({"instance_id": who})));
+            assert_eq!(status_of(&c, &s, &who).await, "online");
+            let t = Instant::now();
+            // SAFETY: kill(2) on the child this test spawned and has not waited for.
+            unsafe {
+                libc::kill(b.child.id() as i32, signal);
+            }
+            let status = tokio::task::block_in_place(|| b.child.wait()).expect("wait");
+            fastest = fastest.min(t.elapsed());
+            assert!(status.success(), "signal {signal}: {status}");
+            assert_eq!(status_of(&c, &s, &who).await, "offline", "signal {signal}");
+            if fastest < Duration::from_millis(100) {
+                break;
+            }
+        }
+        assert!(
+            fastest < Duration::from_millis(100),
+            "signal {signal}: the bridge took {fastest:?} to exit"
+        );
+    }
+}
+
+/// The bridge's stderr lands in its host's log, where Claude Code files every line as an
+/// error: with no `RUST_LOG` it says what is wrong (a relay it cannot reach) and nothing
+/// when all is well (it said "connected to the relay" at INFO).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_logs_only_what_is_wrong_by_default() {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url], &[("RUST_LOG", "")]));
+    let logs = b.logs.clone();
+    let r = tokio::task::block_in_place(|| b.call("list_channels", json!({})));
+    assert_eq!(r["isError"], true, "{r}");
+    let _s = Server::start_with(&["--port", &port.to_string()]);
+    let t = Instant::now();
+    tokio::task::block_in_place(|| {
+        while b.call("list_channels", json!({}))["isError"] == true {
+            assert!(t.elapsed() < Duration::from_secs(20), "the bridge never connected");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        b.call("register", json!({"instance_id": "quiet-one"}));
+        b.close();
+    });
+    let logs = logs.lock().unwrap().clone();
+    assert!(
+        logs.contains("not reachable"),
+        "the unreachable relay was not said: {logs}"
+    );
+    assert!(!logs.contains(" INFO "), "INFO lines by default: {logs}");
 }
 
 /// Claude Code's permission relay, end to end over stdio: the bridge declares
