@@ -84,6 +84,10 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(log_filter(default_log))
         .with_writer(std::io::stderr)
+        // A line that cannot be written is dropped. By default the library reports that with
+        // `eprintln!`, which panics when stderr is a closed pipe (`crosstalk serve | head`):
+        // the task that logged died, and with it, at the shutdown's first line, the shutdown.
+        .log_internal_errors(false)
         // Colour codes only on a terminal: `crosstalk mcp`'s stderr goes to its host's log.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
