@@ -18,7 +18,7 @@ use rmcp::model::{
     CustomNotification, GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation, InitializeResult,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ResourceUpdatedNotificationParam, ResultType, SubscribeRequestParams, SubscriptionFilter, Tool,
+    ResourceUpdatedNotificationParam, ResultType, SubscribeRequestParams, SubscriptionFilter, Tool, ToolAnnotations,
     UnsubscribeRequestParams,
 };
 use rmcp::service::{
@@ -606,21 +606,37 @@ fn schema(v: Value) -> Arc<serde_json::Map<String, Value>> {
     Arc::new(v.as_object().cloned().unwrap_or_default())
 }
 
-/// The tools only the bridge has.
+/// The tools only the bridge has. Each acts on this session's delivery only, never on the
+/// relay's data nor beyond it, and says so, so that a host with an approval policy (Codex runs
+/// only tools that say they reach nothing outside) runs them without asking a person.
 fn own_tools() -> Vec<Tool> {
     let channel = json!({"type": "object", "properties": {"channel": {"type": "string", "description": "The channel."}}, "required": ["channel"]});
+    // Turning a push on or off changes what this session is sent, nothing else; twice is once.
+    let switch = ToolAnnotations::new()
+        .read_only(false)
+        .destructive(false)
+        .idempotent(true)
+        .open_world(false);
     vec![
         Tool::new(
             "listen_live",
             "Push every new message on a channel (but your own) into this session as it arrives, \
              instead of polling. Stays on until stop_listening.",
             schema(channel.clone()),
-        ),
-        Tool::new("stop_listening", "Stop pushing a channel's messages.", schema(channel)),
+        )
+        .with_annotations(switch.clone()),
+        Tool::new("stop_listening", "Stop pushing a channel's messages.", schema(channel)).with_annotations(switch),
         Tool::new(
             "delivery_status",
             "Which channels are pushed live, which are poll-only, and whether each stream is connected now.",
             schema(json!({"type": "object", "properties": {}})),
+        )
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(true)
+                .destructive(false)
+                .idempotent(true)
+                .open_world(false),
         ),
     ]
 }

@@ -330,6 +330,35 @@ async fn tools_push_and_presence_over_stdio() {
     assert_eq!(status_of(&c, &s, "stdio-agent").await, "offline");
 }
 
+/// The bridge's own tools say what they touch: this session's delivery, nothing beyond it
+/// (`openWorldHint: false`), nothing destroyed, and `delivery_status` only reads. Codex runs a
+/// tool without asking a person only when it says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridges_own_tools_say_they_reach_nothing_beyond_the_session() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url], &[]));
+    let list = tokio::task::block_in_place(|| b.request("tools/list", json!({})));
+    let annotations = |name: &str| {
+        list["result"]["tools"]
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["name"] == name))
+            .map(|t| t["annotations"].clone())
+            .unwrap_or_default()
+    };
+    for (name, read_only) in [
+        ("listen_live", false),
+        ("stop_listening", false),
+        ("delivery_status", true),
+    ] {
+        let a = annotations(name);
+        assert_eq!(a["openWorldHint"], false, "{name}: {a}");
+        assert_eq!(a["destructiveHint"], false, "{name}: {a}");
+        assert_eq!(a["idempotentHint"], true, "{name}: {a}");
+        assert_eq!(a["readOnlyHint"], read_only, "{name}: {a}");
+    }
+    tokio::task::block_in_place(|| b.close());
+}
+
 /// A 2026-07-28 host (the Python SDK's default mode) validates `resultType` on every result:
 /// each answer the bridge gives it says `complete`, whether it forwards the relay's (which
 /// answers the bridge in a 2025-11-25 session, without one) or makes it itself; a 2025-11-25
