@@ -15,6 +15,7 @@ mod watch;
 
 use crate::client::{Failure, Relay, RelayClient};
 use clap::{Args, ValueEnum};
+use rmcp::model::{InitializeResult, Prompt, ResourceTemplate, Tool};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -35,6 +36,20 @@ impl ToolSet {
             ToolSet::CrossClaude => "/cc/mcp",
         }
     }
+}
+
+/// What the relay offers on a tool set's endpoint, as a relay of this binary's version offers
+/// it: the bridge gives it to the host at once, before it has reached the relay (or while it
+/// cannot), and replaces it with the relay's own once a session is open. It comes from the
+/// composition (`server::bridge_catalog`), which knows the relay's tool table; the bridge
+/// itself is a client of a relay and knows no face.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Catalog {
+    /// The relay's description: capabilities, name, instructions.
+    pub info: InitializeResult,
+    pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
+    pub templates: Vec<ResourceTemplate>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -117,9 +132,10 @@ fn target(args: &McpArgs) -> Result<Target, Failure> {
 }
 
 /// Runs `crosstalk mcp` until the host closes stdin or a signal comes. The host is served at
-/// once; the relay session is opened (and, when it fails, opened again) in the background,
-/// and tools called meanwhile answer why the relay is not there and how to fix it.
-pub async fn run(args: McpArgs) -> Result<(), Failure> {
+/// once, with `catalog(args.tools)` until the relay gives its own lists; the relay session is
+/// opened (and, when it fails, opened again) in the background, and tools called meanwhile
+/// answer why the relay is not there and how to fix it.
+pub async fn run(args: McpArgs, catalog: impl FnOnce(ToolSet) -> Catalog) -> Result<(), Failure> {
     if let Some(host) = args.print_config {
         print!("{}", setup::snippet(host, &args));
         return Ok(());
@@ -128,6 +144,13 @@ pub async fn run(args: McpArgs) -> Result<(), Failure> {
     let target = target(&args)?;
     let rest = std::sync::Arc::new(RelayClient::at(&target.url, target.token.clone())?);
     let live = live::Live::new(rest.clone());
-    let link = proxy::Link::start(target, args.tools, rest, live.clone(), args.listen.clone());
+    let link = proxy::Link::start(
+        target,
+        args.tools,
+        catalog(args.tools),
+        rest,
+        live.clone(),
+        args.listen.clone(),
+    );
     proxy::serve(link, live).await
 }

@@ -567,7 +567,13 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
             while served_by(&dir)?.is_some() {
                 if tokio::time::Instant::now() > deadline {
                     return Err(Failure(
-                        format!("the relay (pid {pid}) did not exit within 15 s of SIGTERM"),
+                        format!(
+                            "the relay (pid {pid}) still serves {} 15 s after SIGTERM; its log says what holds \
+                             it up. `kill -KILL {pid}` stops it now: what it acknowledged is on disk already \
+                             (unless it runs with --durability relaxed), and the next `crosstalk serve` on that \
+                             directory starts from there",
+                            dir.display()
+                        ),
                         2,
                     ));
                 }

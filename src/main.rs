@@ -30,8 +30,10 @@ pub static malloc_conf: &[u8; 60] = b"background_thread:true,dirty_decay_ms:1000
 /// which the store thread reports itself, with what it did about it, at most once a second.
 const DEFAULT_LOG: &str = "info,rmcp=warn,rmcp_actix_web=warn,async_nats=warn,sled=off";
 
-/// `crosstalk mcp`'s logging when `RUST_LOG` is unset: its own lines, not the MCP library's.
-const BRIDGE_LOG: &str = "info,rmcp=off";
+/// `crosstalk mcp`'s logging when `RUST_LOG` is unset: its own warnings and errors, not the
+/// MCP library's. Its stderr is its host's log, where Claude Code files every line at
+/// `[ERROR]`: a line there should mean something is wrong.
+const BRIDGE_LOG: &str = "warn,rmcp=off";
 
 /// Libraries that log credentials or message text below `warn` (the MCP library logs session
 /// ids at `info` and messages at `debug`): kept at `warn` whatever `RUST_LOG` sets, unless
@@ -82,6 +84,10 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(log_filter(default_log))
         .with_writer(std::io::stderr)
+        // A line that cannot be written is dropped. By default the library reports that with
+        // `eprintln!`, which panics when stderr is a closed pipe (`crosstalk serve | head`):
+        // the task that logged died, and with it, at the shutdown's first line, the shutdown.
+        .log_internal_errors(false)
         // Colour codes only on a terminal: `crosstalk mcp`'s stderr goes to its host's log.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
@@ -95,12 +101,16 @@ fn main() -> anyhow::Result<()> {
         }
         Some(Command::Mcp(args)) => {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            if let Err(crosstalk::client::Failure(why, code)) = rt.block_on(crosstalk::bridge::run(*args)) {
+            if let Err(crosstalk::client::Failure(why, code)) =
+                rt.block_on(crosstalk::bridge::run(*args, crosstalk::server::bridge_catalog))
+            {
                 eprintln!("crosstalk mcp: {why}");
                 std::process::exit(code);
             }
-            // Pushes and the relay session are done; do not wait for stdin's reader thread.
-            rt.shutdown_timeout(std::time::Duration::from_millis(200));
+            // Pushes and the relay session are done. Nothing is left to wait for but stdin's
+            // reader thread, blocked in a read that never ends: hosts give a server 100 ms
+            // after SIGINT before they escalate.
+            rt.shutdown_background();
             std::process::exit(0);
         }
         Some(Command::Client(cmd)) => {

@@ -25,9 +25,9 @@ use parking_lot::Mutex;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, GetPromptRequestParams,
     GetPromptResponse, GetTaskParams, GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerInfo, SetLevelRequestParams, SubscribeRequestParams,
-    SubscriptionFilter, Tool, UnsubscribeRequestParams, UpdateTaskParams,
+    ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams, Prompt, ReadResourceRequestParams,
+    ReadResourceResponse, ResourceTemplate, ServerCapabilities, ServerInfo, SetLevelRequestParams,
+    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -288,23 +288,39 @@ crosstalk). register first, list_channels and pick the most specific channel, se
 wait_for_reply(channel, after_id=<the id you sent>) or check_messages. Send message_type \"done\" when you \
 are finished. The prompt cross-claude-protocol explains it in full.";
 
+/// What a face says of itself when a client connects: its capabilities, name and instructions.
+pub fn info(face: Face) -> ServerInfo {
+    ServerInfo::new(
+        ServerCapabilities::builder()
+            .enable_logging()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_tools()
+            .enable_tasks()
+            .build(),
+    )
+    .with_server_info(Implementation::new("crosstalk", env!("CARGO_PKG_VERSION")).with_title("crosstalk relay"))
+    .with_instructions(match face {
+        Face::Crosstalk => INSTRUCTIONS,
+        Face::CrossClaude => CC_INSTRUCTIONS,
+    })
+}
+
+/// What a face offers every client, whoever it is: the tools `tools/list` gives under
+/// `choice`, the prompts and the resource templates (the resources themselves are the
+/// caller's channels).
+pub fn offered(face: Face, choice: tools::ToolChoice) -> (Vec<Tool>, Vec<Prompt>, Vec<ResourceTemplate>) {
+    (
+        tools::offered(face, choice),
+        vec![prompt::prompt(face)],
+        vec![resources::template()],
+    )
+}
+
 impl ServerHandler for CrosstalkMcp {
     fn get_info(&self) -> ServerInfo {
-        ServerInfo::new(
-            ServerCapabilities::builder()
-                .enable_logging()
-                .enable_prompts()
-                .enable_resources()
-                .enable_resources_subscribe()
-                .enable_tools()
-                .enable_tasks()
-                .build(),
-        )
-        .with_server_info(Implementation::new("crosstalk", env!("CARGO_PKG_VERSION")).with_title("crosstalk relay"))
-        .with_instructions(match self.face {
-            Face::Crosstalk => INSTRUCTIONS,
-            Face::CrossClaude => CC_INSTRUCTIONS,
-        })
+        info(self.face)
     }
 
     async fn list_tools(

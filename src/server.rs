@@ -227,16 +227,22 @@ async fn open_claimed(config: &Config) -> Result<Relay, ServeError> {
     }
     let (relay, repairs) = Relay::start(Arc::new(store), relay_config).map_err(store_err)?;
     for r in &repairs.damaged {
-        eprintln!(
-            "crosstalk: store damage repaired in channel {}: dropped damaged records {:?}, serving up to id {}",
-            r.channel, r.dropped, r.last_good
+        say(
+            std::io::stderr(),
+            format_args!(
+                "crosstalk: store damage repaired in channel {}: dropped damaged records {:?}, serving up to id {}",
+                r.channel, r.dropped, r.last_good
+            ),
         );
     }
     if let Some(t) = repairs.truncated {
-        eprintln!(
-            "crosstalk: store damage: the store ends at id {} but ids up to {} were acknowledged; \
-             serving everything up to {} (new ids start above {})",
-            t.store_last_id, t.acknowledged_last_id, t.store_last_id, t.acknowledged_last_id
+        say(
+            std::io::stderr(),
+            format_args!(
+                "crosstalk: store damage: the store ends at id {} but ids up to {} were acknowledged; \
+                 serving everything up to {} (new ids start above {})",
+                t.store_last_id, t.acknowledged_last_id, t.store_last_id, t.acknowledged_last_id
+            ),
         );
     }
     Ok(relay)
@@ -430,7 +436,7 @@ pub async fn serve(
     .listen(listener)?;
     for a in server.addrs() {
         // Scripts and tests read this line to find the port when it was 0.
-        println!("crosstalk listening on http://{a}");
+        say(std::io::stdout(), format_args!("crosstalk listening on http://{a}"));
         tracing::info!(addr = %a, data_dir = %config.data_dir.display(), durability = ?config.durability, "listening");
     }
     let server = server.run();
@@ -438,9 +444,11 @@ pub async fn serve(
     let token = relay.shutdown_token();
     actix_web::rt::spawn(async move {
         shutdown.await;
-        tracing::info!("shutting down");
+        // The shutdown first, the log line after: nothing written may hold it up.
         token.cancel();
-        handle.stop(true).await;
+        let stopped = handle.stop(true);
+        tracing::info!("shutting down");
+        stopped.await;
     });
     let served = server.await;
     let flushed = relay.shutdown();
@@ -450,6 +458,32 @@ pub async fn serve(
     flushed.map_err(ServeError::Flush)?;
     tracing::info!("store flushed; bye");
     Ok(())
+}
+
+/// What `crosstalk mcp` offers its host before it reaches the relay: what a relay of this
+/// version offers on the endpoint the tool set names.
+pub fn bridge_catalog(set: crate::bridge::ToolSet) -> crate::bridge::Catalog {
+    use crate::bridge::ToolSet;
+    use crate::mcp::tools::ToolChoice;
+    let (face, choice) = match set {
+        ToolSet::Crosstalk => (mcp::Face::Crosstalk, ToolChoice::Full),
+        ToolSet::Core => (mcp::Face::Crosstalk, ToolChoice::Core),
+        ToolSet::CrossClaude => (mcp::Face::CrossClaude, ToolChoice::Full),
+    };
+    let (tools, prompts, templates) = mcp::offered(face, choice);
+    crate::bridge::Catalog {
+        info: mcp::info(face),
+        tools,
+        prompts,
+        templates,
+    }
+}
+
+/// Writes a line for the person who started the relay, if anyone still reads `out`: a closed
+/// pipe (`crosstalk serve | head -3`) or a full disk is not a reason to stop serving, and
+/// `println!` would panic on it.
+fn say(mut out: impl std::io::Write, line: std::fmt::Arguments) {
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 fn is_loopback(host: &str) -> bool {

@@ -1,46 +1,103 @@
 //! The two MCP ends of the bridge: a client session to the relay (streamable HTTP) and a
 //! server on stdio that offers the relay's tools, prompts and resources as they are, plus the
 //! live-push tools, and forwards the relay's notifications to the host.
+//!
+//! The host's lists never wait for the relay: until a session is open the host is offered the
+//! [`Catalog`] of this binary's relay, and once one is, the relay's own lists, fetched when it
+//! opens. A host hears `list_changed` only when what it was offered differs from what the
+//! relay gives. A 2025-11-25 host hears it on its session; a 2026-07-28 host, which has none,
+//! on the `subscriptions/listen` streams it opens, which carry its resource updates too.
 
 use super::live::Live;
 use super::watch::Watched;
-use super::{Target, ToolSet};
+use super::{Catalog, Target, ToolSet};
 use crate::client::{tls, Failure, RelayClient};
 use parking_lot::Mutex;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
-    CustomNotification, GetPromptRequestParams, GetPromptResponse, Implementation, InitializeResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ResourceUpdatedNotificationParam, ServerCapabilities,
-    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    CustomNotification, GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation, InitializeResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ResourceUpdatedNotificationParam, ResultType, SubscribeRequestParams, SubscriptionFilter, Tool, ToolAnnotations,
+    UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, RequestContext, RunningService, ServiceError};
+use rmcp::service::{
+    NotificationContext, RequestContext, RunningService, ServiceError, SubscriptionContext, SubscriptionSink,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, ErrorData as McpError, Peer, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// The relay's side: forwards what the relay notifies to the host, once there is one.
-#[derive(Clone)]
-pub struct Upstream {
-    host: watch::Receiver<Option<Peer<RoleServer>>>,
+/// Where the host hears what changed: a 2025-11-25 host on its session, once it has
+/// initialized; a 2026-07-28 host, which has no session, on each `subscriptions/listen` it
+/// holds open (each stream carries only what it was accepted for).
+#[derive(Default)]
+struct Hosts {
+    session: Mutex<Option<Peer<RoleServer>>>,
+    listens: Mutex<Vec<SubscriptionSink>>,
 }
 
-impl Upstream {
-    fn host(&self) -> Option<Peer<RoleServer>> {
-        self.host.borrow().clone()
+/// A list the host may be told has changed.
+#[derive(Debug, Clone, Copy)]
+enum Changed {
+    Tools,
+    Prompts,
+    Resources,
+}
+
+impl Hosts {
+    fn session(&self) -> Option<Peer<RoleServer>> {
+        self.session.lock().clone()
     }
+
+    fn listens(&self) -> Vec<SubscriptionSink> {
+        self.listens.lock().clone()
+    }
+
+    async fn changed(&self, what: Changed) {
+        tracing::debug!(?what, "the host's list changed");
+        if let Some(h) = self.session() {
+            let _ = match what {
+                Changed::Tools => h.notify_tool_list_changed().await,
+                Changed::Prompts => h.notify_prompt_list_changed().await,
+                Changed::Resources => h.notify_resource_list_changed().await,
+            };
+        }
+        // A stream not accepted for this kind refuses it by itself.
+        for sink in self.listens() {
+            let _ = match what {
+                Changed::Tools => sink.notify_tool_list_changed().await,
+                Changed::Prompts => sink.notify_prompt_list_changed().await,
+                Changed::Resources => sink.notify_resource_list_changed().await,
+            };
+        }
+    }
+
+    async fn updated(&self, params: ResourceUpdatedNotificationParam) {
+        for sink in self.listens() {
+            let _ = sink.notify_resource_updated(params.uri.clone()).await;
+        }
+        if let Some(h) = self.session() {
+            let _ = h.notify_resource_updated(params).await;
+        }
+    }
+}
+
+/// The relay's side: forwards what the relay notifies to the host.
+#[derive(Clone)]
+pub struct Upstream {
+    hosts: Arc<Hosts>,
 }
 
 impl ClientHandler for Upstream {
     async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _: NotificationContext<RoleClient>) {
-        if let Some(h) = self.host() {
-            let _ = h.notify_resource_updated(params).await;
-        }
+        self.hosts.updated(params).await;
     }
 
     #[allow(deprecated)] // logging is how 2025-11-25 hosts see the relay's progress lines
@@ -49,7 +106,7 @@ impl ClientHandler for Upstream {
         params: rmcp::model::LoggingMessageNotificationParam,
         _: NotificationContext<RoleClient>,
     ) {
-        if let Some(h) = self.host() {
+        if let Some(h) = self.hosts.session() {
             let _ = h.notify_logging_message(params).await;
         }
     }
@@ -78,8 +135,6 @@ enum State {
 #[derive(Clone)]
 struct Session {
     peer: Peer<RoleClient>,
-    /// The relay's capabilities, name and instructions.
-    info: InitializeResult,
     /// Counts the sessions opened so far, this one included.
     generation: u64,
     /// `initialize` requests sent in it: more than one means rmcp re-created the relay's
@@ -100,19 +155,39 @@ pub struct Link {
     endpoint: String,
     url: String,
     state: watch::Receiver<State>,
-    /// The host, once it has initialized: relay notifications and list changes go to it.
-    host: watch::Sender<Option<Peer<RoleServer>>>,
+    /// What the host is offered now: this binary's catalog until a relay session gives the
+    /// relay's own.
+    offered: Mutex<Catalog>,
+    /// The host was answered `resources/list` without the relay (an empty list): once a session
+    /// is open, it is told the list changed.
+    resources_guessed: AtomicBool,
+    /// Resources the host subscribed to (by `resources/subscribe` or in a
+    /// `subscriptions/listen`), each with how many subscriptions hold it: every new relay
+    /// session subscribes them again.
+    subscribed: Mutex<BTreeMap<String, usize>>,
+    /// Where relay notifications and list changes go.
+    hosts: Arc<Hosts>,
     /// Ends the background task (closing the session first).
     stop: tokio_util::sync::CancellationToken,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-/// How long the host's first `initialize` waits for the first attempt, so that a relay that is
-/// up gives the host its own capabilities and instructions.
+/// How long a call, a prompt or a read waits for a session before it answers why there is
+/// none.
 const FIRST_ATTEMPT: Duration = Duration::from_secs(3);
-/// How long `tools/list` waits for a session before answering the bridge's own tools alone
-/// (the relay's follow with `notifications/tools/list_changed` once it is there).
-const LIST_WAIT: Duration = Duration::from_secs(5);
+/// How long the host's `initialize` waits for the first attempt, so that a relay that answers
+/// at once (a local one) gives the host its own name and instructions rather than the
+/// catalog's. Hosts give a server about two seconds to list its tools.
+const HOST_WAIT: Duration = Duration::from_millis(500);
+/// How long a signal leaves the relay session to close (a `DELETE`, which signs the session's
+/// identities off at once; a few milliseconds to a relay nearby). Hosts escalate SIGINT to
+/// SIGTERM after 100 ms, and then to SIGKILL.
+const SIGNAL_GRACE: Duration = Duration::from_millis(80);
+/// How long a host that closed stdin leaves the relay session to close: it waits for the
+/// process, and a relay far away may take a round trip or two.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// Most resource URIs one `subscriptions/listen` may name.
+const MAX_LISTENED: usize = 100;
 /// Back-off between attempts.
 const RETRY_MIN: Duration = Duration::from_millis(250);
 const RETRY_MAX: Duration = Duration::from_secs(5);
@@ -123,18 +198,21 @@ impl Link {
     pub fn start(
         target: Target,
         tools: ToolSet,
+        catalog: Catalog,
         rest: Arc<RelayClient>,
         live: Arc<Live>,
         listen: Vec<String>,
     ) -> Arc<Link> {
         let endpoint = format!("{}{}", target.url.trim_end_matches('/'), tools.path());
         let (state_tx, state) = watch::channel(State::Down(None));
-        let (host, _) = watch::channel(None);
         let link = Arc::new(Link {
             endpoint,
             url: target.url.clone(),
             state,
-            host,
+            offered: Mutex::new(catalog),
+            resources_guessed: AtomicBool::new(false),
+            subscribed: Mutex::new(BTreeMap::new()),
+            hosts: Arc::default(),
             stop: tokio_util::sync::CancellationToken::new(),
             task: Mutex::new(None),
         });
@@ -179,14 +257,15 @@ impl Link {
                             .unwrap_or_else(|| Implementation::new("crosstalk", env!("CARGO_PKG_VERSION"))),
                     );
                     info.instructions = peer_info.instructions.clone();
+                    let peer = service.peer().clone();
+                    self.adopt(&peer, info).await;
+                    self.subscribe_again(&peer).await;
                     state.send_replace(State::Up(Box::new(Session {
-                        peer: service.peer().clone(),
-                        info,
+                        peer,
                         generation,
                         inits,
                     })));
                     tracing::info!(endpoint = %self.endpoint, "connected to the relay");
-                    self.lists_changed().await;
                     for channel in std::mem::take(&mut listen) {
                         if let Err(why) = live.listen(&channel).await {
                             tracing::warn!(%channel, %why, "cannot push the channel");
@@ -256,7 +335,7 @@ impl Link {
         let (http, inits) = Watched::new(http);
         let transport = StreamableHttpClientTransport::with_client(http, config);
         let upstream = Upstream {
-            host: self.host.subscribe(),
+            hosts: self.hosts.clone(),
         };
         let service = upstream
             .serve(transport)
@@ -265,13 +344,103 @@ impl Link {
         Ok((service, inits))
     }
 
-    /// The host learns that the relay's tools, prompts and resources are (now) there.
-    async fn lists_changed(&self) {
-        let host = self.host.borrow().clone();
-        if let Some(h) = host {
-            let _ = h.notify_tool_list_changed().await;
-            let _ = h.notify_prompt_list_changed().await;
-            let _ = h.notify_resource_list_changed().await;
+    /// A new relay session: the relay's description and lists replace what the host was
+    /// offered (a list the relay would not give is kept), and the host is told of each list
+    /// that differs from what it was offered.
+    async fn adopt(&self, peer: &Peer<RoleClient>, info: InitializeResult) {
+        let mut fresh = self.offered.lock().clone();
+        fresh.info = info;
+        let kept = |what: &str, e: ServiceError| tracing::debug!(error = %e, "the relay did not list its {what}");
+        match peer.list_all_tools().await {
+            Ok(tools) => fresh.tools = tools,
+            Err(e) => kept("tools", e),
+        }
+        match peer.list_all_prompts().await {
+            Ok(prompts) => fresh.prompts = prompts,
+            Err(e) => kept("prompts", e),
+        }
+        match peer.list_all_resource_templates().await {
+            Ok(templates) => fresh.templates = templates,
+            Err(e) => kept("resource templates", e),
+        }
+        let was = std::mem::replace(&mut *self.offered.lock(), fresh.clone());
+        if was.tools != fresh.tools {
+            self.hosts.changed(Changed::Tools).await;
+        }
+        if was.prompts != fresh.prompts {
+            self.hosts.changed(Changed::Prompts).await;
+        }
+        if self.resources_guessed.swap(false, Ordering::SeqCst) || was.templates != fresh.templates {
+            self.hosts.changed(Changed::Resources).await;
+        }
+    }
+
+    /// What the host is offered now.
+    fn offered(&self) -> Catalog {
+        self.offered.lock().clone()
+    }
+
+    /// The host subscribes to `uri`: the relay is asked to notify its changes, unless another
+    /// subscription of the host's already holds it. With no session open, the next one
+    /// subscribes it.
+    #[allow(deprecated)] // the relay session is 2025-11-25's, where resources/subscribe is how
+    async fn subscribe(&self, uri: &str) -> Result<(), McpError> {
+        let first = {
+            let mut subscribed = self.subscribed.lock();
+            let held = subscribed.entry(uri.to_owned()).or_insert(0);
+            *held += 1;
+            *held == 1
+        };
+        let State::Up(session) = self.now() else { return Ok(()) };
+        if !first {
+            return Ok(());
+        }
+        let asked = session.peer.subscribe(SubscribeRequestParams::new(uri)).await;
+        if let Err(e) = asked {
+            self.unsubscribe_here(uri);
+            return Err(match e {
+                ServiceError::McpError(e) => e,
+                other => McpError::internal_error(format!("the relay did not take the subscription: {other}"), None),
+            });
+        }
+        Ok(())
+    }
+
+    /// One subscription of the host's to `uri` ends: the last one ends the relay's.
+    #[allow(deprecated)] // the relay session is 2025-11-25's, where resources/subscribe is how
+    async fn unsubscribe(&self, uri: &str) {
+        if !self.unsubscribe_here(uri) {
+            return;
+        }
+        if let State::Up(session) = self.now() {
+            let _ = session.peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await;
+        }
+    }
+
+    /// Counts one subscription to `uri` off; whether it was the last.
+    fn unsubscribe_here(&self, uri: &str) -> bool {
+        let mut subscribed = self.subscribed.lock();
+        match subscribed.get_mut(uri) {
+            Some(held) if *held > 1 => {
+                *held -= 1;
+                false
+            }
+            Some(_) => {
+                subscribed.remove(uri);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A new relay session knows none of the host's subscriptions: ask for each again.
+    #[allow(deprecated)] // the relay session is 2025-11-25's, where resources/subscribe is how
+    async fn subscribe_again(&self, peer: &Peer<RoleClient>) {
+        let uris: Vec<String> = self.subscribed.lock().keys().cloned().collect();
+        for uri in uris {
+            if let Err(e) = peer.subscribe(SubscribeRequestParams::new(uri.clone())).await {
+                tracing::warn!(%uri, error = %e, "the relay's new session did not take a subscription");
+            }
         }
     }
 
@@ -307,12 +476,18 @@ impl Link {
         let _ = tokio::time::timeout(within, state.wait_for(|s| !matches!(s, State::Down(None)))).await;
     }
 
-    /// Closes the relay session (signing its identities off) and ends the background task.
-    async fn close(&self) {
+    /// Closes the relay session (signing its identities off) and ends the background task,
+    /// giving up on them after `within`.
+    async fn close(&self, within: Duration) {
         self.stop.cancel();
         let task = self.task.lock().take();
         if let Some(t) = task {
-            let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
+            if tokio::time::timeout(within, t).await.is_err() {
+                tracing::warn!(
+                    "the relay session did not close within {within:?}: its identities go offline when the \
+                     relay's presence expires"
+                );
+            }
         }
     }
 }
@@ -414,18 +589,6 @@ impl Bridge {
         call(session.peer).await.map_err(|e| self.failed(e))
     }
 
-    /// Forwards a list request; with no relay session after [`LIST_WAIT`], an empty list
-    /// (the relay's follows with a list change once it is there).
-    async fn list<T: Default, F: std::future::Future<Output = Result<T, ServiceError>>>(
-        &self,
-        call: impl FnOnce(Peer<RoleClient>) -> F,
-    ) -> Result<T, McpError> {
-        match self.link.session(LIST_WAIT).await {
-            Ok(session) => call(session.peer).await.map_err(|e| self.failed(e)),
-            Err(_) => Ok(T::default()),
-        }
-    }
-
     /// Why the relay cannot answer now.
     fn unavailable(&self) -> String {
         match self.link.now() {
@@ -443,21 +606,37 @@ fn schema(v: Value) -> Arc<serde_json::Map<String, Value>> {
     Arc::new(v.as_object().cloned().unwrap_or_default())
 }
 
-/// The tools only the bridge has.
+/// The tools only the bridge has. Each acts on this session's delivery only, never on the
+/// relay's data nor beyond it, and says so, so that a host with an approval policy (Codex runs
+/// only tools that say they reach nothing outside) runs them without asking a person.
 fn own_tools() -> Vec<Tool> {
     let channel = json!({"type": "object", "properties": {"channel": {"type": "string", "description": "The channel."}}, "required": ["channel"]});
+    // Turning a push on or off changes what this session is sent, nothing else; twice is once.
+    let switch = ToolAnnotations::new()
+        .read_only(false)
+        .destructive(false)
+        .idempotent(true)
+        .open_world(false);
     vec![
         Tool::new(
             "listen_live",
             "Push every new message on a channel (but your own) into this session as it arrives, \
              instead of polling. Stays on until stop_listening.",
             schema(channel.clone()),
-        ),
-        Tool::new("stop_listening", "Stop pushing a channel's messages.", schema(channel)),
+        )
+        .with_annotations(switch.clone()),
+        Tool::new("stop_listening", "Stop pushing a channel's messages.", schema(channel)).with_annotations(switch),
         Tool::new(
             "delivery_status",
             "Which channels are pushed live, which are poll-only, and whether each stream is connected now.",
             schema(json!({"type": "object", "properties": {}})),
+        )
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(true)
+                .destructive(false)
+                .idempotent(true)
+                .open_world(false),
         ),
     ]
 }
@@ -475,25 +654,74 @@ fn answer(v: Value, is_error: bool) -> CallToolResponse {
     CallToolResponse::from(r)
 }
 
+/// A result as the revision the host speaks requires it. 2026-07-28 requires `resultType` on
+/// every result, but the relay answers the bridge in a 2025-11-25 session, where results have
+/// none: the bridge marks what it forwards `complete` (which is all the relay answers it), and
+/// rmcp takes the mark off again for a host on an older revision.
+trait Complete {
+    fn complete(self) -> Self;
+}
+
+macro_rules! complete {
+    ($($t:ty),*) => {$(
+        impl Complete for $t {
+            fn complete(mut self) -> Self {
+                self.result_type.get_or_insert(ResultType::COMPLETE);
+                self
+            }
+        }
+    )*};
+}
+
+complete!(
+    ListToolsResult,
+    ListPromptsResult,
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    CallToolResult,
+    GetPromptResult,
+    ReadResourceResult
+);
+
+impl Complete for CallToolResponse {
+    fn complete(self) -> Self {
+        match self {
+            CallToolResponse::Complete(r) => CallToolResponse::Complete(r.complete()),
+            other => other,
+        }
+    }
+}
+
+impl Complete for GetPromptResponse {
+    fn complete(self) -> Self {
+        match self {
+            GetPromptResponse::Complete(r) => GetPromptResponse::Complete(r.complete()),
+            other => other,
+        }
+    }
+}
+
+impl Complete for ReadResourceResponse {
+    fn complete(self) -> Self {
+        match self {
+            ReadResourceResponse::Complete(r) => ReadResourceResponse::Complete(r.complete()),
+            other => other,
+        }
+    }
+}
+
 impl ServerHandler for Bridge {
     #[allow(deprecated)] // logging: what relays declare, and how 2025-11-25 hosts see progress lines
     fn get_info(&self) -> InitializeResult {
-        let mut info = match self.link.now() {
-            State::Up(s) => s.info.clone(),
-            // No relay yet: what every relay offers; the lists follow once it is there.
-            State::Down(_) => InitializeResult::new(
-                ServerCapabilities::builder()
-                    .enable_logging()
-                    .enable_prompts()
-                    .enable_resources()
-                    .enable_resources_subscribe()
-                    .enable_tools()
-                    .build(),
-            )
-            .with_server_info(Implementation::new("crosstalk", env!("CARGO_PKG_VERSION"))),
-        };
-        // The relay's lists can arrive after the host asked (a relay started later).
+        // The relay's, or before one is reached what this binary's relay says.
+        let mut info = self.link.offered().info;
         let caps = &mut info.capabilities;
+        // The bridge forwards calls, not tasks: it serves no tasks/* of either revision.
+        if let Some(extensions) = caps.extensions.as_mut() {
+            extensions.remove(rmcp::model::TASKS_EXTENSION_ID);
+        }
+        // The relay's lists can differ from what the host was offered (a relay of another
+        // version, reached later).
         caps.tools.get_or_insert_with(Default::default).list_changed = Some(true);
         caps.prompts.get_or_insert_with(Default::default).list_changed = Some(true);
         caps.resources.get_or_insert_with(Default::default).list_changed = Some(true);
@@ -512,21 +740,71 @@ impl ServerHandler for Bridge {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.link.host.send_replace(Some(context.peer.clone()));
+        *self.link.hosts.session.lock() = Some(context.peer.clone());
         self.live.attach(context.peer);
     }
 
+    /// A 2026-07-28 host hears of list changes and resource updates on `subscriptions/listen`:
+    /// every list change, and the resources of the relay's resource templates (its channels).
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let templates = self.link.offered().templates;
+        let ours = |uri: &str| {
+            templates.iter().any(|t| {
+                let prefix = t.uri_template.split('{').next().unwrap_or_default();
+                !prefix.is_empty() && uri.starts_with(prefix) && uri.len() > prefix.len()
+            })
+        };
+        let uris: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|u| ours(u))
+            .take(MAX_LISTENED)
+            .cloned()
+            .collect();
+        // rmcp keeps of this only what the host asked for.
+        Some(
+            SubscriptionFilter::builder()
+                .tools_list_changed()
+                .prompts_list_changed()
+                .resources_list_changed()
+                .resource_subscriptions(uris)
+                .build(),
+        )
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let sink = context.sink().clone();
+        let uris = context.accepted().resource_subscriptions.clone().unwrap_or_default();
+        self.link.hosts.listens.lock().push(sink.clone());
+        let mut held = Vec::new();
+        for uri in uris {
+            match self.link.subscribe(&uri).await {
+                Ok(()) => held.push(uri),
+                Err(e) => tracing::warn!(%uri, error = %e.message, "the relay did not take a subscription"),
+            }
+        }
+        tokio::select! {
+            _ = context.cancelled() => {}
+            _ = self.link.stop.cancelled() => {}
+        }
+        self.link.hosts.listens.lock().retain(|s| s.id() != sink.id());
+        for uri in held {
+            self.link.unsubscribe(&uri).await;
+        }
+        Ok(())
+    }
+
+    /// At once, whether the relay is there or not: the relay's tools (or, before it is
+    /// reached, this binary's relay's), then the bridge's own.
     async fn list_tools(
         &self,
-        request: Option<PaginatedRequestParams>,
+        _: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        // Without a relay yet, the bridge's own tools now; the relay's follow with a list change.
-        let mut list = self.list(|p| async move { p.list_tools(request).await }).await?;
-        if list.next_cursor.is_none() {
-            list.tools.extend(own_tools());
-        }
-        Ok(list)
+        let mut tools = self.link.offered().tools;
+        tools.extend(own_tools());
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -582,17 +860,17 @@ impl ServerHandler for Bridge {
                     registered.retain(|r| name(r) != this);
                     registered.push(request);
                 }
-                Ok(CallToolResponse::from(result))
+                Ok(CallToolResponse::from(result).complete())
             }
         }
     }
 
     async fn list_prompts(
         &self,
-        request: Option<PaginatedRequestParams>,
+        _: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        self.list(|p| async move { p.list_prompts(request).await }).await
+        Ok(ListPromptsResult::with_all_items(self.link.offered().prompts))
     }
 
     async fn get_prompt(
@@ -602,23 +880,36 @@ impl ServerHandler for Bridge {
     ) -> Result<GetPromptResponse, McpError> {
         self.forward(|p| async move { p.get_prompt(request).await.map(Into::into) })
             .await
+            .map(Complete::complete)
     }
 
+    /// The relay's resources (the channels) when a session is open; else, at once, none, and
+    /// the host is told the list changed once a session is.
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        self.list(|p| async move { p.list_resources(request).await }).await
+        let State::Up(session) = self.link.now() else {
+            self.link.resources_guessed.store(true, Ordering::SeqCst);
+            return Ok(ListResourcesResult::default());
+        };
+        session
+            .peer
+            .list_resources(request)
+            .await
+            .map(Complete::complete)
+            .map_err(|e| self.failed(e))
     }
 
     async fn list_resource_templates(
         &self,
-        request: Option<PaginatedRequestParams>,
+        _: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        self.list(|p| async move { p.list_resource_templates(request).await })
-            .await
+        Ok(ListResourceTemplatesResult::with_all_items(
+            self.link.offered().templates,
+        ))
     }
 
     async fn read_resource(
@@ -628,12 +919,15 @@ impl ServerHandler for Bridge {
     ) -> Result<ReadResourceResponse, McpError> {
         self.forward(|p| async move { p.read_resource(request).await.map(Into::into) })
             .await
+            .map(Complete::complete)
     }
 
-    #[allow(deprecated)] // 2025-11-25 hosts subscribe; the relay pushes, we forward
+    /// 2025-11-25 hosts subscribe; the relay pushes, the bridge forwards. With no relay
+    /// session within [`FIRST_ATTEMPT`], the next session subscribes.
+    #[allow(deprecated)]
     async fn subscribe(&self, request: SubscribeRequestParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
-        self.forward(|p| async move { p.subscribe(request).await.map(|_| ()) })
-            .await
+        let _ = self.link.session(FIRST_ATTEMPT).await;
+        self.link.subscribe(&request.uri).await
     }
 
     #[allow(deprecated)]
@@ -642,17 +936,17 @@ impl ServerHandler for Bridge {
         request: UnsubscribeRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.forward(|p| async move { p.unsubscribe(request).await.map(|_| ()) })
-            .await
+        self.link.unsubscribe(&request.uri).await;
+        Ok(())
     }
 }
 
 /// Serves the host on stdio until it closes stdin or a signal comes, then closes the relay
 /// session (which signs this session's identities off at once).
 pub async fn serve(link: Arc<Link>, live: Arc<Live>) -> Result<(), Failure> {
-    // A relay that is up answers within this: the host then sees its own capabilities,
-    // name and instructions. One that is not does not hold the host up.
-    link.first_attempt(FIRST_ATTEMPT).await;
+    // A relay that answers at once gives the host its own name and instructions; one that
+    // does not, does not hold the host up.
+    link.first_attempt(HOST_WAIT).await;
     let bridge = Bridge {
         link: link.clone(),
         live,
@@ -665,11 +959,11 @@ pub async fn serve(link: Arc<Link>, live: Arc<Live>) -> Result<(), Failure> {
         .map_err(|e| Failure(format!("the host did not initialize: {e}"), 2))?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stop = server.cancellation_token();
-    let ended = tokio::select! {
-        r = server.waiting() => r.map(|_| ()).map_err(|e| Failure(e.to_string(), 2)),
-        _ = term.recv() => { stop.cancel(); Ok(()) },
-        _ = tokio::signal::ctrl_c() => { stop.cancel(); Ok(()) },
+    let (ended, grace) = tokio::select! {
+        r = server.waiting() => (r.map(|_| ()).map_err(|e| Failure(e.to_string(), 2)), CLOSE_GRACE),
+        _ = term.recv() => { stop.cancel(); (Ok(()), SIGNAL_GRACE) },
+        _ = tokio::signal::ctrl_c() => { stop.cancel(); (Ok(()), SIGNAL_GRACE) },
     };
-    link.close().await;
+    link.close(grace).await;
     ended
 }

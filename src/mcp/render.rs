@@ -16,6 +16,14 @@ use std::sync::Arc;
 /// Longest body quoted in the text form of a message list; structured content is complete.
 pub const TEXT_BODY_MAX: usize = 4000;
 
+/// A count of messages in words: "1 message", "2 messages".
+pub fn messages(n: u64) -> String {
+    match n {
+        1 => "1 message".into(),
+        n => format!("{n} messages"),
+    }
+}
+
 /// The text form of an answer.
 pub trait Render {
     fn text(&self) -> String;
@@ -110,7 +118,7 @@ impl Render for ChannelList {
     fn text(&self) -> String {
         let mut text = format!("{} channel(s)", self.channels.len());
         for c in &self.channels {
-            let _ = write!(text, "\n{}: {} messages, last #{}", c.channel, c.count, c.last_id);
+            let _ = write!(text, "\n{}: {}, last #{}", c.channel, messages(c.count), c.last_id);
             if let Some(at) = &c.last_at {
                 let _ = write!(text, " at {at}");
             }

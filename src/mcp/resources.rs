@@ -62,7 +62,7 @@ pub async fn list(cx: &Ctx, caller: Caller, face: &'static str) -> Result<ListRe
         .into_iter()
         .map(|c| {
             Resource::new(format!("{CHANNEL_URI_PREFIX}{}", c.channel), c.channel.clone())
-                .with_description(format!("{} messages, last id {}", c.count, c.last_id))
+                .with_description(format!("{}, last id {}", super::render::messages(c.count), c.last_id))
                 .with_mime_type("application/json")
         })
         .collect();

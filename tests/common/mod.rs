@@ -248,6 +248,16 @@ impl Server {
         s
     }
 
+    /// Starts a relay with its default logging whose stdout and stderr are pipes nobody
+    /// reads any more once it has said where it listens, as `crosstalk serve | head -3`
+    /// leaves them: each write it makes after that fails.
+    pub fn start_unheard(args: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut s = Self::spawn_output(tmp.path(), args, None, None, &[], false);
+        s._tmp = Some(tmp);
+        s
+    }
+
     fn spawn(dir: &Path, args: &[&str], file_limit: Option<u64>) -> Server {
         Self::spawn_logging(dir, args, file_limit, Some("warn"), &[])
     }
@@ -258,6 +268,19 @@ impl Server {
         file_limit: Option<u64>,
         log: Option<&str>,
         env: &[(&str, &str)],
+    ) -> Server {
+        Self::spawn_output(dir, args, file_limit, log, env, true)
+    }
+
+    /// Spawns the relay; with `heard`, its stdout and stderr are read to the end (stderr kept
+    /// for [`Server::stderr`]), else closed once it has said where it listens.
+    fn spawn_output(
+        dir: &Path,
+        args: &[&str],
+        file_limit: Option<u64>,
+        log: Option<&str>,
+        env: &[(&str, &str)],
+        heard: bool,
     ) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
         cmd.arg("serve")
@@ -310,18 +333,23 @@ impl Server {
                 }
             }
         };
-        // Keep draining both pipes so the child never blocks on a full one.
-        std::thread::spawn(move || for _ in lines {});
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        if let Some(err) = child.stderr.take() {
-            let sink = stderr.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(err).lines().map_while(Result::ok) {
-                    let mut s = sink.lock().unwrap();
-                    s.push_str(&line);
-                    s.push('\n');
-                }
-            });
+        if !heard {
+            drop(lines);
+            drop(child.stderr.take());
+        } else {
+            // Keep draining both pipes so the child never blocks on a full one.
+            std::thread::spawn(move || for _ in lines {});
+            if let Some(err) = child.stderr.take() {
+                let sink = stderr.clone();
+                std::thread::spawn(move || {
+                    for line in BufReader::new(err).lines().map_while(Result::ok) {
+                        let mut s = sink.lock().unwrap();
+                        s.push_str(&line);
+                        s.push('\n');
+                    }
+                });
+            }
         }
         Server {
             child: Some(child),
@@ -370,9 +398,16 @@ impl Server {
 
     /// SIGTERM, then waits for exit; returns how long the exit took and whether it was clean.
     pub fn terminate(&mut self) -> (Duration, bool) {
+        self.signal(libc::SIGTERM)
+    }
+
+    /// Sends `signal`, then waits for exit (at most 10 s); returns how long the exit took and
+    /// whether it was clean.
+    pub fn signal(&mut self, signal: i32) -> (Duration, bool) {
         let start = Instant::now();
+        // SAFETY: kill(2) on the relay process this server spawned and has not waited for.
         unsafe {
-            libc::kill(self.pid() as i32, libc::SIGTERM);
+            libc::kill(self.pid() as i32, signal);
         }
         let deadline = start + Duration::from_secs(10);
         loop {

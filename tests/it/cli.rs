@@ -401,6 +401,38 @@ fn start_up_errors_say_what_and_what_to_do() {
     );
 }
 
+/// A relay that does not exit after SIGTERM: `crosstalk stop` gives up after 15 s and says
+/// the next step (SIGKILL, and why it is safe), not only that it gave up.
+#[test]
+fn stop_says_what_to_do_with_a_relay_that_will_not_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    // What `crosstalk stop` sees of a relay that ignores SIGTERM: a process, its pid in the
+    // data directory's pid file, and the file locked (here by the test, for the process).
+    let mut stuck = Command::new("sh")
+        .args(["-c", "trap '' TERM; sleep 60"])
+        .spawn()
+        .expect("sh");
+    let pid_file = dir.path().join(crosstalk::client::PID_FILE);
+    std::fs::write(&pid_file, format!("{}\n", stuck.id())).unwrap();
+    let lock = std::fs::File::open(&pid_file).unwrap();
+    lock.lock().unwrap();
+    // Give sh the moment to set its trap.
+    std::thread::sleep(Duration::from_millis(300));
+    let out = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+        .args(["stop", "--data-dir", &dir.path().display().to_string()])
+        .output()
+        .unwrap();
+    let _ = stuck.kill();
+    let _ = stuck.wait();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(said.contains("15 s after SIGTERM"), "{said}");
+    assert!(
+        said.contains(&format!("kill -KILL {}", stuck.id())),
+        "no next step in: {said}"
+    );
+}
+
 /// `crosstalk status` says who serves a data directory and whether the relay answers;
 /// `crosstalk stop` stops it and returns once it has exited.
 #[test]

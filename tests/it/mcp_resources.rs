@@ -72,6 +72,39 @@ async fn channels_are_listed_and_read_as_resources() {
     }
 }
 
+/// A channel's resource says how many messages it holds, in words that read right for one
+/// (it said "1 messages"), as `list_channels`' text does.
+#[tokio::test]
+async fn a_channel_resource_counts_its_messages_in_words() {
+    let s = Server::start();
+    let c = client();
+    let m = Mcp::connect(&s).await;
+    let one = post(&c, &s, "solo", msg("a", "only")).await;
+    post(&c, &s, "pair", msg("a", "first")).await;
+    let two = post(&c, &s, "pair", msg("a", "second")).await;
+    let list = m.ok("resources/list", Value::Null).await;
+    let described = |name: &str| {
+        list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .map(|r| r["description"].clone())
+    };
+    assert_eq!(
+        described("solo"),
+        Some(json!(format!("1 message, last id {}", one["id"])))
+    );
+    assert_eq!(
+        described("pair"),
+        Some(json!(format!("2 messages, last id {}", two["id"])))
+    );
+    let channels = m.call("list_channels", json!({})).await;
+    let text = channels["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("solo: 1 message, last"), "{text}");
+    assert!(text.contains("pair: 2 messages, last"), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_are_told_when_a_channel_changes() {
     let s = Server::start();

@@ -40,6 +40,25 @@ async fn data_survives_a_graceful_restart_and_ids_continue() {
     assert_eq!(list.as_array().unwrap().len(), 2);
 }
 
+/// `crosstalk serve 2>&1 | head -3`: once `head` has exited, every log line the relay writes
+/// fails (a closed pipe). That must not stop a shutdown: SIGTERM and SIGINT each still end the
+/// relay within 2 s, cleanly, with what it acknowledged flushed (the relay kept serving, and
+/// ignored both signals, when its first log line of the shutdown failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_log_pipe_does_not_stop_a_shutdown() {
+    let c = client();
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut s = Server::start_unheard(&[]);
+        let acked = post(&c, &s, "dev", msg("x", "before the signal")).await;
+        let (took, clean) = tokio::task::block_in_place(|| s.signal(signal));
+        assert!(clean, "signal {signal}: the relay did not exit cleanly");
+        assert!(took < Duration::from_secs(2), "signal {signal}: exit took {took:?}");
+        let dir = s.take_dir().unwrap();
+        let s2 = Server::start_in(dir.path(), &[]);
+        assert_eq!(messages(&c, &s2, "dev", 0).await, vec![acked], "signal {signal}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_messages_survive_sigkill() {
     sigkill_round_trip(&[]).await;

@@ -21,42 +21,19 @@ struct Bridge {
     next_id: u64,
     /// Notifications read while waiting for answers.
     notes: Vec<Value>,
+    /// A 2026-07-28 host: no handshake, every request carries the revision in its `_meta`.
+    modern: bool,
+    /// Everything it wrote to stderr so far (also copied to the test's own).
+    logs: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
+/// The revision a 2026-07-28 host names in every request.
+const MODERN: &str = "2026-07-28";
+
 impl Bridge {
+    /// A 2025-11-25 host: `initialize`, then `notifications/initialized`.
     fn spawn(args: &[&str], env: &[(&str, &str)]) -> Bridge {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
-        cmd.arg("mcp")
-            .args(args)
-            .env_remove("CROSSTALK_URL")
-            .env_remove("CROSSTALK_TOKEN")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn crosstalk mcp");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let v: Value =
-                    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON on stdout: {line:?}: {e}"));
-                if tx.send(v).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        let mut b = Bridge {
-            child,
-            stdin,
-            lines,
-            next_id: 0,
-            notes: Vec::new(),
-        };
+        let mut b = Bridge::start(args, env, false);
         let init = b.request(
             "initialize",
             json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test-host", "version": "1"}}),
@@ -74,15 +51,89 @@ impl Bridge {
         b
     }
 
+    /// A 2026-07-28 host, as the Python SDK's default mode is one: `server/discover`, which
+    /// must offer that revision, and no session.
+    fn spawn_modern(args: &[&str], env: &[(&str, &str)]) -> Bridge {
+        let mut b = Bridge::start(args, env, true);
+        let found = b.request("server/discover", json!({}));
+        let versions = &found["result"]["supportedVersions"];
+        assert!(
+            versions.as_array().is_some_and(|v| v.contains(&json!(MODERN))),
+            "{found}"
+        );
+        assert_eq!(found["result"]["resultType"], "complete", "{found}");
+        b
+    }
+
+    /// Spawns `crosstalk mcp ARGS` with `env` set (an empty value unsets the variable).
+    fn start(args: &[&str], env: &[(&str, &str)], modern: bool) -> Bridge {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
+        cmd.arg("mcp")
+            .args(args)
+            .env_remove("CROSSTALK_URL")
+            .env_remove("CROSSTALK_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            if v.is_empty() {
+                cmd.env_remove(k);
+            } else {
+                cmd.env(k, v);
+            }
+        }
+        let mut child = cmd.spawn().expect("spawn crosstalk mcp");
+        let logs = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                let mut logs = sink.lock().unwrap();
+                logs.push_str(&line);
+                logs.push('\n');
+            }
+        });
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let v: Value =
+                    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON on stdout: {line:?}: {e}"));
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Bridge {
+            child,
+            stdin,
+            lines,
+            next_id: 0,
+            notes: Vec::new(),
+            modern,
+            logs,
+        }
+    }
+
     fn send(&mut self, v: Value) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{v}").unwrap();
         stdin.flush().unwrap();
     }
 
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    fn request(&mut self, method: &str, mut params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
+        if self.modern {
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "test-host", "version": "1"}
+            });
+        }
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -277,6 +328,84 @@ async fn tools_push_and_presence_over_stdio() {
     let took = tokio::task::block_in_place(|| b.close());
     assert!(took < Duration::from_secs(5), "exit took {took:?}");
     assert_eq!(status_of(&c, &s, "stdio-agent").await, "offline");
+}
+
+/// The bridge's own tools say what they touch: this session's delivery, nothing beyond it
+/// (`openWorldHint: false`), nothing destroyed, and `delivery_status` only reads. Codex runs a
+/// tool without asking a person only when it says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridges_own_tools_say_they_reach_nothing_beyond_the_session() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url], &[]));
+    let list = tokio::task::block_in_place(|| b.request("tools/list", json!({})));
+    let annotations = |name: &str| {
+        list["result"]["tools"]
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["name"] == name))
+            .map(|t| t["annotations"].clone())
+            .unwrap_or_default()
+    };
+    for (name, read_only) in [
+        ("listen_live", false),
+        ("stop_listening", false),
+        ("delivery_status", true),
+    ] {
+        let a = annotations(name);
+        assert_eq!(a["openWorldHint"], false, "{name}: {a}");
+        assert_eq!(a["destructiveHint"], false, "{name}: {a}");
+        assert_eq!(a["idempotentHint"], true, "{name}: {a}");
+        assert_eq!(a["readOnlyHint"], read_only, "{name}: {a}");
+    }
+    tokio::task::block_in_place(|| b.close());
+}
+
+/// A 2026-07-28 host (the Python SDK's default mode) validates `resultType` on every result:
+/// each answer the bridge gives it says `complete`, whether it forwards the relay's (which
+/// answers the bridge in a 2025-11-25 session, without one) or makes it itself; a 2025-11-25
+/// host gets the same answers without the field, as that revision has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_to_a_2026_07_28_host_says_its_result_type() {
+    let s = Server::start();
+    let url = s.url("");
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn_modern(&["--relay", &url], &[]));
+    let uri = "crosstalk://channels/typed";
+    let asked = [
+        ("tools/list", json!({})),
+        ("prompts/list", json!({})),
+        ("prompts/get", json!({"name": "crosstalk-protocol"})),
+        ("resources/templates/list", json!({})),
+        (
+            "tools/call",
+            json!({"name": "post_message", "arguments": {"channel": "typed", "sender": "typist", "body": "hi"}}),
+        ),
+        (
+            "tools/call",
+            json!({"name": "get_messages", "arguments": {"channel": "typed", "limit": 0}}),
+        ),
+        ("tools/call", json!({"name": "delivery_status", "arguments": {}})),
+        ("resources/list", json!({})),
+        ("resources/read", json!({"uri": uri})),
+    ];
+    for (method, params) in &asked {
+        let answer = tokio::task::block_in_place(|| b.request(method, params.clone()));
+        assert!(answer["error"].is_null(), "{method} {params}: {answer}");
+        assert_eq!(
+            answer["result"]["resultType"], "complete",
+            "{method} {params}: {answer}"
+        );
+    }
+    tokio::task::block_in_place(|| b.close());
+
+    let mut old = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url], &[]));
+    for (method, params) in &asked {
+        let answer = tokio::task::block_in_place(|| old.request(method, params.clone()));
+        assert!(answer["error"].is_null(), "{method} {params}: {answer}");
+        assert!(
+            answer["result"].get("resultType").is_none(),
+            "{method} {params}: {answer}"
+        );
+    }
+    tokio::task::block_in_place(|| old.close());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -526,9 +655,11 @@ fn print_config_gives_each_host_its_snippet() {
 }
 
 /// A host that starts `crosstalk mcp` before the relay keeps the tools: the bridge answers
-/// `initialize` at once, a tool called meanwhile says the relay is not reachable and how to
-/// fix it, and once the relay is up the bridge connects by itself, tells the host its tool
-/// list changed, and the same call works.
+/// `initialize` and `tools/list` at once, with the relay's whole tool list (as this binary's
+/// relay has it), a tool called meanwhile says the relay is not reachable and how to fix it,
+/// and once the relay is up the same call works. The tool list the relay gives is the one the
+/// host was given, so the host is not told it changed; the resources it was answered without
+/// the relay (none) did change, and it is told so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bridge_starts_before_the_relay_and_connects_when_it_comes() {
     let port = free_port();
@@ -540,8 +671,25 @@ async fn the_bridge_starts_before_the_relay_and_connects_when_it_comes() {
         "initialize took {:?} with no relay",
         started.elapsed()
     );
+    let asked = Instant::now();
     let names = tokio::task::block_in_place(|| b.tool_names());
-    assert!(names.iter().any(|n| n == "delivery_status"), "{names:?}");
+    // It used to wait 5 s for the relay, and then list the bridge's own tools alone.
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "tools/list took {:?} with no relay",
+        asked.elapsed()
+    );
+    for t in [
+        "post_message",
+        "wait_for_message",
+        "register",
+        "reserve",
+        "delivery_status",
+    ] {
+        assert!(names.iter().any(|n| n == t), "{t} missing without a relay: {names:?}");
+    }
+    let resources = tokio::task::block_in_place(|| b.request("resources/list", json!({})));
+    assert_eq!(resources["result"]["resources"], json!([]), "{resources}");
     let r = tokio::task::block_in_place(|| b.call("list_channels", json!({})));
     assert_eq!(r["isError"], true, "{r}");
     let text = r["content"][0]["text"].as_str().unwrap_or_default().to_owned();
@@ -552,13 +700,12 @@ async fn the_bridge_starts_before_the_relay_and_connects_when_it_comes() {
     let s = Server::start_with(&["--port", &port.to_string()]);
     let changed = tokio::task::block_in_place(|| {
         b.notified(
-            |v| v["method"] == "notifications/tools/list_changed",
+            |v| v["method"] == "notifications/resources/list_changed",
             Duration::from_secs(20),
         )
     });
-    assert!(changed.is_some(), "no tools/list_changed once the relay came");
-    let names = tokio::task::block_in_place(|| b.tool_names());
-    assert!(names.iter().any(|n| n == "post_message"), "{names:?}");
+    assert!(changed.is_some(), "no resources/list_changed once the relay came");
+    assert_eq!(tokio::task::block_in_place(|| b.tool_names()), names);
     let r = tokio::task::block_in_place(|| {
         b.call(
             "post_message",
@@ -568,6 +715,76 @@ async fn the_bridge_starts_before_the_relay_and_connects_when_it_comes() {
     assert_ne!(r["isError"], true, "{r}");
     let (_, list) = get_json(&client(), &s.url("/api/channels/late/messages")).await;
     assert_eq!(list[0]["body"], "made it", "{list}");
+    let told = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/tools/list_changed",
+            Duration::from_millis(500),
+        )
+    });
+    assert!(told.is_none(), "told the tools changed, and they did not: {told:?}");
+    tokio::task::block_in_place(|| b.close());
+}
+
+/// A 2026-07-28 host has no session to be notified on: it hears of changes on the
+/// `subscriptions/listen` stream it opens. Started before its relay, it is given this binary's
+/// relay's whole tool list; the relay that comes lists only the core tools (`--tools core`),
+/// so the list really changed and the stream says so; a post on a channel it listens to is
+/// told as that resource's update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_07_28_host_hears_of_changes_on_its_listen_stream() {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn_modern(&["--relay", &url], &[]));
+    let before = tokio::task::block_in_place(|| b.tool_names());
+    assert!(before.iter().any(|n| n == "search_messages"), "{before:?}");
+    let uri = "crosstalk://channels/news";
+    tokio::task::block_in_place(|| {
+        b.next_id += 1;
+        let id = b.next_id;
+        let mut params = json!({"notifications": {
+            "toolsListChanged": true,
+            "resourceSubscriptions": [uri, "https://elsewhere.example/x"]
+        }});
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "test-host", "version": "1"}
+        });
+        b.send(json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params}));
+    });
+    let ack = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/subscriptions/acknowledged",
+            Duration::from_secs(10),
+        )
+    })
+    .expect("the listen was acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!([uri]),
+        "only the relay's resources are accepted: {ack}"
+    );
+
+    let s = Server::start_with(&["--port", &port.to_string(), "--tools", "core"]);
+    let changed = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/tools/list_changed",
+            Duration::from_secs(20),
+        )
+    });
+    assert!(changed.is_some(), "no tools/list_changed on the listen stream");
+    let after = tokio::task::block_in_place(|| b.tool_names());
+    assert!(!after.iter().any(|n| n == "search_messages"), "{after:?}");
+    assert!(after.iter().any(|n| n == "post_message"), "{after:?}");
+
+    post(&client(), &s, "news", msg("reporter", "extra")).await;
+    let updated = tokio::task::block_in_place(|| {
+        b.notified(
+            |v| v["method"] == "notifications/resources/updated",
+            Duration::from_secs(20),
+        )
+    });
+    assert_eq!(updated.map(|v| v["params"]["uri"].clone()), Some(json!(uri)));
     tokio::task::block_in_place(|| b.close());
 }
 
@@ -584,6 +801,72 @@ async fn the_bridge_says_when_the_relay_refuses_its_token() {
     assert!(text.contains("refused the token"), "{text}");
     assert!(text.contains("CROSSTALK_TOKEN"), "no remedy in: {text}");
     tokio::task::block_in_place(|| b.close());
+}
+
+/// A host stops its servers with SIGINT and escalates to SIGTERM 100 ms later (Claude Code
+/// does): the bridge exits within that after either signal (it took 210 ms, waiting for its
+/// stdin reader), and has closed its relay session by then, so the identity it registered is
+/// offline at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_ends_the_bridge_within_100_ms_signed_off() {
+    let s = Server::start();
+    let c = client();
+    let url = s.url("");
+    for (n, signal) in [libc::SIGINT, libc::SIGTERM].into_iter().enumerate() {
+        let who = format!("signalled-{n}");
+        // The fastest of three tries: the 100 ms are the bridge's budget, not this machine's.
+        let mut fastest = Duration::MAX;
+        for _ in 0..3 {
+            let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url, "--listen", "dev"], &[]));
+            tokio::task::block_in_place(|| b.call("register", json!({"instance_id": who})));
+            assert_eq!(status_of(&c, &s, &who).await, "online");
+            let t = Instant::now();
+            // SAFETY: kill(2) on the child this test spawned and has not waited for.
+            unsafe {
+                libc::kill(b.child.id() as i32, signal);
+            }
+            let status = tokio::task::block_in_place(|| b.child.wait()).expect("wait");
+            fastest = fastest.min(t.elapsed());
+            assert!(status.success(), "signal {signal}: {status}");
+            assert_eq!(status_of(&c, &s, &who).await, "offline", "signal {signal}");
+            if fastest < Duration::from_millis(100) {
+                break;
+            }
+        }
+        assert!(
+            fastest < Duration::from_millis(100),
+            "signal {signal}: the bridge took {fastest:?} to exit"
+        );
+    }
+}
+
+/// The bridge's stderr lands in its host's log, where Claude Code files every line as an
+/// error: with no `RUST_LOG` it says what is wrong (a relay it cannot reach) and nothing
+/// when all is well (it said "connected to the relay" at INFO).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_logs_only_what_is_wrong_by_default() {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url], &[("RUST_LOG", "")]));
+    let logs = b.logs.clone();
+    let r = tokio::task::block_in_place(|| b.call("list_channels", json!({})));
+    assert_eq!(r["isError"], true, "{r}");
+    let _s = Server::start_with(&["--port", &port.to_string()]);
+    let t = Instant::now();
+    tokio::task::block_in_place(|| {
+        while b.call("list_channels", json!({}))["isError"] == true {
+            assert!(t.elapsed() < Duration::from_secs(20), "the bridge never connected");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        b.call("register", json!({"instance_id": "quiet-one"}));
+        b.close();
+    });
+    let logs = logs.lock().unwrap().clone();
+    assert!(
+        logs.contains("not reachable"),
+        "the unreachable relay was not said: {logs}"
+    );
+    assert!(!logs.contains(" INFO "), "INFO lines by default: {logs}");
 }
 
 /// Claude Code's permission relay, end to end over stdio: the bridge declares

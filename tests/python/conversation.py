@@ -1,6 +1,9 @@
 """Two agents hold a conversation through crosstalk with the official Python MCP SDK (2.x).
 
-Usage: conversation.py URL MODE   (MODE: auto = server/discover first, legacy = initialize)
+Usage: conversation.py URL MODE [--bridge CROSSTALK]
+  MODE: auto = server/discover first (2026-07-28), legacy = initialize (2025-11-25)
+  --bridge: each agent spawns `CROSSTALK mcp --relay <URL's relay>` and talks to it over stdio,
+            as a host spawns the bridge
 
 alice asks, bob's answer wakes alice's pending wait_for_message, alice reads the channel by
 since_id, both post `done` and each waits until it has seen the other's. Any deviation raises,
@@ -12,7 +15,7 @@ import sys
 import time
 import uuid
 
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 EXPECTED_VERSION = {"auto": "2026-07-28", "legacy": "2025-11-25"}
 WAIT_S = 20
@@ -32,18 +35,22 @@ async def call(client, tool, **args):
     return structured(await client.call_tool(tool, args), tool)
 
 
-async def connect(url, mode):
-    client = Client(url, mode=mode)
+async def connect(url, mode, bridge=None):
+    server = url
+    if bridge:
+        relay = url.removesuffix("/mcp")
+        server = StdioServerParameters(command=bridge, args=["mcp", "--relay", relay])
+    client = Client(server, mode=mode)
     await client.__aenter__()
     if client.protocol_version != EXPECTED_VERSION[mode]:
         raise AssertionError(f"mode {mode}: negotiated {client.protocol_version}")
     return client
 
 
-async def main(url, mode):
+async def main(url, mode, bridge=None):
     channel = f"py-{mode}-{uuid.uuid4().hex[:8]}"
-    alice = await connect(url, mode)
-    bob = await connect(url, mode)
+    alice = await connect(url, mode, bridge)
+    bob = await connect(url, mode, bridge)
     try:
         tools = {t.name for t in (await alice.list_tools()).tools}
         want = {"post_message", "get_messages", "wait_for_message", "list_channels"}
@@ -103,13 +110,15 @@ async def main(url, mode):
     finally:
         await bob.__aexit__(None, None, None)
         await alice.__aexit__(None, None, None)
-    print(f"python mcp sdk, mode {mode} ({EXPECTED_VERSION[mode]}): conversation ok on {channel}")
+    via = " through crosstalk mcp" if bridge else ""
+    print(f"python mcp sdk, mode {mode} ({EXPECTED_VERSION[mode]}){via}: conversation ok on {channel}")
 
 
 if __name__ == "__main__":
     url, mode = sys.argv[1], sys.argv[2]
+    bridge = sys.argv[4] if sys.argv[3:4] == ["--bridge"] else None
     try:
-        asyncio.run(asyncio.wait_for(main(url, mode), timeout=90))
+        asyncio.run(asyncio.wait_for(main(url, mode, bridge), timeout=90))
     except BaseException as e:  # noqa: BLE001 - any failure must fail the run loudly
         print(f"FAILED: python mcp sdk conversation, mode {mode}: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)
