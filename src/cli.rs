@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use std::io::Read;
 use std::time::Duration;
 
-use crate::client::{enc, Followed, RelayClient};
+use crate::client::{enc, served, shell_quote, Followed, RelayClient};
 pub use crate::client::{Failure, Relay};
 
 #[derive(Debug, Subcommand)]
@@ -60,9 +60,9 @@ pub enum ClientCommand {
         /// Wait for messages after this id [default: the channel's newest]
         #[arg(long)]
         since: Option<u64>,
-        /// How many seconds to wait.
-        #[arg(long, default_value_t = 300.0)]
-        timeout: f64,
+        /// How long to wait: seconds (60, 0.5) or a span (30s, 5m, 1h30m).
+        #[arg(long, default_value = "300")]
+        timeout: Span,
         /// Your identity: your own messages do not count.
         #[arg(long = "as")]
         me: Option<String>,
@@ -87,26 +87,28 @@ pub enum ClientCommand {
         channel: String,
         /// The question.
         question: String,
-        /// How many seconds to wait for the answer.
-        #[arg(long, default_value_t = 300.0)]
-        timeout: f64,
+        /// How long to wait for the answer: seconds (300) or a span (30s, 5m, 2h).
+        #[arg(long, default_value = "300")]
+        timeout: Span,
         /// Who asks [default: $USER]
         #[arg(long = "as")]
         sender: Option<String>,
     },
-    /// Is a relay up? Its health, and who serves the local data directory.
+    /// Is a relay up? Who serves the data directory, at which address, and its health.
     /// Example: crosstalk status
     Status {
         #[command(flatten)]
         relay: Relay,
-        /// The data directory to report on [default: the local relay's, as `crosstalk serve` uses]
+        /// The data directory to report on, as `crosstalk serve` reads it
+        /// [env: CROSSTALK_DATA_DIR, RELAY_DB] [default: ~/.local/share/crosstalk/store]
         #[arg(long)]
         data_dir: Option<std::path::PathBuf>,
     },
-    /// Stop the relay serving a data directory (the local relay by default), and wait until it
-    /// has flushed and exited.  Example: crosstalk stop
+    /// Stop the relay serving a data directory, and wait until it has flushed and exited.
+    /// Example: crosstalk stop
     Stop {
-        /// Its data directory [default: the local relay's, as `crosstalk serve` uses]
+        /// Its data directory, as `crosstalk serve` reads it
+        /// [env: CROSSTALK_DATA_DIR, RELAY_DB] [default: ~/.local/share/crosstalk/store]
         #[arg(long)]
         data_dir: Option<std::path::PathBuf>,
     },
@@ -147,9 +149,9 @@ pub enum ClientCommand {
         /// but the admin.
         #[arg(long = "as")]
         me: Option<String>,
-        /// How long the code stays good: 30m, 2h, 7d (at most 30d) [default: 24h]
+        /// How long the code stays good: 30m, 2h, 7d, or seconds (at most 30d) [default: 24h]
         #[arg(long)]
-        expires: Option<humantime::Duration>,
+        expires: Option<Span>,
         /// A note for `crosstalk clients`, e.g. who it is for.
         #[arg(long)]
         note: Option<String>,
@@ -240,6 +242,30 @@ pub enum Outcome {
 /// Longest single long-poll the relay allows by default; longer waits loop.
 const WAIT_SLICE: f64 = 290.0;
 
+/// A span of time on the command line: a number of seconds (`90`, `0.5`) or a span with its
+/// unit (`30s`, `5m`, `1h30m`, `7d`), whichever option takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Span(Duration);
+
+impl std::str::FromStr for Span {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Span, String> {
+        let raw = raw.trim();
+        let bad = || format!("{raw:?} is not a span of time: give seconds (90, 0.5) or a span (30s, 5m, 2h, 7d)");
+        if let Ok(secs) = raw.parse::<f64>() {
+            return Duration::try_from_secs_f64(secs).map(Span).map_err(|_| bad());
+        }
+        humantime::parse_duration(raw).map(Span).map_err(|_| bad())
+    }
+}
+
+impl std::fmt::Display for Span {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
 fn me(given: Option<String>) -> String {
     given
         .or_else(|| std::env::var("USER").ok())
@@ -284,10 +310,17 @@ async fn delete(c: &RelayClient, path: &str, missing: &str) -> Result<(), Failur
         .await
         .map_err(|e| c.unreachable(&e))?;
     if r.status() == reqwest::StatusCode::NOT_FOUND {
-        return Err(Failure(missing.to_owned(), 2));
+        // The route itself may be missing (a relay without OAuth says so): then its answer.
+        let body: Value = r.json().await.unwrap_or(Value::Null);
+        return Err(match (body["code"].as_str(), body["error"].as_str()) {
+            (Some(crate::error::OAUTH_OFF), Some(why)) => {
+                Failure(format!("the relay answered 404 Not Found: {why}"), 2)
+            }
+            _ => Failure(missing.to_owned(), 2),
+        });
     }
     if !r.status().is_success() {
-        return Err(crate::client::refused(r).await);
+        return Err(c.refused(r).await);
     }
     Ok(())
 }
@@ -316,6 +349,7 @@ fn show(m: &Value, json: bool) {
 }
 
 impl ClientCommand {
+    /// The relay the command talks to (`status` finds its own from this, `stop` needs none).
     fn relay(&self) -> &Relay {
         match self {
             ClientCommand::Send { relay, .. }
@@ -341,62 +375,197 @@ static NO_RELAY: Relay = Relay {
     token: None,
 };
 
-/// Who serves a data directory: the pid in its pid file while that file is locked, else no one.
-fn served_by(dir: &std::path::Path) -> Result<Option<u32>, Failure> {
-    use std::io::Read;
-    let path = dir.join(crate::client::PID_FILE);
-    let mut file = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Failure(format!("cannot read {}: {e}", path.display()), 2)),
+/// The URL `crosstalk serve` would answer at with this environment ([`served::HOST_VARS`],
+/// [`served::PORT_VARS`], else 127.0.0.1:8765), as a client on this machine reaches it.
+fn serve_url() -> Result<String, Failure> {
+    let host = served::env_setting(&served::HOST_VARS);
+    let port = match served::env_setting(&served::PORT_VARS) {
+        None => served::DEFAULT_PORT,
+        Some((var, raw)) => raw.parse().map_err(|_| {
+            Failure(
+                format!("${var}={raw:?} is not a port: set it to 1-65535, or unset it"),
+                2,
+            )
+        })?,
     };
-    match file.try_lock_shared() {
-        // Nobody holds it: no relay runs there now.
-        Ok(()) => Ok(None),
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            Ok(pid.trim().parse().ok())
-        }
-        Err(std::fs::TryLockError::Error(e)) => Err(Failure(format!("cannot check {}: {e}", path.display()), 2)),
-    }
+    let host = host.map_or_else(|| served::DEFAULT_HOST.to_owned(), |(_, h)| h);
+    Ok(match host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+        Ok(ip) => served::local_url(std::net::SocketAddr::new(ip, port)),
+        Err(_) => format!("http://{host}:{port}"),
+    })
 }
 
-fn data_dir_or_local(given: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, Failure> {
-    given
-        .or_else(crate::client::local_store_dir)
-        .ok_or_else(|| Failure("no home directory: name the data directory with --data-dir".into(), 2))
+/// `crosstalk status`: who serves the data directory (as `serve` reads it) and where, and how
+/// the relay there answers. It asks the relay named by `--relay`, else the one serving the
+/// directory at the address it recorded, else where `serve` would listen.
+async fn status(relay: &Relay, data_dir: Option<std::path::PathBuf>) -> Result<Outcome, Failure> {
+    let (dir, origin) = served::data_dir(data_dir)?;
+    let holder = served::served_by(&dir)?;
+    let recorded = holder
+        .as_ref()
+        .filter(|h| h.reachable_here())
+        .and_then(|h| h.url.clone());
+    let url = match (relay.given_url(), &recorded) {
+        (Some(url), _) => url,
+        (None, Some(url)) => url.clone(),
+        (None, None) => serve_url()?,
+    };
+    let c = RelayClient::at(&url, relay.given_token())?;
+    let d = dir.display();
+    // `--data-dir X`, for advice, when the directory came from the command line.
+    let same_dir = match origin {
+        served::Origin::Flag(_) => format!(" --data-dir {}", shell_quote(&d.to_string())),
+        _ => String::new(),
+    };
+    let local = match &holder {
+        None => format!("no relay uses {d}"),
+        Some(h) if !h.reachable_here() => format!("{d} is served by {}", h.who()),
+        Some(h) => match &h.url {
+            Some(at) => format!("pid {} serves {d} at {at}", h.pid),
+            None => format!("pid {} serves {d}", h.pid),
+        },
+    };
+    let answer = match c.http.get(c.url("/healthz")).send().await {
+        Ok(r) => r,
+        Err(e) => {
+            let advice = match &holder {
+                None => format!("Start one with `crosstalk serve{same_dir}`"),
+                Some(h) if !h.reachable_here() => h.stop_elsewhere().replacen("stop it", "ask it", 1),
+                Some(h) => match &h.url {
+                    Some(at) if *at != c.base => format!("Ask it there: `crosstalk status --relay {at}`"),
+                    _ => format!(
+                        "It may still be starting, or be stuck: `crosstalk stop{same_dir}` stops it (pid {})",
+                        h.pid
+                    ),
+                },
+            };
+            println!(
+                "cannot reach a relay at {} ({}); {local}. {advice}",
+                c.base,
+                c.why_unreachable(&e)
+            );
+            return Ok(Outcome::TimedOut);
+        }
+    };
+    let code = answer.status();
+    let health: Value = answer.json().await.unwrap_or(Value::Null);
+    let Some(state) = health["status"].as_str() else {
+        println!(
+            "something answers at {} but not as a crosstalk relay (GET /healthz: {code}): --relay takes a \
+             relay's own address, such as {}; {local}",
+            c.base,
+            crate::client::DEFAULT_RELAY
+        );
+        return Ok(Outcome::TimedOut);
+    };
+    println!(
+        "relay at {}: {state} (streams {}, waits {}); {local}",
+        c.base, health["streams"], health["waits"]
+    );
+    if !code.is_success() {
+        println!("  why: {}", health["reason"].as_str().unwrap_or("no reason given"));
+        return Ok(Outcome::TimedOut);
+    }
+    Ok(Outcome::Done)
+}
+
+/// `crosstalk stop`: SIGTERM to the relay serving the data directory (as `serve` reads it),
+/// then wait until it has let the directory go.
+async fn stop(data_dir: Option<std::path::PathBuf>) -> Result<Outcome, Failure> {
+    let (dir, origin) = served::data_dir(data_dir)?;
+    let d = dir.display();
+    let Some(holder) = served::served_by(&dir)? else {
+        let hint = match origin {
+            served::Origin::Default => {
+                " (a relay started with --data-dir or CROSSTALK_DATA_DIR is stopped with the same setting)".to_owned()
+            }
+            o => format!(" (the directory {o} names)"),
+        };
+        eprintln!("crosstalk: no relay uses {d}{hint}");
+        return Ok(Outcome::TimedOut);
+    };
+    if !holder.reachable_here() {
+        return Err(Failure(
+            format!(
+                "{d} is served by {}, which a signal from here cannot reach: {}",
+                holder.who(),
+                holder.stop_elsewhere()
+            ),
+            2,
+        ));
+    }
+    let pid = holder.pid;
+    // SAFETY: kill(2) with a pid read from the pid file its holder locks, in this namespace.
+    if unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Failure(format!("cannot stop pid {pid}: {e}"), 2));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while served::served_by(&dir)?.is_some() {
+        if tokio::time::Instant::now() > deadline {
+            return Err(Failure(
+                format!(
+                    "the relay (pid {pid}) still serves {} 15 s after SIGTERM; its log says what holds \
+                     it up. `kill -KILL {pid}` stops it now: what it acknowledged is on disk already \
+                     (unless it runs with --durability relaxed), and the next `crosstalk serve` on that \
+                     directory starts from there",
+                    dir.display()
+                ),
+                2,
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("stopped the relay (pid {pid}) using {d}");
+    Ok(Outcome::Done)
 }
 
 /// The first line of a hook `crosstalk guard --install` wrote: how it knows its own.
 const GUARD_HOOK_MARK: &str = "# written by crosstalk guard --install";
 
-/// Runs `git` in the current directory; its stdout, or why it failed.
+/// Runs `git` in the current directory; its stdout, or why it failed in one line (git's
+/// first line of complaint, not the usage text some of its commands print after it).
 fn git(args: &[&str]) -> Result<Vec<u8>, Failure> {
     let out = std::process::Command::new("git")
         .args(args)
+        .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| Failure(format!("cannot run git: {e}"), 2))?;
+        .map_err(|e| Failure(format!("cannot run git ({e}): crosstalk guard needs git on PATH"), 2))?;
     if !out.status.success() {
-        return Err(Failure(
-            format!(
-                "git {} failed (is this a git checkout?): {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-            2,
-        ));
+        let said = String::from_utf8_lossy(&out.stderr);
+        let first = said
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("no reason given");
+        return Err(Failure(format!("git {} failed: {first}", args.join(" ")), 2));
     }
     Ok(out.stdout)
 }
 
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
+/// Refuses to go on outside a git checkout, saying where to run instead.
+fn in_checkout() -> Result<(), Failure> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--git-dir"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Failure(format!("cannot run git ({e}): crosstalk guard needs git on PATH"), 2))?;
+    if !out.status.success() {
+        let here = std::env::current_dir().map_or_else(|_| "here".into(), |d| d.display().to_string());
+        return Err(Failure(
+            format!(
+                "{here} is not in a git checkout: run crosstalk guard inside the repository whose commits it checks"
+            ),
+            2,
+        ));
+    }
+    Ok(())
 }
 
 /// `crosstalk guard --install`: the hook runs this binary with the same settings (the token
 /// stays in the environment, never in the file).
 fn install_guard(relay: &Relay, me: Option<&str>, project: Option<&str>) -> Result<Outcome, Failure> {
+    in_checkout()?;
     let hooks = String::from_utf8_lossy(&git(&["rev-parse", "--git-path", "hooks"])?)
         .trim()
         .to_owned();
@@ -444,6 +613,7 @@ fn install_guard(relay: &Relay, me: Option<&str>, project: Option<&str>) -> Resu
 /// too, with why, whatever is reserved.
 async fn guard(c: &RelayClient, me: &str, project: Option<&str>) -> Result<Outcome, Failure> {
     use crosstalk_schema::reservation;
+    in_checkout()?;
     let staged = git(&["diff", "--cached", "--name-only", "--no-renames", "-z"])?;
     let mut paths: Vec<&str> = Vec::new();
     let mut unfit = 0;
@@ -506,6 +676,8 @@ async fn guard(c: &RelayClient, me: &str, project: Option<&str>) -> Result<Outco
 pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
     let c = RelayClient::new(cmd.relay())?;
     match cmd {
+        ClientCommand::Status { relay, data_dir } => status(&relay, data_dir).await,
+        ClientCommand::Stop { data_dir } => stop(data_dir).await,
         ClientCommand::Guard {
             relay,
             me,
@@ -519,68 +691,6 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                 return Err(Failure("name who is committing: --as ID (or CROSSTALK_AS)".into(), 2));
             };
             guard(&c, &me, project.as_deref()).await
-        }
-        ClientCommand::Status { data_dir, .. } => {
-            let dir = data_dir_or_local(data_dir)?;
-            let local = match served_by(&dir)? {
-                Some(pid) => format!("{} is served by pid {pid}", dir.display()),
-                None => format!("no relay uses {}", dir.display()),
-            };
-            match c.http.get(c.url("/healthz")).send().await {
-                Ok(r) => {
-                    let ok = r.status().is_success();
-                    let health: Value = r.json().await.unwrap_or(Value::Null);
-                    println!(
-                        "relay at {}: {} (streams {}, waits {}); {local}",
-                        c.base,
-                        health["status"].as_str().unwrap_or("?"),
-                        health["streams"],
-                        health["waits"]
-                    );
-                    if !ok {
-                        println!("  why: {}", health["reason"].as_str().unwrap_or("no reason given"));
-                    }
-                    Ok(if ok { Outcome::Done } else { Outcome::TimedOut })
-                }
-                Err(e) => {
-                    println!(
-                        "no relay answers at {} ({}); {local}. Start one with `crosstalk serve`",
-                        c.base,
-                        crate::client::root(&e)
-                    );
-                    Ok(Outcome::TimedOut)
-                }
-            }
-        }
-        ClientCommand::Stop { data_dir } => {
-            let dir = data_dir_or_local(data_dir)?;
-            let Some(pid) = served_by(&dir)? else {
-                eprintln!("crosstalk: no relay uses {}", dir.display());
-                return Ok(Outcome::TimedOut);
-            };
-            // SAFETY: kill(2) with a pid read from the pid file its holder locks.
-            if unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) } != 0 {
-                let e = std::io::Error::last_os_error();
-                return Err(Failure(format!("cannot stop pid {pid}: {e}"), 2));
-            }
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-            while served_by(&dir)?.is_some() {
-                if tokio::time::Instant::now() > deadline {
-                    return Err(Failure(
-                        format!(
-                            "the relay (pid {pid}) still serves {} 15 s after SIGTERM; its log says what holds \
-                             it up. `kill -KILL {pid}` stops it now: what it acknowledged is on disk already \
-                             (unless it runs with --durability relaxed), and the next `crosstalk serve` on that \
-                             directory starts from there",
-                            dir.display()
-                        ),
-                        2,
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            eprintln!("stopped the relay (pid {pid}) using {}", dir.display());
-            Ok(Outcome::Done)
         }
         ClientCommand::Send {
             channel,
@@ -611,7 +721,7 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
         ClientCommand::Invite { me, expires, note, .. } => {
             let body = json!({
                 "as": me,
-                "expires_in_s": expires.map(|d| std::time::Duration::from(d).as_secs()),
+                "expires_in_s": expires.map(|d| d.0.as_secs()),
                 "note": note,
             });
             let invite = c.json(c.http.post(c.url("/api/oauth/invites")).json(&body)).await?;
@@ -770,7 +880,7 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                 Some(s) => s,
                 None => c.newest(&channel).await?,
             };
-            let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+            let deadline = tokio::time::Instant::now() + timeout.0;
             loop {
                 let left = deadline
                     .saturating_duration_since(tokio::time::Instant::now())
@@ -783,7 +893,7 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                     return Ok(Outcome::Done);
                 }
                 if left <= WAIT_SLICE {
-                    eprintln!("crosstalk: nothing new on {channel} after #{since} within {timeout} s");
+                    eprintln!("crosstalk: nothing new on {channel} after #{since} within {timeout}");
                     return Ok(Outcome::TimedOut);
                 }
             }
@@ -805,10 +915,10 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                 .await?;
             let id = asked["id"].as_u64().unwrap_or(0);
             eprintln!(
-                "asked question #{id} on {channel}; waiting up to {timeout} s for an answer \
+                "asked question #{id} on {channel}; waiting up to {timeout} for an answer \
                  (answer it with: crosstalk answer {channel} {id} \"…\")"
             );
-            let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+            let deadline = tokio::time::Instant::now() + timeout.0;
             let mut since = id;
             loop {
                 let left = deadline
@@ -824,7 +934,7 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                     }
                 }
                 if messages.is_empty() && left <= WAIT_SLICE {
-                    eprintln!("crosstalk: no answer to #{id} on {channel} within {timeout} s; the question stays open");
+                    eprintln!("crosstalk: no answer to #{id} on {channel} within {timeout}; the question stays open");
                     return Ok(Outcome::TimedOut);
                 }
             }
@@ -846,7 +956,7 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
                 return Err(Failure(format!("there is no message #{id} in {channel}"), 2));
             }
             if !r.status().is_success() {
-                return Err(crate::client::refused(r).await);
+                return Err(c.refused(r).await);
             }
             let question: Value = r.json().await.unwrap_or(Value::Null);
             let kind = question["type"].as_str().unwrap_or("message");

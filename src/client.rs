@@ -7,6 +7,8 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use std::time::Duration;
 
+pub mod served;
+
 /// The relay a client uses when none is named.
 pub const DEFAULT_RELAY: &str = "http://127.0.0.1:8765";
 
@@ -53,10 +55,19 @@ impl Relay {
 
     /// The token given by flag or environment, if any.
     pub fn given_token(&self) -> Option<String> {
-        self.token
-            .clone()
-            .or_else(|| std::env::var("CROSSTALK_TOKEN").ok())
-            .filter(|t| !t.is_empty())
+        self.token_and_origin().map(|(t, _)| t)
+    }
+
+    /// The token given by flag or environment, and which of them gave it.
+    fn token_and_origin(&self) -> Option<(String, &'static str)> {
+        match &self.token {
+            Some(t) if !t.is_empty() => Some((t.clone(), "--token")),
+            Some(_) => None,
+            None => std::env::var("CROSSTALK_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty())
+                .map(|t| (t, "$CROSSTALK_TOKEN")),
+        }
     }
 }
 
@@ -216,15 +227,22 @@ pub struct RelayClient {
     pub http: reqwest::Client,
     pub base: String,
     pub token: Option<String>,
+    /// Where the token came from (`--token`, `$CROSSTALK_TOKEN`), for a refusal of it.
+    token_origin: &'static str,
 }
 
 impl RelayClient {
     pub fn new(relay: &Relay) -> Result<RelayClient, Failure> {
         let base = relay.given_url().unwrap_or_else(|| DEFAULT_RELAY.into());
-        Self::at(&base, relay.given_token())
+        let (token, origin) = relay.token_and_origin().unzip();
+        let mut c = Self::at(&base, token)?;
+        c.token_origin = origin.unwrap_or(c.token_origin);
+        Ok(c)
     }
 
-    /// A client of the relay at `base`.
+    /// A client of the relay at `base`: the relay's own address, `http://host:port`, which
+    /// its REST API, `/healthz` and `/mcp` hang from. An MCP endpoint given in its place is
+    /// refused with the address to give.
     pub fn at(base: &str, token: Option<String>) -> Result<RelayClient, Failure> {
         tls();
         let base = base.trim_end_matches('/').to_owned();
@@ -232,10 +250,28 @@ impl RelayClient {
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(Failure(format!("bad relay URL {base:?}: use http:// or https://"), 2));
         }
+        let path = parsed.path().trim_end_matches('/');
+        if let Some(root) = ["/cc/mcp", "/mcp"].iter().find_map(|p| path.strip_suffix(p)) {
+            let mut origin = parsed.clone();
+            origin.set_path(root);
+            origin.set_query(None);
+            return Err(Failure(
+                format!(
+                    "{base} is the relay's MCP endpoint; give the relay's own address instead: --relay {}",
+                    origin.as_str().trim_end_matches('/')
+                ),
+                2,
+            ));
+        }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .build()?;
-        Ok(RelayClient { http, base, token })
+        Ok(RelayClient {
+            http,
+            base,
+            token,
+            token_origin: "the token",
+        })
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -253,13 +289,48 @@ impl RelayClient {
     pub async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, Failure> {
         let r = self.auth(req).send().await.map_err(|e| self.unreachable(&e))?;
         if !r.status().is_success() {
-            return Err(refused(r).await);
+            return Err(self.refused(r).await);
         }
         Ok(r.json().await.unwrap_or(Value::Null))
     }
 
+    /// A request that got no answer, as one line with what to do: TLS spoken to a relay that
+    /// speaks plain HTTP is named as that, not as the TLS library's "corrupt message".
     pub fn unreachable(&self, e: &reqwest::Error) -> Failure {
-        Failure(format!("cannot reach the relay at {}: {}", self.base, root(e)), 2)
+        Failure(
+            format!("cannot reach the relay at {}: {}", self.base, self.why_unreachable(e)),
+            2,
+        )
+    }
+
+    /// Why a request got no answer, in a few words and, where there is one, the remedy.
+    pub fn why_unreachable(&self, e: &reqwest::Error) -> String {
+        if self.base.starts_with("https://") && not_tls(e) {
+            return format!(
+                "it answers in plain HTTP, not TLS: use --relay {}",
+                self.base.replacen("https://", "http://", 1)
+            );
+        }
+        root(e)
+    }
+
+    /// An error answer from the relay, as one line. A 401 says how the command line sends a
+    /// token (not the `Authorization` header a program would).
+    pub async fn refused(&self, r: reqwest::Response) -> Failure {
+        if r.status() != reqwest::StatusCode::UNAUTHORIZED {
+            return refused(r).await;
+        }
+        let why = match &self.token {
+            None => "the relay needs a token: pass --token TOKEN, or set CROSSTALK_TOKEN (the relay's \
+                     --token, or a participant's)"
+                .to_owned(),
+            Some(_) => format!(
+                "the relay refused {}: it is neither the relay's --token nor a participant's (check \
+                 --token and CROSSTALK_TOKEN)",
+                self.token_origin
+            ),
+        };
+        Failure(format!("the relay answered 401 Unauthorized: {why}"), 2)
     }
 
     pub async fn post(&self, channel: &str, body: Value) -> Result<Value, Failure> {
@@ -312,7 +383,7 @@ impl RelayClient {
                     }
                     on(Followed::Dropped);
                 }
-                Ok(r) if r.status().is_client_error() => return Err(refused(r).await),
+                Ok(r) if r.status().is_client_error() => return Err(self.refused(r).await),
                 Err(e) if !connected => return Err(self.unreachable(&e)),
                 Ok(_) | Err(_) => {}
             }
@@ -331,6 +402,27 @@ pub async fn refused(r: reqwest::Response) -> Failure {
     Failure(format!("the relay answered {status}: {why}"), 2)
 }
 
+/// Whether a TLS handshake failed because the other side does not speak TLS: its first
+/// bytes are no TLS record (rustls's `InvalidContentType`, as plain HTTP's answer reads).
+fn not_tls(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        // An io::Error's `source` skips the error it wraps (often another io::Error): open
+        // each layer instead.
+        let mut layer = err;
+        while let Some(inner) = layer.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            layer = inner;
+        }
+        if let Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)) =
+            layer.downcast_ref::<rustls::Error>()
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
 /// The innermost cause of an error: "Connection refused", not three layers of wrapping.
 pub fn root(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
@@ -338,6 +430,15 @@ pub fn root(e: &(dyn std::error::Error + 'static)) -> String {
         cur = next;
     }
     cur.to_string()
+}
+
+/// `s` as one word of a POSIX shell command: as it is when that is safe, else quoted.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+:=@,".contains(c)) {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 /// `s` as one URL path segment or query value.

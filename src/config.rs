@@ -1,6 +1,7 @@
 //! Command line and environment. Every setting has a flag and a `CROSSTALK_*` variable;
 //! crosstalk-mcp's `HOST`, `PORT` and `RELAY_DB` are honoured too, below our own names.
 
+use crate::client::served::{self, Origin};
 use clap::{Parser, Subcommand, ValueEnum};
 use crosstalk_actors::{Durability, Retention};
 use crosstalk_schema::ChannelName;
@@ -240,7 +241,11 @@ pub struct ServeArgs {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub host: String,
+    /// Where the host came from: a refusal caused by a `$HOST` the shell set says so.
+    pub host_origin: Origin,
     pub port: u16,
+    /// Where the port came from.
+    pub port_origin: Origin,
     pub data_dir: PathBuf,
     pub durability: Durability,
     /// The shared log, when channels are shared with other nodes through NATS.
@@ -495,6 +500,26 @@ pub fn parse_cors_origins(raw: &str) -> Result<Vec<String>, String> {
     Ok(origins)
 }
 
+/// First set of: the flag (named `flag_name`), then each environment variable in order, else
+/// `default`; with where the value came from.
+fn pick_from<T: std::str::FromStr>(
+    flag: Option<T>,
+    flag_name: &'static str,
+    vars: &[&'static str],
+    default: T,
+) -> Result<(T, Origin), String> {
+    if let Some(v) = flag {
+        return Ok((v, Origin::Flag(flag_name)));
+    }
+    match crate::client::served::env_setting(vars) {
+        None => Ok((default, Origin::Default)),
+        Some((var, raw)) => raw
+            .parse()
+            .map(|v| (v, Origin::Env(var)))
+            .map_err(|_| format!("{var}={raw:?} is not a valid value")),
+    }
+}
+
 /// First set of: the flag, then each environment variable in order.
 fn pick<T: std::str::FromStr>(flag: Option<T>, vars: &[&str]) -> Result<Option<T>, String> {
     if flag.is_some() {
@@ -532,10 +557,14 @@ impl Config {
             return Err("workers must be at least 1".into());
         }
         let nats = nats_config(&args)?;
+        let (host, host_origin) = pick_from(args.host, "--host", &served::HOST_VARS, served::DEFAULT_HOST.into())?;
+        let (port, port_origin) = pick_from(args.port, "--port", &served::PORT_VARS, served::DEFAULT_PORT)?;
         Ok(Config {
-            host: pick(args.host, &["CROSSTALK_HOST", "HOST"])?.unwrap_or_else(|| "127.0.0.1".into()),
-            port: pick(args.port, &["CROSSTALK_PORT", "PORT"])?.unwrap_or(8765),
-            data_dir: pick(args.data_dir, &["CROSSTALK_DATA_DIR", "RELAY_DB"])?
+            host,
+            host_origin,
+            port,
+            port_origin,
+            data_dir: pick(args.data_dir, &served::DATA_DIR_VARS)?
                 .or_else(crate::client::local_store_dir)
                 .unwrap_or_else(|| "crosstalk-data".into()),
             durability,

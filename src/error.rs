@@ -132,6 +132,10 @@ pub fn query_error(err: QueryPayloadError, _: &HttpRequest) -> actix_web::Error 
     ApiError::bad_request(format!("invalid query string: {err}")).into()
 }
 
+/// The error code of a relay without `--oauth` on its `/api/oauth/…` routes: a client tells
+/// "this relay has no OAuth" from "no such connection" by it.
+pub const OAUTH_OFF: &str = "oauth_off";
+
 pub async fn not_found(req: HttpRequest) -> HttpResponse {
     ApiError::new(
         StatusCode::NOT_FOUND,

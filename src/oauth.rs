@@ -325,6 +325,20 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/api/oauth/clients/{grant}", web::delete().to(revoke_grant));
 }
 
+/// A relay without `--oauth`: its `/api/oauth/…` routes answer 404 with how to turn OAuth on,
+/// not the bare "no route" of a mistyped path.
+pub fn routes_off(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::scope("/api/oauth").default_service(web::to(|| async {
+        crate::error::ApiError::new(
+            StatusCode::NOT_FOUND,
+            crate::error::OAUTH_OFF,
+            "this relay was started without OAuth: restart it with --oauth --token TOKEN (the admin's token, \
+             which mints invites and lists connections; see docs/oauth.md)",
+        )
+        .error_response()
+    })));
+}
+
 fn oauth_of(req: &HttpRequest) -> &OAuth {
     req.app_data::<web::Data<OAuth>>()
         .expect("the OAuth routes are mounted with the OAuth service")

@@ -11,6 +11,7 @@
 //! On shutdown the relay's token is cancelled (streams and waits end), the server stops and
 //! the store is flushed.
 
+use crate::client::served::{self, Origin, PidRecord};
 use crate::config::Config;
 use crate::http::routes::resource;
 use crate::http::{self, RestPolicy};
@@ -39,8 +40,14 @@ pub enum ServeError {
         path: String,
         source: crosstalk_actors::RelayError,
     },
-    #[error("cannot bind {addr}: {}", bind_remedy(.source))]
-    Bind { addr: String, source: std::io::Error },
+    #[error("cannot bind {addr}{}: {}", from_env(&[*.host_origin, *.port_origin]), bind_remedy(.source, *.host_origin))]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+        /// Where the host and the port came from, named when the environment set them.
+        host_origin: Origin,
+        port_origin: Origin,
+    },
     #[error("cannot use NATS at {urls}: {source}")]
     Nats {
         urls: String,
@@ -54,19 +61,45 @@ pub enum ServeError {
     #[error("final flush failed: {0}")]
     Flush(crosstalk_actors::RelayError),
     #[error(
-        "refusing to serve {host} without a token: anyone who can reach it could read, post and act as anyone. \
-         Set --token (or --participants / --participants-file), bind 127.0.0.1, or pass --insecure-open if this \
-         network is fully trusted"
+        "refusing to serve {host}{} without a token: anyone who can reach it could read, post and act as anyone. \
+         Set --token (or --participants / --participants-file), bind 127.0.0.1{}, or pass --insecure-open if this \
+         network is fully trusted", from_env(&[*.origin]), shell_set(*.origin)
     )]
-    OpenBeyondLoopback { host: String },
+    OpenBeyondLoopback { host: String, origin: Origin },
     #[error(
-        "--oauth needs --token: the relay's own token is the admin's, which mints the invites people consent with          (`crosstalk invite`)"
+        "--oauth needs --token: the relay's own token is the admin's, which mints the invites people consent \
+         with (`crosstalk invite`)"
     )]
     OAuthWithoutToken,
 }
 
+/// ` (from $HOST)`, ` (from $HOST and $PORT)`: the settings among `origins` that came from the
+/// environment, which the person starting the relay may not know are set.
+fn from_env(origins: &[Origin]) -> String {
+    let vars: Vec<String> = origins
+        .iter()
+        .filter(|o| matches!(o, Origin::Env(_)))
+        .map(Origin::to_string)
+        .collect();
+    match vars.as_slice() {
+        [] => String::new(),
+        vars => format!(" (from {})", vars.join(" and ")),
+    }
+}
+
+/// The remedy for a host a shell set: zsh and some login shells set `$HOST` to the machine's
+/// name, which `serve` reads as crosstalk-mcp's setting.
+fn shell_set(origin: Origin) -> &'static str {
+    match origin {
+        Origin::Env("HOST") => {
+            " (your shell may set $HOST to this machine's name: `unset HOST`, or set CROSSTALK_HOST=127.0.0.1)"
+        }
+        _ => "",
+    }
+}
+
 /// A failed bind, and what to do about it.
-fn bind_remedy(e: &std::io::Error) -> String {
+fn bind_remedy(e: &std::io::Error, host_origin: Origin) -> String {
     match e.kind() {
         std::io::ErrorKind::AddrInUse => "the address is in use: another relay may run there (`crosstalk status` \
             says), or another program; stop it, or choose another --port (--port 0 picks a free one)"
@@ -74,9 +107,11 @@ fn bind_remedy(e: &std::io::Error) -> String {
         std::io::ErrorKind::PermissionDenied => {
             "permission denied: ports below 1024 need privileges; choose --port 1024 or above".into()
         }
-        std::io::ErrorKind::AddrNotAvailable => {
-            "no interface of this machine has that address: check --host (127.0.0.1 for this machine only)".into()
-        }
+        std::io::ErrorKind::AddrNotAvailable => format!(
+            "no interface of this machine has that address: check --host (127.0.0.1 for this machine only){}",
+            shell_set(host_origin)
+        ),
+        _ if matches!(host_origin, Origin::Env("HOST")) => format!("{e}{}", shell_set(host_origin)),
         _ => e.to_string(),
     }
 }
@@ -91,7 +126,7 @@ static HELD: parking_lot::Mutex<Vec<(std::path::PathBuf, std::fs::File)>> = park
 /// process may write, and no other relay is using. Every refusal names the directory, the
 /// cause and the remedy.
 pub fn claim_data_dir(dir: &std::path::Path) -> Result<(), ServeError> {
-    use std::io::{ErrorKind, Read, Seek, Write};
+    use std::io::{ErrorKind, Read};
     let path = dir.display().to_string();
     let refuse = |why: String| ServeError::DataDir {
         path: path.clone(),
@@ -141,26 +176,52 @@ pub fn claim_data_dir(dir: &std::path::Path) -> Result<(), ServeError> {
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            let who = match pid.trim().parse::<u32>() {
-                Ok(pid) => format!("another relay (pid {pid})"),
-                Err(_) => "another relay".to_owned(),
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            let stop = |h: &PidRecord| {
+                let at = h.url.as_deref().map(|u| format!(" at {u}")).unwrap_or_default();
+                let dir = crate::client::shell_quote(&path);
+                format!(
+                    "another relay ({}){at} is using it: stop that one first (`crosstalk stop --data-dir {dir}`), \
+                     or give this one another --data-dir",
+                    h.who()
+                )
             };
-            return Err(refuse(format!(
-                "{who} is using it: stop that one first (`crosstalk stop` for the local relay), or give this one \
-                 another --data-dir"
-            )));
+            return Err(refuse(match PidRecord::parse(&text) {
+                Some(h) if h.reachable_here() => stop(&h),
+                // Its pid means nothing here, and no signal from here reaches it.
+                Some(h) => format!(
+                    "another relay ({}) is using it: {}, or give this one another volume or --data-dir",
+                    h.who(),
+                    h.stop_elsewhere()
+                ),
+                None => "another relay is using it: stop that one first, or give this one another --data-dir".into(),
+            }));
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(refuse(io_why("cannot lock its pid file", &e))),
     }
-    let wrote = file
-        .set_len(0)
-        .and_then(|()| file.rewind())
-        .and_then(|()| writeln!(file, "{}", std::process::id()));
-    wrote.map_err(|e| refuse(io_why("cannot write its pid file", &e)))?;
+    write_pid_file(&mut file, &PidRecord::here(None)).map_err(|e| refuse(io_why("cannot write its pid file", &e)))?;
     HELD.lock().push((dir.to_path_buf(), file));
     Ok(())
+}
+
+/// Replaces a pid file's text with `record`.
+fn write_pid_file(file: &mut std::fs::File, record: &PidRecord) -> std::io::Result<()> {
+    use std::io::{Seek, Write};
+    file.set_len(0)?;
+    file.rewind()?;
+    file.write_all(record.render().as_bytes())
+}
+
+/// Adds the URL the relay answers at to the pid file of `dir`, if this process holds it, so
+/// that `crosstalk status` asks the relay there, whatever port it was given.
+fn record_url(dir: &std::path::Path, url: String) {
+    let mut held = HELD.lock();
+    if let Some((_, file)) = held.iter_mut().find(|(d, _)| d == dir) {
+        if let Err(e) = write_pid_file(file, &PidRecord::here(Some(url))) {
+            tracing::warn!(error = %e, dir = %dir.display(), "cannot record the address in the pid file");
+        }
+    }
 }
 
 /// Lets `dir` go: another relay may now use it.
@@ -256,11 +317,17 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
     if !is_loopback(&config.host) && !config.auth.enabled() && !config.insecure_open {
         return Err(ServeError::OpenBeyondLoopback {
             host: config.host.clone(),
+            origin: config.host_origin,
         });
     }
     // The port first: a busy port is reported before any actor or store is started.
     let addr = format!("{}:{}", config.host, config.port);
-    let listener = std::net::TcpListener::bind(&addr).map_err(|source| ServeError::Bind { addr, source })?;
+    let listener = std::net::TcpListener::bind(&addr).map_err(|source| ServeError::Bind {
+        addr,
+        source,
+        host_origin: config.host_origin,
+        port_origin: config.port_origin,
+    })?;
     let relay = open(&config).await?;
     serve(relay, config, listener, wait_for_signal()).await
 }
@@ -380,11 +447,12 @@ pub async fn serve(
     // What actix-http answers by itself (a head it cannot parse, or too large) is JSON too.
     actix_http::h1::set_error_answer(crate::error::dispatcher_error);
     let server = HttpServer::new(move || {
-        let oauth_routes = |cfg: &mut web::ServiceConfig| {
-            if let Some(o) = &oauth {
+        let oauth_routes = |cfg: &mut web::ServiceConfig| match &oauth {
+            Some(o) => {
                 cfg.app_data(o.clone()).app_data(limits.clone()).app_data(cimd.clone());
                 crate::oauth::routes(cfg);
             }
+            None => crate::oauth::routes_off(cfg),
         };
         App::new()
             .configure(oauth_routes)
@@ -438,6 +506,9 @@ pub async fn serve(
         // Scripts and tests read this line to find the port when it was 0.
         say(std::io::stdout(), format_args!("crosstalk listening on http://{a}"));
         tracing::info!(addr = %a, data_dir = %config.data_dir.display(), durability = ?config.durability, "listening");
+    }
+    if let Some(a) = server.addrs().first() {
+        record_url(&config.data_dir, served::local_url(*a));
     }
     let server = server.run();
     let handle = server.handle();

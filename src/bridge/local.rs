@@ -27,6 +27,7 @@ async fn answers(http: &reqwest::Client, url: &str) -> bool {
 /// The URL of the local relay at `addr`, started (detached) if nothing answers there.
 pub async fn ensure(addr: &str, data: &Path) -> Result<String, Failure> {
     let url = format!("http://{addr}");
+    crate::client::tls();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .no_proxy()
@@ -53,6 +54,26 @@ pub async fn ensure(addr: &str, data: &Path) -> Result<String, Failure> {
     if answers(&http, &url).await {
         return Ok(url);
     }
+    let store = data.join(crate::client::LOCAL_STORE);
+    // A relay already serves the store but not here (`crosstalk serve --port …`, or one that
+    // hangs): starting another would only meet its lock.
+    if let Some(holder) = crate::client::served::served_by(&store)? {
+        let dir = crate::client::shell_quote(&store.display().to_string());
+        let next = match &holder.url {
+            Some(at) if *at != url => format!("point this bridge at it (--relay {at}), or stop it"),
+            _ => "stop it".to_owned(),
+        };
+        return Err(Failure(
+            format!(
+                "the local relay's store {} is served by {}{} and nothing answers at {url}: {next} \
+                 (`crosstalk stop --data-dir {dir}`)",
+                store.display(),
+                holder.who(),
+                holder.url.as_deref().map(|u| format!(" at {u}")).unwrap_or_default(),
+            ),
+            2,
+        ));
+    }
     let log_path = data.join("relay.log");
     let log = File::options()
         .create(true)
@@ -60,7 +81,7 @@ pub async fn ensure(addr: &str, data: &Path) -> Result<String, Failure> {
         .open(&log_path)
         .map_err(|e| Failure(format!("cannot open {}: {e}", log_path.display()), 2))?;
     let exe = std::env::current_exe().map_err(|e| Failure(format!("cannot find this program: {e}"), 2))?;
-    let mut child = start(&exe, host, port, &data.join(crate::client::LOCAL_STORE), log)?;
+    let mut child = start(&exe, host, port, &store, log)?;
     let started = Instant::now();
     loop {
         if answers(&http, &url).await {
@@ -69,8 +90,14 @@ pub async fn ensure(addr: &str, data: &Path) -> Result<String, Failure> {
             return Ok(url);
         }
         if let Ok(Some(status)) = child.try_wait() {
+            // Its last line says why, and what to do (a refusal of `serve` is one line).
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let why = log.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
             return Err(Failure(
-                format!("the local relay exited at start ({status}); see {}", log_path.display()),
+                format!(
+                    "the local relay exited at start ({status}): {why} (its log: {})",
+                    log_path.display()
+                ),
                 2,
             ));
         }
@@ -111,4 +138,34 @@ fn start(exe: &Path, host: &str, port: &str, store: &Path, log: File) -> Result<
     }
     cmd.spawn()
         .map_err(|e| Failure(format!("cannot start the local relay ({}): {e}", exe.display()), 2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The local store held by a relay that listens elsewhere: the bridge is told where, and
+    /// starts no second relay to meet the lock.
+    #[tokio::test]
+    async fn a_store_served_elsewhere_is_named_not_started_again() {
+        use std::io::Write;
+        let data = tempfile::tempdir().unwrap();
+        let store = data.path().join(crate::client::LOCAL_STORE);
+        std::fs::create_dir_all(&store).unwrap();
+        let mut pid_file = File::create(store.join(crate::client::PID_FILE)).unwrap();
+        pid_file.lock().unwrap();
+        let elsewhere = crate::client::served::PidRecord::here(Some("http://127.0.0.1:9".into()));
+        pid_file.write_all(elsewhere.render().as_bytes()).unwrap();
+        let free = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let Failure(why, _) = ensure(&free.to_string(), data.path()).await.unwrap_err();
+        assert!(
+            why.contains(&format!("served by pid {} at http://127.0.0.1:9", elsewhere.pid)),
+            "{why}"
+        );
+        assert!(why.contains("--relay http://127.0.0.1:9"), "{why}");
+        assert!(!data.path().join("relay.log").exists(), "a relay was started");
+    }
 }

@@ -444,7 +444,10 @@ fn status_and_stop_find_the_relay_by_its_data_directory() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let said = text(&out.stdout);
     assert!(said.contains(": ok"), "{said}");
-    assert!(said.contains(&format!("served by pid {}", relay.pid())), "{said}");
+    assert!(
+        said.contains(&format!("pid {} serves {d} at {}", relay.pid(), relay.url(""))),
+        "{said}"
+    );
 
     let out = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
         .args(["stop", "--data-dir", &d])
@@ -464,7 +467,11 @@ fn status_and_stop_find_the_relay_by_its_data_directory() {
 
     let out = run(crosstalk(&relay, &["status", "--data-dir", &d]));
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stdout).contains("no relay answers"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("cannot reach a relay"),
+        "{}",
+        text(&out.stdout)
+    );
     assert!(
         text(&out.stdout).contains(&format!("no relay uses {d}")),
         "{}",
@@ -551,4 +558,355 @@ async fn answer_decides_a_permission_prompt() {
     assert!(text(&out.stderr).contains("already answered"), "{}", text(&out.stderr));
     let (_, got) = get_json(&c, &s.url(&format!("/api/channels/ops/messages/{id}"))).await;
     assert_eq!(got["status"], "answered", "{got}");
+}
+
+/// `crosstalk` with a home of its own (so the default data directory is an empty one) and none
+/// of the settings this machine's shell may carry.
+fn bare(home: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
+    c.env("HOME", home).env_remove("XDG_DATA_HOME").env("RUST_LOG", "warn");
+    for var in [
+        "CROSSTALK_URL",
+        "CROSSTALK_TOKEN",
+        "CROSSTALK_DATA_DIR",
+        "RELAY_DB",
+        "CROSSTALK_HOST",
+        "HOST",
+        "CROSSTALK_PORT",
+        "PORT",
+    ] {
+        c.env_remove(var);
+    }
+    c.stdin(Stdio::null());
+    c
+}
+
+/// `serve` with its data directory and port from the environment, as a user may start it; the
+/// relay and the URL it printed.
+fn serve_from_env(home: &std::path::Path, env: &[(&str, &str)]) -> (std::process::Child, String) {
+    let mut relay = bare(home)
+        .arg("serve")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(relay.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("crosstalk listening on ")
+        .unwrap_or_else(|| panic!("the relay did not start: {line:?}"))
+        .to_owned();
+    (relay, url)
+}
+
+/// `CROSSTALK_DATA_DIR=… crosstalk serve` on a port of its own: `status` and `stop` with the
+/// same environment find it, name its address and stop it; without it, `stop` says which
+/// directory it looked at and how to name the other.
+#[test]
+fn status_and_stop_honour_the_settings_serve_reads() {
+    let home = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let d = data.path().display().to_string();
+    let (mut relay, url) = serve_from_env(home.path(), &[("CROSSTALK_DATA_DIR", &d), ("CROSSTALK_PORT", "0")]);
+    // The listening line has the bound address; a client reaches it on loopback.
+    let url = url.replace("0.0.0.0", "127.0.0.1");
+    let pid = relay.id();
+
+    // Nothing on 8765 here, nor in the default directory: status asks the relay serving the
+    // directory the environment names, where it said it listens.
+    let out = bare(home.path())
+        .arg("status")
+        .env("CROSSTALK_DATA_DIR", &d)
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said} {}", text(&out.stderr));
+    assert!(said.starts_with(&format!("relay at {url}: ok")), "{said}");
+    assert!(said.contains(&format!("pid {pid} serves {d} at {url}")), "{said}");
+    // RELAY_DB, crosstalk-mcp's name, is honoured as `serve` honours it.
+    let out = bare(home.path()).arg("status").env("RELAY_DB", &d).output().unwrap();
+    assert!(
+        text(&out.stdout).contains(&format!("pid {pid} serves {d}")),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // Asked at another address, status says where the directory's relay is.
+    let out = bare(home.path())
+        .args(["status", "--relay", "http://127.0.0.1:9", "--data-dir", &d])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = text(&out.stdout);
+    assert!(said.contains(&format!("`crosstalk status --relay {url}`")), "{said}");
+    assert!(
+        !said.contains("crosstalk serve"),
+        "advice that runs into the lock: {said}"
+    );
+
+    // Without the setting, stop names the directory it looked at and how to name the other.
+    let out = bare(home.path()).arg("stop").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    let default = home.path().join(".local/share/crosstalk/store").display().to_string();
+    assert!(err.contains(&format!("no relay uses {default}")), "{err}");
+    assert!(err.contains("CROSSTALK_DATA_DIR"), "{err}");
+    assert!(relay.try_wait().unwrap().is_none(), "stopped the wrong relay");
+
+    let out = bare(home.path())
+        .arg("stop")
+        .env("CROSSTALK_DATA_DIR", &d)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&format!("stopped the relay (pid {pid}) using {d}")));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while relay.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the relay still runs after `crosstalk stop`");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = bare(home.path())
+        .arg("status")
+        .env("CROSSTALK_DATA_DIR", &d)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = text(&out.stdout);
+    assert!(said.contains(&format!("no relay uses {d}")), "{said}");
+    assert!(said.contains("Start one with `crosstalk serve`"), "{said}");
+}
+
+/// A data directory held by a relay in another container (a volume two containers mount): its
+/// pid means nothing here, so a second relay, `status` and `stop` say where it runs and how to
+/// stop it there, and `stop` signals no process of this machine.
+#[test]
+fn a_relay_in_another_container_is_named_and_not_signalled() {
+    use std::io::Write as _;
+    let home = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let d = data.path().display().to_string();
+    // A live process of this machine whose pid the record names: it must survive `stop`.
+    let mut bystander = Command::new("sleep").arg("30").spawn().unwrap();
+    let mut pid_file = std::fs::File::create(data.path().join("relay.pid")).unwrap();
+    pid_file.lock().unwrap();
+    write!(
+        pid_file,
+        "{}\nurl=http://127.0.0.1:8765\npid_ns=pid:[1]\nhost=3f2a9c1b7d0e\n",
+        bystander.id()
+    )
+    .unwrap();
+
+    let out = bare(home.path())
+        .args(["serve", "--port", "0", "--data-dir", &d])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("another container or machine (host 3f2a9c1b7d0e)"),
+        "{err}"
+    );
+    assert!(err.contains("docker stop 3f2a9c1b7d0e"), "{err}");
+    assert!(
+        !err.contains("`crosstalk stop --data-dir"),
+        "advice that cannot work: {err}"
+    );
+
+    let out = bare(home.path()).args(["stop", "--data-dir", &d]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("a signal from here cannot reach") && err.contains("docker stop 3f2a9c1b7d0e"),
+        "{err}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        bystander.try_wait().unwrap().is_none(),
+        "stop signalled a process of this machine"
+    );
+
+    let out = bare(home.path())
+        .args(["status", "--data-dir", &d, "--relay", "http://127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stdout).contains("served by pid") && text(&out.stdout).contains("another container"),
+        "{}",
+        text(&out.stdout)
+    );
+    bystander.kill().unwrap();
+    let _ = bystander.wait();
+}
+
+/// Each mistake a first hour meets ends in one line on stderr, exit 2, that says what to do
+/// next, in the command line's terms.
+#[test]
+fn every_error_says_the_next_step() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let one_line = |out: &Output, needles: &[&str]| -> String {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        for n in needles {
+            assert!(err.contains(n), "{n:?} not in: {err}");
+        }
+        err
+    };
+
+    // A relay with a token: the 401 names --token and CROSSTALK_TOKEN, and which was refused.
+    let s = Server::start_with(&["--token", "right"]);
+    let err = one_line(
+        &bare(h).args(["channels", "--relay", &s.url("")]).output().unwrap(),
+        &["--token", "CROSSTALK_TOKEN"],
+    );
+    assert!(!err.contains("Authorization"), "{err}");
+    one_line(
+        &bare(h)
+            .args(["channels", "--relay", &s.url("")])
+            .env("CROSSTALK_TOKEN", "stale")
+            .output()
+            .unwrap(),
+        &["refused $CROSSTALK_TOKEN"],
+    );
+    one_line(
+        &bare(h)
+            .args(["send", "dev", "x", "--relay", &s.url(""), "--token", "wrong"])
+            .output()
+            .unwrap(),
+        &["refused --token"],
+    );
+
+    // OAuth's commands on a relay without --oauth say how to start one with it.
+    for args in [
+        vec!["invite"],
+        vec!["clients"],
+        vec!["clients", "--revoke", "3f2a9c1b7d0e"],
+    ] {
+        let out = bare(h)
+            .args(&args)
+            .args(["--relay", &s.url(""), "--token", "right"])
+            .output()
+            .unwrap();
+        let err = one_line(&out, &["--oauth --token"]);
+        assert!(
+            !err.contains("no route") && !err.contains("no connection"),
+            "{args:?}: {err}"
+        );
+    }
+
+    // The MCP endpoint where the relay's address belongs: the address to give instead.
+    for cmd in ["status", "channels"] {
+        one_line(
+            &bare(h).args([cmd, "--relay", &s.url("/mcp")]).output().unwrap(),
+            &[&format!("--relay {}", s.url(""))],
+        );
+    }
+    // https:// to a relay that speaks plain HTTP.
+    let tls = s.url("").replacen("http://", "https://", 1);
+    one_line(
+        &bare(h).args(["channels", "--relay", &tls]).output().unwrap(),
+        &["plain HTTP", &format!("--relay {}", s.url(""))],
+    );
+    let out = bare(h).args(["status", "--relay", &tls]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains("plain HTTP"), "{}", text(&out.stdout));
+
+    // guard outside a git checkout: one line, not git's usage.
+    let nowhere = tempfile::tempdir().unwrap();
+    for extra in [&[][..], &["--install"][..]] {
+        let out = bare(h)
+            .args(["guard", "--as", "me", "--relay", &s.url("")])
+            .args(extra)
+            .current_dir(nowhere.path())
+            .env("GIT_CEILING_DIRECTORIES", nowhere.path().parent().unwrap())
+            .output()
+            .unwrap();
+        one_line(&out, &["not in a git checkout", "inside the repository"]);
+    }
+
+    // serve --oauth without --token: one line, no run of spaces.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let err = one_line(
+        &bare(h)
+            .args(["serve", "--oauth", "--port", "0", "--data-dir", &d])
+            .output()
+            .unwrap(),
+        &["--oauth needs --token"],
+    );
+    assert!(!err.contains("  "), "{err:?}");
+
+    // A host that came from $HOST (zsh sets it to the machine's name) is named as such.
+    one_line(
+        &bare(h)
+            .args(["serve", "--port", "0", "--data-dir", &d])
+            .env("HOST", "my-laptop")
+            .output()
+            .unwrap(),
+        &["my-laptop (from $HOST)", "unset HOST"],
+    );
+    one_line(
+        &bare(h)
+            .args(["serve", "--port", "0", "--data-dir", &d, "--token", "t"])
+            .env("HOST", "192.0.2.1")
+            .output()
+            .unwrap(),
+        &["cannot bind 192.0.2.1:0 (from $HOST)", "unset HOST"],
+    );
+
+    // Durations everywhere: a span or a number of seconds; anything else says what to write.
+    for (timeout, said) in [("300ms", "within 300ms"), ("0.2", "within 200ms")] {
+        let started = Instant::now();
+        let out = bare(h)
+            .args([
+                "wait",
+                "dev",
+                "--timeout",
+                timeout,
+                "--relay",
+                &s.url(""),
+                "--token",
+                "right",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{timeout}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(said), "{timeout}: {}", text(&out.stderr));
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+    let out = bare(h)
+        .args(["ask", "dev", "?", "--timeout", "2x", "--relay", &s.url("")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("30s, 5m"), "{}", text(&out.stderr));
+}
+
+/// `invite --expires` takes a number of seconds as well as a span.
+#[test]
+fn invite_expires_takes_seconds_or_a_span() {
+    let home = tempfile::tempdir().unwrap();
+    let s = Server::start_with(&["--oauth", "--token", "admin"]);
+    for expires in ["3600", "90m"] {
+        let out = bare(home.path())
+            .args([
+                "invite",
+                "--expires",
+                expires,
+                "--relay",
+                &s.url(""),
+                "--token",
+                "admin",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{expires}: {}", text(&out.stderr));
+        assert!(!text(&out.stdout).is_empty(), "{expires}: no code printed");
+    }
 }
