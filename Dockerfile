@@ -3,12 +3,13 @@
 # (clients send it as `Authorization: Bearer …`, or CROSSTALK_TOKEN for the CLI and bridge):
 #   TOKEN=$(openssl rand -hex 32); echo "$TOKEN"
 # Run:   docker run -d -p 8765:8765 -v crosstalk-data:/data -e CROSSTALK_TOKEN="$TOKEN" crosstalk
-# tests/dockerfile.rs mirrors these steps (build command, runtime environment, entrypoint) and
+# tests/it/dockerfile.rs mirrors these steps (build command, runtime environment, entrypoint) and
 # runs the binary with the image's exact environment and command plus this run line's -e.
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
+# The release profile ships a lean binary: no debug info (Cargo.toml; `--profile profiling` keeps it).
 RUN cargo build --release --locked -p crosstalk
 
 FROM debian:bookworm-slim

@@ -581,9 +581,19 @@ fn bare(home: &std::path::Path) -> Command {
     c
 }
 
+/// A process a test started, killed when the test ends, whether it passes or not.
+struct Spawned(std::process::Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `serve` with its data directory and port from the environment, as a user may start it; the
 /// relay and the URL it printed.
-fn serve_from_env(home: &std::path::Path, env: &[(&str, &str)]) -> (std::process::Child, String) {
+fn serve_from_env(home: &std::path::Path, env: &[(&str, &str)]) -> (Spawned, String) {
     let mut relay = bare(home)
         .arg("serve")
         .envs(env.iter().copied())
@@ -600,7 +610,7 @@ fn serve_from_env(home: &std::path::Path, env: &[(&str, &str)]) -> (std::process
         .strip_prefix("crosstalk listening on ")
         .unwrap_or_else(|| panic!("the relay did not start: {line:?}"))
         .to_owned();
-    (relay, url)
+    (Spawned(relay), url)
 }
 
 /// `CROSSTALK_DATA_DIR=… crosstalk serve` on a port of its own: `status` and `stop` with the
@@ -614,7 +624,7 @@ fn status_and_stop_honour_the_settings_serve_reads() {
     let (mut relay, url) = serve_from_env(home.path(), &[("CROSSTALK_DATA_DIR", &d), ("CROSSTALK_PORT", "0")]);
     // The listening line has the bound address; a client reaches it on loopback.
     let url = url.replace("0.0.0.0", "127.0.0.1");
-    let pid = relay.id();
+    let pid = relay.0.id();
 
     // Nothing on 8765 here, nor in the default directory: status asks the relay serving the
     // directory the environment names, where it said it listens.
@@ -655,7 +665,7 @@ fn status_and_stop_honour_the_settings_serve_reads() {
     let default = home.path().join(".local/share/crosstalk/store").display().to_string();
     assert!(err.contains(&format!("no relay uses {default}")), "{err}");
     assert!(err.contains("CROSSTALK_DATA_DIR"), "{err}");
-    assert!(relay.try_wait().unwrap().is_none(), "stopped the wrong relay");
+    assert!(relay.0.try_wait().unwrap().is_none(), "stopped the wrong relay");
 
     let out = bare(home.path())
         .arg("stop")
@@ -665,7 +675,7 @@ fn status_and_stop_honour_the_settings_serve_reads() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains(&format!("stopped the relay (pid {pid}) using {d}")));
     let deadline = Instant::now() + Duration::from_secs(5);
-    while relay.try_wait().unwrap().is_none() {
+    while relay.0.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "the relay still runs after `crosstalk stop`");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -690,13 +700,13 @@ fn a_relay_in_another_container_is_named_and_not_signalled() {
     let data = tempfile::tempdir().unwrap();
     let d = data.path().display().to_string();
     // A live process of this machine whose pid the record names: it must survive `stop`.
-    let mut bystander = Command::new("sleep").arg("30").spawn().unwrap();
+    let mut bystander = Spawned(Command::new("sleep").arg("30").spawn().unwrap());
     let mut pid_file = std::fs::File::create(data.path().join("relay.pid")).unwrap();
     pid_file.lock().unwrap();
     write!(
         pid_file,
         "{}\nurl=http://127.0.0.1:8765\npid_ns=pid:[1]\nhost=3f2a9c1b7d0e\n",
-        bystander.id()
+        bystander.0.id()
     )
     .unwrap();
 
@@ -726,7 +736,7 @@ fn a_relay_in_another_container_is_named_and_not_signalled() {
     );
     std::thread::sleep(Duration::from_millis(200));
     assert!(
-        bystander.try_wait().unwrap().is_none(),
+        bystander.0.try_wait().unwrap().is_none(),
         "stop signalled a process of this machine"
     );
 
@@ -739,8 +749,6 @@ fn a_relay_in_another_container_is_named_and_not_signalled() {
         "{}",
         text(&out.stdout)
     );
-    bystander.kill().unwrap();
-    let _ = bystander.wait();
 }
 
 /// Each mistake a first hour meets ends in one line on stderr, exit 2, that says what to do

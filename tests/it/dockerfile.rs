@@ -51,6 +51,78 @@ fn dockerfile_is_multi_stage_non_root_with_a_volume() {
     assert!(status.success(), "Cargo.lock is committed and current (--locked)");
 }
 
+/// The table `[name]` of a TOML file's text, as `key = value` pairs (this manifest's profiles
+/// are flat tables of plain values).
+fn toml_table(text: &str, name: &str) -> Vec<(String, String)> {
+    let header = format!("[{name}]");
+    text.lines()
+        .skip_while(|l| l.trim() != header)
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().trim_matches('"').to_owned()))
+        .collect()
+}
+
+/// The image (and `cargo install`) ships the release profile's binary: without debug info,
+/// which made it 221 MB. The symbols profiling needs live in a profile of their own, which
+/// bench/profile builds.
+#[test]
+fn the_release_binary_is_lean_and_profiling_keeps_its_symbols() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let manifest = std::fs::read_to_string(format!("{root}/Cargo.toml")).unwrap();
+    let release = toml_table(&manifest, "profile.release");
+    let get = |t: &[(String, String)], k: &str| t.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+    assert!(
+        matches!(get(&release, "debug").as_deref(), None | Some("false" | "0" | "none")),
+        "the release profile keeps debug info: {release:?}"
+    );
+    assert!(
+        matches!(
+            get(&release, "strip").as_deref(),
+            Some("true" | "debuginfo" | "symbols")
+        ),
+        "the release profile does not strip: {release:?}"
+    );
+    let profiling = toml_table(&manifest, "profile.profiling");
+    assert_eq!(get(&profiling, "inherits").as_deref(), Some("release"), "{profiling:?}");
+    assert!(
+        matches!(
+            get(&profiling, "debug").as_deref(),
+            Some("1" | "2" | "true" | "limited" | "full" | "line-tables-only")
+        ),
+        "{profiling:?}"
+    );
+    assert_eq!(get(&profiling, "strip").as_deref(), Some("none"), "{profiling:?}");
+    let profile_script = std::fs::read_to_string(format!("{root}/bench/profile")).unwrap();
+    assert!(
+        profile_script.contains("--profile profiling"),
+        "bench/profile profiles the lean build"
+    );
+    // The Dockerfile copies what the release profile built.
+    assert!(dockerfile().contains("COPY --from=build /src/target/release/crosstalk "));
+}
+
+/// Every file of this repository the Dockerfile's comments name exists (one named
+/// `tests/dockerfile.rs` after it had moved to `tests/it/`).
+#[test]
+fn the_files_the_dockerfile_names_exist() {
+    let text = dockerfile();
+    let named: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .flat_map(|l| l.split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ','))
+        .filter(|w| w.ends_with(".rs") || w.ends_with(".md"))
+        .collect();
+    assert!(!named.is_empty(), "the Dockerfile names the test that mirrors it");
+    for path in named {
+        assert!(
+            std::path::Path::new(&format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).is_file(),
+            "the Dockerfile names {path}, which does not exist"
+        );
+    }
+}
+
 /// The image builds from `COPY . .`: every crate the workspace patches in from a folder of its
 /// own (`[patch.crates-io]`: the vendored sled, actix-http and rmcp) must be in the build context, not left out by
 /// `.dockerignore`.
