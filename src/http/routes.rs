@@ -179,9 +179,10 @@ where
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
         Ok(HttpResponse::build(status).content_type("application/json").body(json))
     });
-    let oauth = req.app_data::<web::Data<OAuth>>().map(|o| o.get_ref().clone());
-    match (req.extensions().get::<Credential>().cloned(), oauth) {
-        (Some(credential), Some(oauth)) => {
+    let credential = req.extensions().get::<Credential>().cloned();
+    let watched = credential.and_then(|c| Some((c, req.app_data::<web::Data<OAuth>>()?.get_ref().clone())));
+    match watched {
+        Some((credential, oauth)) => {
             let path = req.path().to_owned();
             Either::Right(async move {
                 match future::select(Box::pin(answered), Box::pin(oauth.clone().ended(credential))).await {
@@ -193,7 +194,7 @@ where
                 }
             })
         }
-        _ => Either::Left(answered),
+        None => Either::Left(answered),
     }
 }
 

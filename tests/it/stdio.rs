@@ -435,8 +435,9 @@ async fn core_tool_set_is_the_lean_list_plus_the_bridges_own() {
     );
     let size = serde_json::to_vec(&list).unwrap().len();
     println!("crosstalk mcp --tools core: tools/list {size} bytes");
-    // (5,000 before every tool carried openWorldHint: false, #60.)
-    assert!(size <= 5_200, "{size} bytes");
+    // (5,000 before every tool carried openWorldHint: false, and the bridge's own tools their
+    // annotations, #60.)
+    assert!(size <= 5_500, "{size} bytes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
