@@ -279,7 +279,7 @@ ids = await list.locator("li").evaluateAll((lis) => lis.map((l) => Number(l.data
 check(ids.includes(after.id) && new Set(ids).size === ids.length, "the page resumed after the restart, nothing doubled", ids);
 // While the relay was down its requests failed to connect, and nothing else went wrong.
 const down = take(page);
-const unreachable = /^(console: Failed to load resource: )?net::ERR_(CONNECTION_REFUSED|CONNECTION_RESET|EMPTY_RESPONSE|INCOMPLETE_CHUNKED_ENCODING)\b/;
+const unreachable = /^(console: Failed to load resource: )?net::ERR_(CONNECTION_REFUSED|CONNECTION_RESET|CONNECTION_CLOSED|SOCKET_NOT_CONNECTED|EMPTY_RESPONSE|INCOMPLETE_CHUNKED_ENCODING)\b/;
 check(down.every((t) => unreachable.test(t)), "while the relay was down, only its requests failed", down);
 
 // After the restart nobody is present: "On this channel" lists who used it (helper-9, offline),
