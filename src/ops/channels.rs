@@ -43,7 +43,7 @@ impl Operation for ListChannels {
     async fn run(cx: &Ctx, _: Caller, r: ListRequest) -> Result<ChannelList, OpError> {
         let mut channels = cx.relay.list_channels()?;
         if let Some(after) = r.after {
-            match channels.iter().position(|c| c.channel == after.as_str()) {
+            match channels.iter().position(|(name, _)| *name == after) {
                 Some(at) => {
                     channels.drain(..=at);
                 }
@@ -51,6 +51,11 @@ impl Operation for ListChannels {
             }
         }
         channels.truncate(Limit::or(r.limit, usize::MAX));
+        // The page's rows only read their channels' state.
+        let channels = channels
+            .iter()
+            .map(|(name, meta)| cx.relay.described(name, meta).map(|(row, _)| row))
+            .collect::<Result<_, _>>()?;
         Ok(ChannelList { channels })
     }
 }

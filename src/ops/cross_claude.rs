@@ -548,17 +548,14 @@ impl Operation for GetReplies {
             None => {
                 // Ids are unique across channels: the channel is one whose ids reach this far.
                 let mut found = None;
-                for c in cx
+                for (name, _) in cx
                     .relay
                     .list_channels()?
                     .iter()
-                    .filter(|c| c.last_id >= id)
+                    .filter(|(_, meta)| meta.last_message_id >= id)
                     .take(FIND_MESSAGE_CHANNELS)
                 {
-                    let Ok(name) = ChannelName::parse(&c.channel) else {
-                        continue;
-                    };
-                    if let Some(p) = cx.relay.message(&name, id).await? {
+                    if let Some(p) = cx.relay.message(name, id).await? {
                         found = Some(p);
                         break;
                     }
@@ -613,11 +610,9 @@ pub struct CcChannels {
 async fn rows(cx: &Ctx, query: Option<&str>) -> Result<Vec<CcChannelRow>, OpError> {
     let needle = query.map(|q| q.trim().to_lowercase());
     let mut out = Vec::new();
-    for summary in cx.relay.list_channels()? {
-        let Ok(name) = ChannelName::parse(&summary.channel) else {
-            continue;
-        };
-        let description = cx.relay.channel_state(&name)?.description.filter(|d| !d.is_empty());
+    for (name, meta) in cx.relay.list_channels()? {
+        let (summary, state) = cx.relay.described(&name, &meta)?;
+        let description = state.description.filter(|d| !d.is_empty());
         if let Some(n) = &needle {
             let hit = summary.channel.contains(n.as_str())
                 || description

@@ -6,7 +6,7 @@ use crate::channel::{Describe, EndSession, StartSession};
 use crate::error::RelayError;
 use crate::search::{self, Query};
 use crate::view::{ChannelView, Posted};
-use crosstalk_schema::{ChannelName, ChannelState, ChannelSummary};
+use crosstalk_schema::{ChannelMeta, ChannelName, ChannelState, ChannelSummary};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,23 +88,34 @@ impl Relay {
         }
     }
 
-    /// Every channel with at least one event, most recently active first. Reads each one's
-    /// state (one read per channel not open), for its open questions and session.
-    pub fn list_channels(&self) -> Result<Vec<ChannelSummary>, RelayError> {
+    /// Every channel with at least one event, most recently active first, with its committed
+    /// summary: the summaries only, so a caller reads a channel's state ([`Relay::described`])
+    /// for the rows it answers with, not for every channel of the relay.
+    pub fn list_channels(&self) -> Result<Vec<(ChannelName, ChannelMeta)>, RelayError> {
         let mut metas: HashMap<ChannelName, _> = self.inner.store.channels()?.into_iter().collect();
         // Open channels may have a batch in flight: show only what they have committed.
         for (name, handle) in self.inner.directory.read().iter() {
             metas.insert(name.clone(), handle.view.meta());
         }
-        let mut list = Vec::with_capacity(metas.len());
-        for (name, meta) in metas.iter().filter(|(_, m)| m.last_id > 0) {
-            let state = self.channel_state(name)?;
-            let open = state.open_questions.len();
-            list.push(ChannelSummary::new(name, meta, open, state.active_session()));
-        }
+        let mut list: Vec<_> = metas.into_iter().filter(|(_, m)| m.last_id > 0).collect();
         // Most recently active first; by name among equals, so pages are stable.
-        list.sort_by(|a, b| b.last_id.cmp(&a.last_id).then_with(|| a.channel.cmp(&b.channel)));
+        list.sort_by(|(a, am), (b, bm)| {
+            bm.last_message_id
+                .cmp(&am.last_message_id)
+                .then_with(|| a.as_str().cmp(b.as_str()))
+        });
         Ok(list)
+    }
+
+    /// A channel's row of a listing and its state, read once (one store read for a channel
+    /// that is not open): the row's open questions and session come from the state.
+    pub fn described(
+        &self,
+        name: &ChannelName,
+        meta: &ChannelMeta,
+    ) -> Result<(ChannelSummary, ChannelState), RelayError> {
+        let state = self.channel_state(name)?;
+        Ok((ChannelSummary::new(name, meta, &state), state))
     }
 
     /// Creates a channel (or updates its description).
@@ -116,12 +127,7 @@ impl Relay {
             .timeout(ACTOR_CALL_TIMEOUT)
             .await??;
         Ok(ChannelInfo {
-            summary: ChannelSummary::new(
-                channel,
-                &handle.view.meta(),
-                state.open_questions.len(),
-                state.active_session(),
-            ),
+            summary: ChannelSummary::new(channel, &handle.view.meta(), &state),
             description: state.description,
         })
     }
@@ -130,14 +136,9 @@ impl Relay {
     pub fn find_channels(&self, query: &str) -> Result<Vec<ChannelInfo>, RelayError> {
         let needle = query.trim().to_lowercase();
         let mut out = Vec::new();
-        for summary in self.list_channels()? {
-            let Ok(name) = ChannelName::parse(&summary.channel) else {
-                continue;
-            };
-            let description = match self.open_view(&name) {
-                Some(v) => v.channel_state().description,
-                None => self.inner.store.state(&name)?.description,
-            };
+        for (name, meta) in self.list_channels()? {
+            let (summary, state) = self.described(&name, &meta)?;
+            let description = state.description;
             let hit = summary.channel.contains(&needle)
                 || description.as_ref().is_some_and(|d| d.to_lowercase().contains(&needle));
             if hit {
