@@ -516,18 +516,17 @@ impl Caller {
         let Some(session) = self.session.as_deref() else {
             return Ok(None);
         };
+        // Three at most: one is the answer, two or more say which to choose from.
         let mut names = cx.relay.bound_to(session, 3);
         match names.len() {
             0 => Ok(None),
             1 => Ok(names.pop()),
-            _ => {
-                names.sort();
-                Err(OpError::invalid(format!(
-                    "this token's requests without a session of their own have registered several names \
-                     ({}…): name yours on each call (sender=…, instance_id=…)",
-                    names.join(", ")
-                )))
-            }
+            n => Err(OpError::invalid(format!(
+                "this token's requests without a session of their own have registered several names \
+                 ({}{}): name yours on each call (sender=…, instance_id=…)",
+                names.join(", "),
+                if n > 2 { ", …" } else { "" }
+            ))),
         }
     }
 

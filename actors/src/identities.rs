@@ -6,7 +6,7 @@ use crate::error::RelayError;
 use crosstalk_schema::{Instance, InstanceKind, Timestamp};
 use parking_lot::RwLock;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,15 +52,69 @@ pub struct InstanceView {
 }
 
 pub struct Identities {
-    map: RwLock<HashMap<String, Arc<Identity>>>,
+    map: RwLock<Table>,
     /// Heard from within this long = live.
     ttl: Duration,
+}
+
+/// The identities by id, and the ids bound to each session: a call that names nobody asks
+/// what its session registered ([`Identities::bound_to`]), and a session's end signs off its
+/// identities ([`Identities::sign_off`]), each without going through every identity.
+#[derive(Default)]
+struct Table {
+    by_id: HashMap<String, Arc<Identity>>,
+    by_session: HashMap<String, BTreeSet<String>>,
+}
+
+impl Table {
+    fn get(&self, who: &str) -> Option<&Arc<Identity>> {
+        self.by_id.get(who)
+    }
+
+    /// Puts `id` in (replacing the identity of that id); returns the one it replaced.
+    fn put(&mut self, id: Arc<Identity>) -> Option<Arc<Identity>> {
+        let who = id.instance.instance_id.clone();
+        let before = self.by_id.insert(who.clone(), id.clone());
+        if let Some(old) = before.as_ref().and_then(|b| b.session.as_deref()) {
+            self.unbind(old, &who);
+        }
+        if let Some(session) = &id.session {
+            self.by_session.entry(session.clone()).or_default().insert(who);
+        }
+        before
+    }
+
+    fn remove(&mut self, who: &str) -> Option<Arc<Identity>> {
+        let before = self.by_id.remove(who);
+        if let Some(old) = before.as_ref().and_then(|b| b.session.as_deref()) {
+            self.unbind(old, who);
+        }
+        before
+    }
+
+    fn unbind(&mut self, session: &str, who: &str) {
+        if let Some(ids) = self.by_session.get_mut(session) {
+            ids.remove(who);
+            if ids.is_empty() {
+                self.by_session.remove(session);
+            }
+        }
+    }
+
+    /// The identities bound to `session`.
+    fn of_session<'a>(&'a self, session: &str) -> impl Iterator<Item = &'a Arc<Identity>> + 'a {
+        self.by_session
+            .get(session)
+            .into_iter()
+            .flatten()
+            .filter_map(|who| self.by_id.get(who))
+    }
 }
 
 impl Identities {
     pub(crate) fn new(ttl: Duration) -> Self {
         Identities {
-            map: RwLock::new(HashMap::new()),
+            map: RwLock::new(Table::default()),
             ttl,
         }
     }
@@ -81,8 +135,7 @@ impl Identities {
         let now = Timestamp::now().0;
         self.map
             .read()
-            .values()
-            .filter(|i| i.session.as_deref() == Some(session))
+            .of_session(session)
             .map(|i| {
                 i.seen.store(-now, Ordering::Relaxed);
                 i.instance.instance_id.clone()
@@ -116,8 +169,8 @@ impl Identities {
     pub fn bound_to(&self, session: &str, most: usize) -> Vec<String> {
         self.map
             .read()
-            .values()
-            .filter(|i| i.session.as_deref() == Some(session) && self.live(i))
+            .of_session(session)
+            .filter(|i| self.live(i))
             .take(most)
             .map(|i| i.instance.instance_id.clone())
             .collect()
@@ -150,22 +203,18 @@ impl Identities {
             }
             return;
         }
-        let id = instance.instance_id.clone();
-        map.insert(
-            id,
-            Arc::new(Identity {
-                instance,
-                session,
-                seen: AtomicI64::new(seen),
-            }),
-        );
+        map.put(Arc::new(Identity {
+            instance,
+            session,
+            seen: AtomicI64::new(seen),
+        }));
     }
 
     /// Identities bound to a session whose last-heard time changed since `published` says
     /// it was told to the cluster: `(id, session, seen)`. Updates `published`.
     pub(crate) fn heard_since(&self, published: &mut HashMap<String, i64>) -> Vec<(String, String, i64)> {
         let mut out = Vec::new();
-        for (id, i) in self.map.read().iter() {
+        for (id, i) in self.map.read().by_id.iter() {
             let (Some(session), seen) = (&i.session, i.seen.load(Ordering::Relaxed)) else {
                 continue;
             };
@@ -179,14 +228,14 @@ impl Identities {
 
     /// Inserts (or replaces) an identity; returns the one it replaced.
     pub(crate) fn insert(&self, id: Identity) -> Option<Arc<Identity>> {
-        self.map.write().insert(id.instance.instance_id.clone(), Arc::new(id))
+        self.map.write().put(Arc::new(id))
     }
 
     /// Puts back what `who` was before a registration that did not become durable.
     pub(crate) fn restore(&self, who: &str, before: Option<Arc<Identity>>) {
         let mut map = self.map.write();
         match before {
-            Some(b) => map.insert(who.to_owned(), b),
+            Some(b) => map.put(b),
             None => map.remove(who),
         };
     }
@@ -202,10 +251,57 @@ impl Identities {
         }
     }
 
+    /// Identities and sessions in the index (for tests of its upkeep).
+    #[cfg(test)]
+    fn table_sizes(&self) -> (usize, usize) {
+        let t = self.map.read();
+        (t.by_id.len(), t.by_session.len())
+    }
+
     /// Every known instance, by id.
     pub fn list(&self) -> Vec<InstanceView> {
-        let mut list: Vec<InstanceView> = self.map.read().values().map(|i| self.view(i)).collect();
+        let mut list: Vec<InstanceView> = self.map.read().by_id.values().map(|i| self.view(i)).collect();
         list.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
         list
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(who: &str, session: &str) -> Identity {
+        let instance = Instance {
+            instance_id: who.into(),
+            description: None,
+            kind: InstanceKind::Agent,
+            registered_at: Timestamp::now(),
+        };
+        Identity::new(instance, Some(session.into()), Some(Timestamp::now()))
+    }
+
+    /// The session index follows every change of binding: a registration, a move to
+    /// another session, a registration taken back, a cluster's word, a sign-off.
+    #[test]
+    fn the_session_index_follows_every_binding() {
+        let ids = Identities::new(Duration::from_secs(60));
+        ids.insert(identity("a", "s1"));
+        ids.insert(identity("b", "s1"));
+        assert_eq!(ids.bound_to("s1", 3), ["a", "b"]);
+        let before = ids.insert(identity("a", "s2"));
+        assert_eq!(
+            (ids.bound_to("s1", 3), ids.bound_to("s2", 3)),
+            (vec!["b".to_owned()], vec!["a".to_owned()])
+        );
+        ids.restore("a", before);
+        assert_eq!(ids.bound_to("s1", 3), ["a", "b"]);
+        assert!(ids.bound_to("s2", 3).is_empty(), "a taken back leaves s2");
+        ids.restore("b", None);
+        assert_eq!(ids.bound_to("s1", 3), ["a"]);
+        ids.merge(identity("a", "s3").instance, Some("s3".into()), Timestamp::now().0);
+        assert!(ids.bound_to("s1", 3).is_empty());
+        assert_eq!(ids.sign_off("s3"), ["a"]);
+        assert!(ids.bound_to("s3", 3).is_empty(), "signed off: not live");
+        assert_eq!(ids.table_sizes(), (1, 1));
     }
 }
