@@ -90,8 +90,12 @@ impl NewMessage {
                 max: limits.max_body,
             });
         }
-        if let Some(kind) = &self.kind {
-            short("type", kind.as_str().to_owned())?;
+        if let Some(kind) = self.kind.as_ref().filter(|k| k.as_str().len() > limits.max_field) {
+            return Err(InvalidInput::TooLong {
+                field: "type",
+                len: kind.as_str().len(),
+                max: limits.max_field,
+            });
         }
         let kind = self.kind.unwrap_or_default();
         let mut status = optional("status", self.status)?;
@@ -241,7 +245,7 @@ impl MessageType {
             if c.is_control() {
                 return Err(InvalidInput::ControlChars { field: "type" });
             }
-            if invisible(c) {
+            if !c.is_ascii() && invisible(c) {
                 return bad("it holds an invisible character (zero-width, joiner, bidi control or the like)");
             }
             if c.is_whitespace() && c != ' ' {
@@ -256,9 +260,9 @@ impl MessageType {
             }));
         }
         let looks = skeletons(text);
-        if let Some((_, word)) = Meaning::SPELLED
+        if let Some((word, _)) = looks_alike()
             .iter()
-            .find(|(_, w)| skeletons(w).iter().any(|s| looks.contains(s)))
+            .find(|(_, theirs)| theirs.iter().any(|s| looks.contains(s)))
         {
             return Err(InvalidInput::Other(format!(
                 "field `type` is invalid: {:?} looks like {word} but is spelled with other characters; \
@@ -309,18 +313,6 @@ impl std::fmt::Display for MessageType {
     }
 }
 
-impl PartialEq<str> for MessageType {
-    fn eq(&self, other: &str) -> bool {
-        self.text == other
-    }
-}
-
-impl PartialEq<&str> for MessageType {
-    fn eq(&self, other: &&str) -> bool {
-        self.text == *other
-    }
-}
-
 impl Serialize for MessageType {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.text)
@@ -365,8 +357,15 @@ fn optional_type<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Messag
 /// the TR39 skeleton drops.
 fn invisible(c: char) -> bool {
     let mut buf = [0u8; 4];
-    let shown = unicode_security::skeleton(c.encode_utf8(&mut buf)).next().is_none();
-    shown
+    let nothing = unicode_security::skeleton(c.encode_utf8(&mut buf)).next().is_none();
+    nothing
+}
+
+/// Each meaningful word with its [`skeletons`], worked out once.
+fn looks_alike() -> &'static [(&'static str, [String; 3])] {
+    static WORDS: std::sync::LazyLock<Vec<(&'static str, [String; 3])>> =
+        std::sync::LazyLock::new(|| Meaning::SPELLED.iter().map(|(_, w)| (*w, skeletons(w))).collect());
+    &WORDS
 }
 
 /// What a text can look like: its TR39 confusable skeleton as written, in lower case and in
@@ -516,7 +515,7 @@ mod tests {
         p.recipient = Some("  ".into());
         let r = p.into_record(&Limits::default(), Timestamp(1)).unwrap();
         assert_eq!(r.sender, "alice");
-        assert_eq!(r.kind, "message");
+        assert_eq!(r.kind.as_str(), "message");
         assert_eq!(r.recipient, None);
         assert_eq!(r.body, "hi\nthere");
     }
