@@ -657,3 +657,33 @@ async fn a_restarted_host_takes_its_name_back_at_once() {
     let refused = b.call_err("register", json!({"instance_id": "w1"})).await;
     assert!(refused.contains("in use"), "{refused}");
 }
+
+/// On a relay without tokens nothing proves a restarted host is the one that left its name
+/// behind, so docs/mcp.md tells such a host to send the same `X-Crosstalk-Session` on every
+/// run: its new MCP session is then the same session to the relay, and takes its name back
+/// at once, while a client without it is still refused the live name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tokenless_host_with_a_stable_session_header_takes_its_name_back() {
+    let s = Server::start();
+    let with_header = || {
+        common::builder()
+            .default_headers(
+                [("x-crosstalk-session".parse().unwrap(), "host-7-secret".parse().unwrap())]
+                    .into_iter()
+                    .collect(),
+            )
+            .build()
+            .unwrap()
+    };
+    let first = Mcp::connect_with(&s, with_header()).await;
+    first.call_ok("register", json!({"instance_id": "h1"})).await;
+    let again = Mcp::connect_with(&s, with_header()).await;
+    again.call_ok("register", json!({"instance_id": "h1"})).await;
+    let p = again
+        .call_ok("post_message", json!({"channel": "dev", "body": "back"}))
+        .await;
+    assert_eq!(p["sender"], "h1");
+    let stranger = Mcp::connect(&s).await;
+    let refused = stranger.call_err("register", json!({"instance_id": "h1"})).await;
+    assert!(refused.contains("in use"), "{refused}");
+}

@@ -155,6 +155,23 @@ impl Bridge {
         r["result"].clone()
     }
 
+    /// Waits until `delivery_status` says `channel` is pushed and connected: until then a
+    /// permission prompt has no channel to go to (the bridge says so and leaves it to the host).
+    fn until_listening(&mut self, channel: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let st = structured(&self.call("delivery_status", json!({})));
+            if st["pushed"][0]["channel"] == channel && st["pushed"][0]["connected"] == true {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the {channel} listener never connected: {st}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The next channel notification (or none within `wait`).
     fn pushed(&mut self, wait: Duration) -> Option<Value> {
         self.notified(is_push, wait)
@@ -889,18 +906,8 @@ async fn a_permission_prompt_is_decided_by_a_human_on_the_relay() {
     let mut b = tokio::task::block_in_place(|| {
         Bridge::spawn(&["--relay", &url, "--token", "coder-tok", "--listen", "ops"], &[])
     });
-    // (Bridge::spawn checked that it declares claude/channel/permission.) Until the listener
-    // is there, a prompt has no channel to go to (the bridge says so and leaves it to the
-    // host): wait until delivery_status says `ops` is pushed and connected.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let st = structured(&tokio::task::block_in_place(|| b.call("delivery_status", json!({}))));
-        if st["pushed"][0]["channel"] == "ops" && st["pushed"][0]["connected"] == true {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the ops listener never connected: {st}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // (Bridge::spawn checked that it declares claude/channel/permission.)
+    tokio::task::block_in_place(|| b.until_listening("ops"));
     tokio::task::block_in_place(|| {
         b.send(json!({"jsonrpc": "2.0", "method": "notifications/claude/channel/permission_request", "params": {
             "request_id": "tbxkq", "tool_name": "Bash", "description": "run the tests", "input_preview": "cargo test --all"
@@ -908,19 +915,7 @@ async fn a_permission_prompt_is_decided_by_a_human_on_the_relay() {
     });
     // The prompt, on the channel, for any human.
     let admin = client_with_token("admin-tok");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let prompt = loop {
-        let (_, got) = get_json(&admin, &s.url("/api/channels/ops/messages?since_id=0")).await;
-        if let Some(p) = got
-            .as_array()
-            .and_then(|a| a.iter().find(|m| m["type"] == "PERMISSION"))
-            .cloned()
-        {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "no PERMISSION message: {got}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let prompt = relayed_prompt(&admin, &s).await;
     let body = prompt["body"].as_str().unwrap();
     assert!(
         body.contains("Bash") && body.contains("cargo test --all") && body.contains("tbxkq"),
@@ -971,6 +966,22 @@ async fn a_permission_prompt_is_decided_by_a_human_on_the_relay() {
     assert_eq!(after["status"], "answered", "{after}");
 }
 
+/// The PERMISSION the bridge relayed to `ops`, once it is there (10 s at most).
+async fn relayed_prompt(c: &reqwest::Client, s: &Server) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, got) = get_json(c, &s.url("/api/channels/ops/messages?since_id=0")).await;
+        if let Some(p) = got
+            .as_array()
+            .and_then(|a| a.iter().find(|m| m["type"] == "PERMISSION"))
+        {
+            return p.clone();
+        }
+        assert!(Instant::now() < deadline, "no PERMISSION message: {got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The critical hole of #55: a permission prompt's ANSWER was checked on the raw `type` and
 /// stored trimmed, so an agent's `" ANSWER"` decided its own prompt. Every spelling an agent
 /// can try — whitespace of each kind, case, invisible characters, Unicode look-alikes — from
@@ -997,15 +1008,7 @@ async fn no_spelling_of_answer_lets_an_agent_decide_its_permission_prompt() {
     let mut b = tokio::task::block_in_place(|| {
         Bridge::spawn(&["--relay", &url, "--token", "coder-tok", "--listen", "ops"], &[])
     });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let st = structured(&tokio::task::block_in_place(|| b.call("delivery_status", json!({}))));
-        if st["pushed"][0]["channel"] == "ops" && st["pushed"][0]["connected"] == true {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the ops listener never connected: {st}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    tokio::task::block_in_place(|| b.until_listening("ops"));
     tokio::task::block_in_place(|| {
         b.send(
             json!({"jsonrpc": "2.0", "method": "notifications/claude/channel/permission_request", "params": {
@@ -1014,18 +1017,7 @@ async fn no_spelling_of_answer_lets_an_agent_decide_its_permission_prompt() {
         )
     });
     let admin = client_with_token(ADMIN);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let pid = loop {
-        let (_, got) = get_json(&admin, &s.url("/api/channels/ops/messages?since_id=0")).await;
-        if let Some(p) = got
-            .as_array()
-            .and_then(|a| a.iter().find(|m| m["type"] == "PERMISSION"))
-        {
-            break p["id"].as_u64().unwrap();
-        }
-        assert!(Instant::now() < deadline, "no PERMISSION message: {got}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let pid = relayed_prompt(&admin, &s).await["id"].as_u64().unwrap();
     let spellings = [
         "ANSWER",
         "answer",

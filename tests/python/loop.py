@@ -17,17 +17,7 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-
-def structured(result, tool):
-    if result.is_error:
-        raise AssertionError(f"{tool} failed: {result.structured_content or result.content}")
-    if result.structured_content is None:
-        raise AssertionError(f"{tool} returned no structured content")
-    return result.structured_content
-
-
-async def call(client, tool, **args):
-    return structured(await client.call_tool(tool, args), tool)
+from conversation import call
 
 
 async def connect(url, mode, token, stack):
