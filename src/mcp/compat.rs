@@ -32,16 +32,6 @@ use serde_json::{json, Value};
 
 const MCP_METHOD: &str = "mcp-method";
 
-/// The method of a JSON-RPC notification (a message with a `method` and no `id`).
-fn notification_method(body: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    let o = v.as_object()?;
-    if o.contains_key("id") {
-        return None;
-    }
-    o.get("method")?.as_str().map(str::to_owned)
-}
-
 pub async fn notifications(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -49,30 +39,42 @@ pub async fn notifications(
     // The guard read the body (`http::Body`); rmcp reads its copy in the payload. Ours goes
     // now: a tool call that waits keeps its request, and all it holds, for minutes.
     let body = req.extensions_mut().remove::<Body>();
+    // The body, read once for all this layer asks of it (rmcp reads it again, its own way).
+    let read = body
+        .as_ref()
+        .filter(|_| req.method() == Method::POST)
+        .map(|b| read(&b.0));
+    let probe = match &read {
+        Some(Read::Message(p)) => Some(p),
+        _ => None,
+    };
     let header = req.headers().get(super::TOOLS_HEADER).and_then(|v| v.to_str().ok());
     let refusal = match super::tools::choice(req.query_string(), header) {
         Some(Err(why)) => Some(Refusal::new(StatusCode::BAD_REQUEST, ErrorCode::INVALID_PARAMS, why)),
-        _ if req.method() == Method::POST => body.as_ref().and_then(|b| refusal(&b.0)),
-        _ => None,
+        _ => match &read {
+            Some(Read::Refused(r)) => Some(r.clone()),
+            _ => probe.and_then(Probe::refusal),
+        },
     };
     if let Some(r) = refusal {
-        let id = body.as_ref().and_then(|b| request_id(&b.0)).unwrap_or(Value::Null);
+        let id = probe.and_then(Probe::id).unwrap_or(Value::Null);
         let answer = HttpResponse::build(r.status)
             .content_type("application/json")
             .body(json!({"jsonrpc": "2.0", "id": id, "error": {"code": r.code.0, "message": r.message}}).to_string());
         return Ok(req.into_response(answer).map_into_right_body());
     }
-    if req.method() == Method::POST && !req.headers().contains_key(MCP_METHOD) {
-        let method = body.and_then(|b| notification_method(&b.0));
-        if let Some(value) = method.and_then(|m| HeaderValue::from_str(&m).ok()) {
-            req.headers_mut().insert(HeaderName::from_static(MCP_METHOD), value);
+    if let Some(method) = probe.and_then(Probe::notification) {
+        if !req.headers().contains_key(MCP_METHOD) {
+            if let Ok(value) = HeaderValue::from_str(method) {
+                req.headers_mut().insert(HeaderName::from_static(MCP_METHOD), value);
+            }
         }
     }
     next.call(req).await.map(ServiceResponse::map_into_left_body)
 }
 
 /// A request answered here, before rmcp: as JSON-RPC, with this HTTP status.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Refusal {
     status: StatusCode,
     code: ErrorCode,
@@ -100,35 +102,53 @@ struct Probe<'a> {
     params: Option<&'a RawValue>,
 }
 
-/// The `id` of a request body, when it has one that reads.
-fn request_id(body: &[u8]) -> Option<Value> {
-    let probe: Probe = serde_json::from_slice(body).ok()?;
-    serde_json::from_str(probe.id?.get()).ok()
+/// A POST body as this layer reads it.
+enum Read<'a> {
+    Message(Probe<'a>),
+    /// A batch (an array): rmcp's to answer.
+    Batch,
+    /// Not JSON, or not a JSON-RPC message.
+    Refused(Refusal),
 }
 
-/// Why rmcp must not see this POST body, if it must not: not JSON, not a JSON-RPC message, or
-/// a known method whose params do not read as that method's. A batch (an array) and a
-/// response pass on to rmcp as they are.
-fn refusal(body: &[u8]) -> Option<Refusal> {
-    let bad = |code, why: String| Some(Refusal::new(StatusCode::BAD_REQUEST, code, why));
-    let probe: Probe = match serde_json::from_slice(body) {
-        Ok(p) => p,
-        Err(e) if e.is_syntax() || e.is_eof() => return bad(ErrorCode::PARSE_ERROR, format!("Parse error: {e}")),
-        Err(_) if serde_json::from_slice::<Vec<&RawValue>>(body).is_ok() => return None,
-        Err(e) => return bad(ErrorCode::INVALID_REQUEST, format!("Invalid request: {e}")),
-    };
-    let (Some(_), Some(method)) = (probe.id, probe.method.as_deref()) else {
-        return None;
-    };
-    let params = probe.params.map_or("null", RawValue::get);
-    let (_, check) = PARAMS.iter().find(|(m, _)| *m == method)?;
-    check(params).err().map(|e| {
-        Refusal::new(
-            StatusCode::OK,
-            ErrorCode::INVALID_PARAMS,
-            format!("Invalid params for {method}: {e}"),
-        )
-    })
+fn read(body: &[u8]) -> Read<'_> {
+    let bad = |code, why: String| Read::Refused(Refusal::new(StatusCode::BAD_REQUEST, code, why));
+    match serde_json::from_slice(body) {
+        Ok(p) => Read::Message(p),
+        Err(e) if e.is_syntax() || e.is_eof() => bad(ErrorCode::PARSE_ERROR, format!("Parse error: {e}")),
+        Err(_) if serde_json::from_slice::<Vec<&RawValue>>(body).is_ok() => Read::Batch,
+        Err(e) => bad(ErrorCode::INVALID_REQUEST, format!("Invalid request: {e}")),
+    }
+}
+
+impl Probe<'_> {
+    /// Its `id`, when it has one that reads.
+    fn id(&self) -> Option<Value> {
+        serde_json::from_str(self.id?.get()).ok()
+    }
+
+    /// The method of a notification (a message with a `method` and no `id`).
+    fn notification(&self) -> Option<&str> {
+        self.id.is_none().then_some(())?;
+        self.method.as_deref()
+    }
+
+    /// Why rmcp must not see this request: a known method whose params do not read as that
+    /// method's. A response, a notification and an unknown method pass on to rmcp.
+    fn refusal(&self) -> Option<Refusal> {
+        let (Some(_), Some(method)) = (self.id, self.method.as_deref()) else {
+            return None;
+        };
+        let params = self.params.map_or("null", RawValue::get);
+        let (_, check) = PARAMS.iter().find(|(m, _)| *m == method)?;
+        check(params).err().map(|e| {
+            Refusal::new(
+                StatusCode::OK,
+                ErrorCode::INVALID_PARAMS,
+                format!("Invalid params for {method}: {e}"),
+            )
+        })
+    }
 }
 
 /// Reads `params` as `P`, as rmcp will.
@@ -214,7 +234,14 @@ mod tests {
 
     #[test]
     fn what_rmcp_would_misanswer_is_answered_as_json_rpc() {
-        let code = |body: &str| refusal(body.as_bytes()).map(|r| (r.status.as_u16(), r.code.0));
+        let code = |body: &str| {
+            let r = match read(body.as_bytes()) {
+                Read::Message(p) => p.refusal(),
+                Read::Batch => None,
+                Read::Refused(r) => Some(r),
+            };
+            r.map(|r| (r.status.as_u16(), r.code.0))
+        };
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"#), Some((400, -32700)));
         assert_eq!(code("not json"), Some((400, -32700)));
         assert_eq!(code(""), Some((400, -32700)));
@@ -263,23 +290,24 @@ mod tests {
             "a batch is rmcp's"
         );
         assert_eq!(code(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), None);
-        assert_eq!(
-            request_id(br#"{"jsonrpc":"2.0","id":"a-1","method":"x"}"#),
-            Some(json!("a-1"))
-        );
+        let Read::Message(p) = read(br#"{"jsonrpc":"2.0","id":"a-1","method":"x"}"#) else {
+            panic!("a message")
+        };
+        assert_eq!(p.id(), Some(json!("a-1")));
     }
 
     #[test]
     fn only_notifications_get_the_header() {
+        let notification = |body: &[u8]| match read(body) {
+            Read::Message(p) => p.notification().map(str::to_owned),
+            _ => None,
+        };
         assert_eq!(
-            notification_method(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#).as_deref(),
+            notification(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}"#).as_deref(),
             Some("notifications/cancelled")
         );
-        assert_eq!(
-            notification_method(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
-            None
-        );
-        assert_eq!(notification_method(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
-        assert_eq!(notification_method(b"not json"), None);
+        assert_eq!(notification(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#), None);
+        assert_eq!(notification(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
+        assert_eq!(notification(b"not json"), None);
     }
 }
