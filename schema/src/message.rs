@@ -178,8 +178,9 @@ impl Meaning {
         Self::SPELLED.iter().find(|(m, _)| *m == self).map(|(_, s)| *s)
     }
 
-    /// The meaning of a word compared without regard to ASCII case, as it is written.
-    fn of_word(word: &str) -> Meaning {
+    /// The meaning of a type as the relay stored or sent it: the whole text, ASCII case
+    /// ignored (what [`MessageType::stored`] reads, without making one).
+    pub fn of_word(word: &str) -> Meaning {
         Self::SPELLED
             .iter()
             .find(|(_, s)| s.eq_ignore_ascii_case(word))

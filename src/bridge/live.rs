@@ -6,7 +6,7 @@
 //! poll-only, and whether each stream is connected now.
 
 use crate::client::{Followed, RelayClient};
-use crosstalk_schema::{Meaning, MessageType};
+use crosstalk_schema::Meaning;
 use parking_lot::Mutex;
 use rmcp::model::{CustomNotification, ServerNotification};
 use rmcp::{Peer, RoleServer};
@@ -215,8 +215,10 @@ impl Live {
     fn arrived(&self, channel: &str, stream: &Mutex<Stream>, m: Value) {
         let id = m["id"].as_u64().unwrap_or(0);
         // A human's verdict on a prompt this session relayed goes back to the host, once.
-        let kind = m["type"].as_str().map(|t| MessageType::stored(t.to_owned()));
-        if kind.is_some_and(|k| k.is(Meaning::Answer)) {
+        if m["type"]
+            .as_str()
+            .is_some_and(|t| Meaning::of_word(t) == Meaning::Answer)
+        {
             if let Some(request_id) = m["reply_to"].as_u64().and_then(|q| self.permissions.lock().remove(&q)) {
                 let behavior = m["body"].as_str().unwrap_or("").trim().to_ascii_lowercase();
                 if crosstalk_schema::message::VERDICTS.contains(&behavior.as_str()) {

@@ -28,7 +28,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, ErrorData as McpError, Peer, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -165,6 +165,9 @@ pub struct Link {
     /// `subscriptions/listen`), each with how many subscriptions hold it: every new relay
     /// session subscribes them again.
     subscribed: Mutex<BTreeMap<String, usize>>,
+    /// Resources the host's own session subscribed to with `resources/subscribe`: one holder
+    /// however often it asks, so one `resources/unsubscribe` ends it.
+    host_subscribed: Mutex<BTreeSet<String>>,
     /// Where relay notifications and list changes go.
     hosts: Arc<Hosts>,
     /// Ends the background task (closing the session first).
@@ -212,6 +215,7 @@ impl Link {
             offered: Mutex::new(catalog),
             resources_guessed: AtomicBool::new(false),
             subscribed: Mutex::new(BTreeMap::new()),
+            host_subscribed: Mutex::new(BTreeSet::new()),
             hosts: Arc::default(),
             stop: tokio_util::sync::CancellationToken::new(),
             task: Mutex::new(None),
@@ -258,13 +262,19 @@ impl Link {
                     );
                     info.instructions = peer_info.instructions.clone();
                     let peer = service.peer().clone();
-                    self.adopt(&peer, info).await;
-                    self.subscribe_again(&peer).await;
+                    // The relay's lists first, then the session is up, and only then is the host
+                    // told what changed and are its subscriptions taken again: a host that lists
+                    // again at the notice, or subscribes meanwhile, finds the session there.
+                    let changed = self.adopt(&peer, info).await;
                     state.send_replace(State::Up(Box::new(Session {
-                        peer,
+                        peer: peer.clone(),
                         generation,
                         inits,
                     })));
+                    self.subscribe_again(&peer).await;
+                    for what in changed {
+                        self.hosts.changed(what).await;
+                    }
                     tracing::info!(endpoint = %self.endpoint, "connected to the relay");
                     for channel in std::mem::take(&mut listen) {
                         if let Err(why) = live.listen(&channel).await {
@@ -345,9 +355,9 @@ impl Link {
     }
 
     /// A new relay session: the relay's description and lists replace what the host was
-    /// offered (a list the relay would not give is kept), and the host is told of each list
-    /// that differs from what it was offered.
-    async fn adopt(&self, peer: &Peer<RoleClient>, info: InitializeResult) {
+    /// offered (a list the relay would not give is kept); answers each list that differs from
+    /// what the host was offered, to tell it of once the session is up.
+    async fn adopt(&self, peer: &Peer<RoleClient>, info: InitializeResult) -> Vec<Changed> {
         let mut fresh = self.offered.lock().clone();
         fresh.info = info;
         let kept = |what: &str, e: ServiceError| tracing::debug!(error = %e, "the relay did not list its {what}");
@@ -364,15 +374,17 @@ impl Link {
             Err(e) => kept("resource templates", e),
         }
         let was = std::mem::replace(&mut *self.offered.lock(), fresh.clone());
+        let mut changed = Vec::new();
         if was.tools != fresh.tools {
-            self.hosts.changed(Changed::Tools).await;
+            changed.push(Changed::Tools);
         }
         if was.prompts != fresh.prompts {
-            self.hosts.changed(Changed::Prompts).await;
+            changed.push(Changed::Prompts);
         }
         if self.resources_guessed.swap(false, Ordering::SeqCst) || was.templates != fresh.templates {
-            self.hosts.changed(Changed::Resources).await;
+            changed.push(Changed::Resources);
         }
+        changed
     }
 
     /// What the host is offered now.
@@ -430,6 +442,26 @@ impl Link {
                 true
             }
             None => false,
+        }
+    }
+
+    /// The host's session subscribes to `uri` (2025-11-25's `resources/subscribe`); again is
+    /// the same subscription.
+    async fn host_subscribe(&self, uri: &str) -> Result<(), McpError> {
+        if !self.host_subscribed.lock().insert(uri.to_owned()) {
+            return Ok(());
+        }
+        let subscribed = self.subscribe(uri).await;
+        if subscribed.is_err() {
+            self.host_subscribed.lock().remove(uri);
+        }
+        subscribed
+    }
+
+    /// The host's session unsubscribes from `uri`, if it had subscribed.
+    async fn host_unsubscribe(&self, uri: &str) {
+        if self.host_subscribed.lock().remove(uri) {
+            self.unsubscribe(uri).await;
         }
     }
 
@@ -748,10 +780,15 @@ impl ServerHandler for Bridge {
     /// every list change, and the resources of the relay's resource templates (its channels).
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         let templates = self.link.offered().templates;
+        // A channel's resource: a template's prefix, then a channel name as the relay reads
+        // one (a URI the relay would refuse is not accepted, to be left unanswered).
         let ours = |uri: &str| {
             templates.iter().any(|t| {
                 let prefix = t.uri_template.split('{').next().unwrap_or_default();
-                !prefix.is_empty() && uri.starts_with(prefix) && uri.len() > prefix.len()
+                !prefix.is_empty()
+                    && uri
+                        .strip_prefix(prefix)
+                        .is_some_and(|name| crosstalk_schema::ChannelName::parse(name).is_ok())
             })
         };
         let uris: Vec<String> = requested
@@ -927,7 +964,7 @@ impl ServerHandler for Bridge {
     #[allow(deprecated)]
     async fn subscribe(&self, request: SubscribeRequestParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
         let _ = self.link.session(FIRST_ATTEMPT).await;
-        self.link.subscribe(&request.uri).await
+        self.link.host_subscribe(&request.uri).await
     }
 
     #[allow(deprecated)]
@@ -936,7 +973,7 @@ impl ServerHandler for Bridge {
         request: UnsubscribeRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.link.unsubscribe(&request.uri).await;
+        self.link.host_unsubscribe(&request.uri).await;
         Ok(())
     }
 }

@@ -715,7 +715,15 @@ async fn the_bridge_starts_before_the_relay_and_connects_when_it_comes() {
     assert!(text.contains("crosstalk serve"), "no remedy in: {text}");
     assert!(!text.contains("rmcp::"), "internal type names in: {text}");
 
-    let s = Server::start_with(&["--port", &port.to_string()]);
+    // The relay that comes holds a channel already (a store written by an earlier run), so
+    // a host that lists again at the notice must find it: the notice comes once the session
+    // is up, not while the bridge still answers from its own catalog.
+    let data = tempfile::tempdir().unwrap();
+    {
+        let earlier = Server::start_in(data.path(), &[]);
+        post(&client(), &earlier, "early", msg("a", "from an earlier run")).await;
+    }
+    let s = Server::start_in(data.path(), &["--port", &port.to_string()]);
     let changed = tokio::task::block_in_place(|| {
         b.notified(
             |v| v["method"] == "notifications/resources/list_changed",
@@ -723,6 +731,13 @@ async fn the_bridge_starts_before_the_relay_and_connects_when_it_comes() {
         )
     });
     assert!(changed.is_some(), "no resources/list_changed once the relay came");
+    let listed = tokio::task::block_in_place(|| b.request("resources/list", json!({})));
+    assert!(
+        listed["result"]["resources"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["uri"] == "crosstalk://channels/early")),
+        "the list at the notice: {listed}"
+    );
     assert_eq!(tokio::task::block_in_place(|| b.tool_names()), names);
     let r = tokio::task::block_in_place(|| {
         b.call(
