@@ -197,7 +197,7 @@ pub struct Kept {
 
 /// What [`Kept::take`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Taken {
+enum Taken {
     /// The token keeps it already.
     Already,
     /// Counted now: forget it if what it stands for is not made after all.
@@ -214,8 +214,39 @@ impl Kept {
         }
     }
 
+    /// Counts `name` as kept by `principal`'s token if it is one client's: `true` if it was
+    /// counted now, and must be [`forgotten`](Kept::forget) if what it stands for is not made.
+    /// At the limit by this node's count, `still` is asked which of the token's names the
+    /// store still keeps (what lapsed, was released or was deleted gives its place back), and
+    /// then the limit refuses (429) with `refused`'s words.
+    pub async fn admit<F>(
+        &self,
+        principal: &Principal,
+        name: &str,
+        still: impl FnOnce(Vec<String>) -> F,
+        refused: impl FnOnce(usize) -> String,
+    ) -> Result<bool, OpError>
+    where
+        F: Future<Output = Result<std::collections::HashSet<String>, OpError>>,
+    {
+        if !principal.is_one_client() {
+            return Ok(false);
+        }
+        let token = principal.key();
+        match self.take(token, name) {
+            Taken::Full => {}
+            taken => return Ok(taken == Taken::New),
+        }
+        let kept = still(self.names(token)).await?;
+        self.keep_only(token, |n| kept.contains(n));
+        match self.take(token, name) {
+            Taken::Full => Err(OpError::new(ErrorKind::LimitReached, refused(self.max))),
+            taken => Ok(taken == Taken::New),
+        }
+    }
+
     /// The names `principal` keeps, by this node's count.
-    pub fn names(&self, principal: &str) -> Vec<String> {
+    fn names(&self, principal: &str) -> Vec<String> {
         self.names
             .lock()
             .get(principal)
@@ -224,7 +255,7 @@ impl Kept {
     }
 
     /// Counts `name` as kept by `principal`, unless it keeps its maximum already.
-    pub fn take(&self, principal: &str, name: &str) -> Taken {
+    fn take(&self, principal: &str, name: &str) -> Taken {
         let mut all = self.names.lock();
         let mine = all.entry(principal.to_owned()).or_default();
         if mine.contains(name) {
@@ -248,7 +279,7 @@ impl Kept {
     }
 
     /// Of `principal`'s names, keeps only those `still` holds (what the store says is kept).
-    pub fn keep_only(&self, principal: &str, still: impl Fn(&str) -> bool) {
+    fn keep_only(&self, principal: &str, still: impl Fn(&str) -> bool) {
         let mut all = self.names.lock();
         if let Some(mine) = all.get_mut(principal) {
             mine.retain(|n| still(n));

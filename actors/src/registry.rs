@@ -274,31 +274,30 @@ impl Handler<OpenChannel> for Registry {
             return Ok(handle.clone());
         }
         let stored = self.store.meta(&name)?;
-        if stored.is_none() && !to_fold {
-            // A channel that does not exist yet: within the relay's limit and its opener's,
-            // or refused.
-            if self.channels >= self.max_channels {
+        let new = stored.is_none();
+        // A channel that does not exist yet: within the relay's limit and its opener's, or
+        // refused. Counted once it is open (a store that fails to open it counts nothing).
+        if new && !to_fold && self.channels >= self.max_channels {
+            return Err(RelayError::LimitReached(format!(
+                "this relay holds its maximum of {} channels (--max-channels); use an existing one",
+                self.max_channels
+            )));
+        }
+        let opener = match opener.filter(|_| new && !to_fold) {
+            Some(o)
+                if self
+                    .by_opener
+                    .get(&o)
+                    .is_some_and(|n| *n >= self.max_channels_per_opener) =>
+            {
                 return Err(RelayError::LimitReached(format!(
-                    "this relay holds its maximum of {} channels (--max-channels); use an existing one",
-                    self.max_channels
+                    "this token has made {} channels, the most one token may \
+                     (--max-channels-per-participant); use an existing one",
+                    self.max_channels_per_opener
                 )));
             }
-            if let Some(opener) = opener {
-                let n = self.by_opener.entry(opener.clone()).or_insert(0);
-                if *n >= self.max_channels_per_opener {
-                    return Err(RelayError::LimitReached(format!(
-                        "this token has made {} channels, the most one token may \
-                         (--max-channels-per-participant); use an existing one",
-                        self.max_channels_per_opener
-                    )));
-                }
-                *n += 1;
-                self.unwritten.insert(name.clone(), opener);
-            }
-        }
-        if stored.is_none() {
-            self.channels += 1;
-        }
+            o => o,
+        };
         let meta = stored.unwrap_or_default();
         let state = self.store.state(&name)?;
         let overlays: HashMap<_, _> = self.store.overlays(&name)?.into_iter().collect();
@@ -322,6 +321,13 @@ impl Handler<OpenChannel> for Registry {
         )
         .start();
         let handle = ChannelHandle { addr, view };
+        if new {
+            self.channels += 1;
+        }
+        if let Some(o) = opener {
+            *self.by_opener.entry(o.clone()).or_insert(0) += 1;
+            self.unwritten.insert(name.clone(), o);
+        }
         self.directory.write().insert(name.clone(), handle.clone());
         tracing::debug!(channel = %name, last_id = meta.last_id, "channel opened");
         Ok(handle)

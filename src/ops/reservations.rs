@@ -17,7 +17,7 @@
 //! blocking thread, one comparison at a time in the process: a request at the limit takes
 //! about a tenth of a second of one core, and however many arrive, the workers keep a core.
 
-use super::{Caller, Ctx, ErrorKind, OpError, Operation, Principal, Taken};
+use super::{Caller, Ctx, ErrorKind, OpError, Operation, Principal};
 use crosstalk_actors::records::{Kind, RecordStore};
 use crosstalk_actors::{RelayError, StoreError};
 use crosstalk_schema::reservation::{
@@ -203,34 +203,24 @@ impl Store {
 /// count, the projects of the token's reservations are read again first, so that those
 /// released, lapsed or gone with their holder give their place back.
 async fn count_against(cx: &Ctx, principal: &Principal, id: &str) -> Result<bool, OpError> {
-    if !principal.is_one_client() {
-        return Ok(false);
-    }
-    let (kept, key) = (&cx.reservations_kept, principal.key());
-    match kept.take(key, id) {
-        Taken::Full => {}
-        taken => return Ok(taken == Taken::New),
-    }
-    let names = kept.names(key);
-    let records: std::collections::BTreeSet<&str> = names.iter().filter_map(|n| record_of(n).ok()).collect();
-    let (store, now) = (Store::new(cx), now_ms());
-    let mut still = std::collections::HashSet::new();
-    for record in records {
-        let (set, _) = store.read(record).await?;
-        still.extend(set.items.into_iter().filter(|r| live(cx, r, now)).map(|r| r.id));
-    }
-    kept.keep_only(key, |n| still.contains(n));
-    match kept.take(key, id) {
-        Taken::Full => Err(OpError::new(
-            ErrorKind::LimitReached,
+    let still = |names: Vec<String>| async move {
+        let records: std::collections::BTreeSet<&str> = names.iter().filter_map(|n| record_of(n).ok()).collect();
+        let (store, now) = (Store::new(cx), now_ms());
+        let mut still = std::collections::HashSet::new();
+        for record in records {
+            let (set, _) = store.read(record).await?;
+            still.extend(set.items.into_iter().filter(|r| live(cx, r, now)).map(|r| r.id));
+        }
+        Ok(still)
+    };
+    cx.reservations_kept
+        .admit(principal, id, still, |max| {
             format!(
-                "this token holds {} reservations, the most one token may (--max-reservations-per-participant); \
-                 release some",
-                kept.max
-            ),
-        )),
-        taken => Ok(taken == Taken::New),
-    }
+                "this token holds {max} reservations, the most one token may (--max-reservations-per-participant); \
+                 release some"
+            )
+        })
+        .await
 }
 
 /// Held now: not past its time, and its holder online if it asked to be released otherwise.
@@ -363,7 +353,8 @@ impl Operation for Reserve {
         let mut paths = Vec::with_capacity(r.paths.len());
         for p in &r.paths {
             let p = pattern(p)?;
-            if !paths.contains(&p) {
+            // Patterns are compared without regard to case: `src/a.rs` and `SRC/A.RS` are one.
+            if !paths.iter().any(|q: &String| reservation::same_pattern(q, &p)) {
                 paths.push(p);
             }
         }

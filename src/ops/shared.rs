@@ -1,7 +1,7 @@
 //! Shared data: named, versioned content an identity publishes for the others.
 
 use super::channels::NoArgs;
-use super::{Caller, Ctx, ErrorKind, OpError, Operation, Principal, Taken};
+use super::{Caller, Ctx, OpError, Operation, Principal};
 use crosstalk_actors::SharedSummary;
 use crosstalk_schema::SharedData;
 use schemars::JsonSchema;
@@ -59,28 +59,15 @@ pub async fn share(
 /// if the key is not written. At the limit by this node's count, the current keys are listed
 /// first, so that those deleted (by anyone) give their place back.
 async fn count_against(cx: &Ctx, principal: &Principal, key: &str) -> Result<bool, OpError> {
-    if !principal.is_one_client() {
-        return Ok(false);
-    }
-    let (kept, token) = (&cx.shared_kept, principal.key());
-    match kept.take(token, key) {
-        Taken::Full => {}
-        taken => return Ok(taken == Taken::New),
-    }
-    let current: std::collections::HashSet<String> =
-        cx.relay.list_shared_data().await?.into_iter().map(|s| s.key).collect();
-    kept.keep_only(token, |k| current.contains(k));
-    match kept.take(token, key) {
-        Taken::Full => Err(OpError::new(
-            ErrorKind::LimitReached,
+    let still = |_| async { Ok(cx.relay.list_shared_data().await?.into_iter().map(|s| s.key).collect()) };
+    cx.shared_kept
+        .admit(principal, key, still, |max| {
             format!(
-                "this token keeps {} shared data keys, the most one token may (--max-shared-keys-per-participant); \
-                 delete one, or publish a new version of one you keep",
-                kept.max
-            ),
-        )),
-        taken => Ok(taken == Taken::New),
-    }
+                "this token keeps {max} shared data keys, the most one token may (--max-shared-keys-per-participant); \
+                 delete one, or publish a new version of one you keep"
+            )
+        })
+        .await
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

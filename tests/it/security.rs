@@ -928,7 +928,7 @@ async fn one_token_cannot_take_every_channel() {
 
 /// One participant's token holds at most --max-reservations-per-participant live path
 /// reservations across every project (one holder kept 2,000 across 20 projects); releasing
-/// one gives its place back.
+/// one, or one lapsing, gives its place back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_token_holds_a_bounded_number_of_reservations_across_projects() {
     let s = Server::start_with(&[
@@ -974,6 +974,32 @@ async fn one_token_holds_a_bounded_number_of_reservations_across_projects() {
         (status, r["granted"].as_bool()),
         (200, Some(true)),
         "a released one's place: {r}"
+    );
+    // A reservation that lapses gives its place back too: this node's count still holds it,
+    // so the limit reads the projects again before it refuses. (One released first, for the
+    // short one's place.)
+    let release = s.url(&format!("/api/reservations/{}", ids[1]));
+    assert_eq!(common::request(&alice, "DELETE", &release, None, None).await.0, 200);
+    let (status, r) = answer(
+        &alice,
+        "POST",
+        &url,
+        json!({"paths": ["tmp/**"], "project": "p5", "ttl_s": 1}),
+    )
+    .await;
+    assert_eq!((status, r["granted"].as_bool()), (200, Some(true)), "{r}");
+    let (status, e) = answer(&alice, "POST", &url, json!({"paths": ["x/**"], "project": "p6"})).await;
+    assert_eq!(
+        (status, e["code"].as_str()),
+        (429, Some("limit_reached")),
+        "at the limit again: {e}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let (status, r) = answer(&alice, "POST", &url, json!({"paths": ["x/**"], "project": "p6"})).await;
+    assert_eq!(
+        (status, r["granted"].as_bool()),
+        (200, Some(true)),
+        "a lapsed one's place: {r}"
     );
 }
 

@@ -80,6 +80,11 @@ fn fold(c: char) -> char {
     }
 }
 
+/// Whether two patterns are one pattern as they are compared (differing in case only).
+pub fn same_pattern(a: &str, b: &str) -> bool {
+    a.chars().map(fold).eq(b.chars().map(fold))
+}
+
 /// One character of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Unit {
