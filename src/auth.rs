@@ -164,10 +164,7 @@ impl Standing {
 
     /// Whether `owner` (and `grant`, the OAuth grant the thing was made through) still holds.
     pub async fn holds(&self, owner: &Principal, grant: Option<&str>) -> bool {
-        let grant = grant.or(match owner {
-            Principal::Connector(key) => Some(key.strip_prefix("\0grant:").unwrap_or(key)),
-            _ => None,
-        });
+        let grant = grant.or(owner.grant_id());
         if let Some(g) = grant {
             return match &self.oauth {
                 Some(o) => o.grant_stands(g).await,

@@ -358,18 +358,16 @@ pub async fn guard(
     let sse = is_sse_stream(req.path());
     // A stream opened with an OAuth token lasts no longer than the token (a long-poll is cut
     // short where REST operations are answered, `http::routes`).
-    let ended = req
+    // The watch is made only for an answer that streams.
+    let watch = req
         .extensions()
         .get::<crate::ops::oauth::Credential>()
         .cloned()
-        .and_then(|c| {
-            let oauth = req.app_data::<web::Data<crate::ops::oauth::OAuth>>()?.get_ref().clone();
-            Some(oauth.ended(c))
-        });
-    let mut res = next.call(req).await?.map_body(|_, body| match ended {
-        Some(ended) if matches!(body.size(), BodySize::Stream) => EitherBody::right(Lasting {
+        .and_then(|c| Some((c, req.app_data::<web::Data<crate::ops::oauth::OAuth>>()?.clone())));
+    let mut res = next.call(req).await?.map_body(|_, body| match watch {
+        Some((credential, oauth)) if matches!(body.size(), BodySize::Stream) => EitherBody::right(Lasting {
             body: body.boxed(),
-            ended: Some(Box::pin(ended)),
+            ended: Some(Box::pin(oauth.get_ref().clone().ended(credential))),
         }),
         _ => EitherBody::left(body),
     });

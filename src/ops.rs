@@ -107,6 +107,9 @@ pub trait Operation: 'static {
     const DESTRUCTIVE: bool = false;
     /// Calling it again with the same arguments changes nothing more (MCP `idempotentHint`).
     const IDEMPOTENT: bool = Self::READ_ONLY;
+    /// It blocks until something happens (a wait, an ask): a request made with an OAuth token
+    /// is cut short when the token ends, rather than outliving it.
+    const WAITS: bool = false;
     type Request: DeserializeOwned + JsonSchema + Send + 'static;
     type Response: Serialize + JsonSchema + Send + 'static;
 
@@ -365,6 +368,10 @@ impl Drop for Gauge {
     }
 }
 
+/// How an OAuth connection's [`Principal::key`] begins: a NUL (no identity has one), then its
+/// grant.
+const CONNECTOR_PREFIX: &str = "\0grant:";
+
 /// Who a request authenticated as (the auth middleware decides; operations obey).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
@@ -389,6 +396,19 @@ impl Principal {
             Principal::Shared => "\0shared",
             Principal::Participant(id) => id,
             Principal::Connector(key) => key,
+        }
+    }
+
+    /// The principal of an OAuth connection made through grant `id`.
+    pub fn connector(grant_id: &str) -> Principal {
+        Principal::Connector(format!("{CONNECTOR_PREFIX}{grant_id}"))
+    }
+
+    /// The OAuth grant an OAuth connection's principal was made through.
+    pub fn grant_id(&self) -> Option<&str> {
+        match self {
+            Principal::Connector(key) => key.strip_prefix(CONNECTOR_PREFIX),
+            _ => None,
         }
     }
 

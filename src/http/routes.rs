@@ -158,8 +158,9 @@ fn posted<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
 
 /// Runs the operation and writes its (projected) answer. A combinator for the same reason
 /// as [`crate::ops::call`]: a parked long-poll holds only the operation's future. A request
-/// made with an OAuth token is answered 401 if the token ends (revoked, rotated away from,
-/// expired) while the operation still runs: a long-poll or an ask lasts no longer than it.
+/// that waits ([`Operation::WAITS`]) made with an OAuth token is answered 401 if the token
+/// ends (revoked, rotated away from, expired) while it still waits: a long-poll or an ask
+/// lasts no longer than the token.
 fn answer<'a, O, P>(
     face: Face,
     req: &HttpRequest,
@@ -179,7 +180,11 @@ where
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
         Ok(HttpResponse::build(status).content_type("application/json").body(json))
     });
-    let credential = req.extensions().get::<Credential>().cloned();
+    // Only what blocks outlives a token's end by long enough to watch for it: a post or a
+    // read is answered at once, and is never cut off halfway.
+    let credential = O::WAITS
+        .then(|| req.extensions().get::<Credential>().cloned())
+        .flatten();
     let watched = credential.and_then(|c| Some((c, req.app_data::<web::Data<OAuth>>()?.get_ref().clone())));
     match watched {
         Some((credential, oauth)) => {

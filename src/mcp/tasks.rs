@@ -283,14 +283,22 @@ impl Tasks {
                 let (this, stop, unheld) = (this.clone(), stop.clone(), unheld.clone());
                 let record = record.clone();
                 async move {
+                    // Only an OAuth credential can end while the relay runs (configured tokens
+                    // are checked at start): other tasks look at their record alone, as often
+                    // as before.
+                    let oauth = record.grant.is_some() || Principal::from_key(&record.owner).grant_id().is_some();
+                    let (every, record_every) = if oauth {
+                        (RECHECK, (RECORD_RECHECK.as_secs() / RECHECK.as_secs()).max(1) as u32)
+                    } else {
+                        (RECORD_RECHECK, 1)
+                    };
                     let mut ticks = 0u32;
-                    let record_every = (RECORD_RECHECK.as_secs() / RECHECK.as_secs()).max(1) as u32;
                     loop {
                         tokio::select! {
                             _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(RECHECK) => {}
+                            _ = tokio::time::sleep(every) => {}
                         }
-                        if !this.held(&record).await {
+                        if oauth && !this.held(&record).await {
                             unheld.store(true, std::sync::atomic::Ordering::Relaxed);
                             stop.cancel();
                             return;

@@ -460,6 +460,7 @@ impl Operation for WaitForReply {
     const DESCRIPTION: &'static str = "Block until someone else posts on the channel (after after_id, or after \
         what you have read), or until max_wait_minutes (capped). One wait per channel: a new one replaces it.";
     const READ_ONLY: bool = true;
+    const WAITS: bool = true;
     type Request = WaitForReplyRequest;
     type Response = Reply;
 

@@ -269,6 +269,7 @@ impl Operation for Wait {
     const DESCRIPTION: &'static str = "Block until a channel has messages with id > since_id (the largest id you \
         have seen), oldest first; none after timeout_s. Then wait again with next_since_id.";
     const READ_ONLY: bool = true;
+    const WAITS: bool = true;
     type Request = WaitRequest;
     type Response = Waited;
 
@@ -490,6 +491,7 @@ impl Operation for Ask {
     const NAME: &'static str = "ask_human";
     const DESCRIPTION: &'static str = "Post a QUESTION and block until it is answered or timeout_s passes.";
     const READ_ONLY: bool = false;
+    const WAITS: bool = true;
     type Request = AskRequest;
     type Response = Asked;
 
@@ -571,6 +573,7 @@ impl Operation for AwaitAnswer {
     const NAME: &'static str = "ask_human";
     const DESCRIPTION: &'static str = "Wait for the answer to a QUESTION already posted.";
     const READ_ONLY: bool = true;
+    const WAITS: bool = true;
     type Request = AwaitAnswerRequest;
     type Response = Asked;
 

@@ -909,7 +909,7 @@ impl OAuth {
         Ok(Some(Verified {
             principal: match grant.identity {
                 Some(id) => Principal::Participant(id),
-                None => Principal::Connector(format!("\0grant:{}", grant.id)),
+                None => Principal::connector(&grant.id),
             },
             credential: Credential {
                 grant: grant.id,
@@ -959,6 +959,12 @@ impl OAuth {
         let mut verdicts = self.verdicts.lock();
         if verdicts.len() >= MAX_VERDICTS {
             verdicts.retain(|_, (at, _)| at.elapsed() < 10 * RECHECK);
+            // All young: the oldest goes, so the map stays within its bound.
+            if verdicts.len() >= MAX_VERDICTS {
+                if let Some(oldest) = verdicts.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| k.clone()) {
+                    verdicts.remove(&oldest);
+                }
+            }
         }
         verdicts.insert(key.to_owned(), (std::time::Instant::now(), good));
         good
