@@ -502,4 +502,7 @@ pub async fn revoked_streams_end(a: &Server, b: &Server, admin_token: &str) {
         at.duration_since(revoked) < ENDS_WITHIN,
         "the long-poll outlived its token"
     );
+    // And nothing is left parked behind them on the relay: the tool call's wait is cancelled
+    // once its stream has been gone for the resume grace.
+    super::until_waits(&super::client(), a.url("").trim_end_matches('/'), 0).await;
 }

@@ -655,8 +655,14 @@ async fn a_registration_is_bounded_in_size_with_rfc_7591_errors() {
             json!({"redirect_uris": [REDIRECT], "logo_uri": "l".repeat(2001)}),
             "invalid_client_metadata",
         ),
+        // A string inside an array is bounded as any other.
         (
-            json!({"redirect_uris": [REDIRECT], "contacts": ["x".repeat(3000), "y".repeat(3000), "z".repeat(3000)]}),
+            json!({"redirect_uris": [REDIRECT], "contacts": ["x".repeat(3000)]}),
+            "invalid_client_metadata",
+        ),
+        // Strings each within bounds, the whole over 8 KiB.
+        (
+            json!({"redirect_uris": [REDIRECT], "contacts": vec!["c".repeat(1900); 5]}),
             "invalid_client_metadata",
         ),
     ] {
