@@ -674,10 +674,16 @@ async fn guard(c: &RelayClient, me: &str, project: Option<&str>) -> Result<Outco
 
 /// Runs a client command.
 pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
-    let c = RelayClient::new(cmd.relay())?;
+    // `status` finds its relay its own way, and `stop` talks to none: neither reads --relay
+    // (or CROSSTALK_URL) as the others do, so a value there meant for them cannot fail them.
+    let relay = match cmd {
+        ClientCommand::Status { relay, data_dir } => return status(&relay, data_dir).await,
+        ClientCommand::Stop { data_dir } => return stop(data_dir).await,
+        ref other => other.relay(),
+    };
+    let c = RelayClient::new(relay)?;
     match cmd {
-        ClientCommand::Status { relay, data_dir } => status(&relay, data_dir).await,
-        ClientCommand::Stop { data_dir } => stop(data_dir).await,
+        ClientCommand::Status { .. } | ClientCommand::Stop { .. } => unreachable!("answered above"),
         ClientCommand::Guard {
             relay,
             me,

@@ -667,9 +667,12 @@ fn status_and_stop_honour_the_settings_serve_reads() {
     assert!(err.contains("CROSSTALK_DATA_DIR"), "{err}");
     assert!(relay.0.try_wait().unwrap().is_none(), "stopped the wrong relay");
 
+    // A CROSSTALK_URL meant for other commands (here a malformed one) is none of stop's
+    // business: it talks to no relay.
     let out = bare(home.path())
         .arg("stop")
         .env("CROSSTALK_DATA_DIR", &d)
+        .env("CROSSTALK_URL", "http://127.0.0.1:9/mcp")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
