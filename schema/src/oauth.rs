@@ -83,3 +83,34 @@ pub struct TokenRef {
     pub kind: TokenKind,
     pub expires_at: i64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// A token record as the store holds it, for every kind: `Code` was added last, so the
+    /// records of the kinds before it keep their bytes (a `Retired` one written by the
+    /// release before `Code` reads as it did), and a `Code` one reads back as itself.
+    #[test]
+    fn token_records_keep_their_bytes() {
+        let record = |kind| TokenRef {
+            grant: "g1".into(),
+            kind,
+            expires_at: 1_700_000_000,
+        };
+        for (kind, golden) in [
+            (TokenKind::Access, "011370ba570267310080c49fd50c"),
+            (TokenKind::Refresh, "01b6a3e69c0267310180c49fd50c"),
+            (TokenKind::Retired, "0118d1721a0267310280c49fd50c"),
+            (TokenKind::Code, "01bd022ed10267310380c49fd50c"),
+        ] {
+            let bytes = crate::encode(&record(kind));
+            assert_eq!(hex(&bytes), golden, "{kind:?}");
+            assert_eq!(crate::decode::<TokenRef>(&bytes).unwrap(), record(kind));
+        }
+    }
+}
