@@ -727,7 +727,8 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
         ClientCommand::Invite { me, expires, note, .. } => {
             let body = json!({
                 "as": me,
-                "expires_in_s": expires.map(|d| d.0.as_secs()),
+                // Whole seconds, rounded up: `0.5` is a second, not a refused zero.
+                "expires_in_s": expires.map(|d| d.0.as_secs() + u64::from(d.0.subsec_nanos() > 0)),
                 "note": note,
             });
             let invite = c.json(c.http.post(c.url("/api/oauth/invites")).json(&body)).await?;
