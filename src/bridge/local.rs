@@ -58,18 +58,17 @@ pub async fn ensure(addr: &str, data: &Path) -> Result<String, Failure> {
     // A relay already serves the store but not here (`crosstalk serve --port …`, or one that
     // hangs): starting another would only meet its lock.
     if let Some(holder) = crate::client::served::served_by(&store)? {
-        let dir = crate::client::shell_quote(&store.display().to_string());
         let next = match &holder.url {
             Some(at) if *at != url => format!("point this bridge at it (--relay {at}), or stop it"),
             _ => "stop it".to_owned(),
         };
         return Err(Failure(
             format!(
-                "the local relay's store {} is served by {}{} and nothing answers at {url}: {next} \
-                 (`crosstalk stop --data-dir {dir}`)",
+                "the local relay's store {} is served by {}{} and nothing answers at {url}: {next} ({})",
                 store.display(),
                 holder.who(),
                 holder.url.as_deref().map(|u| format!(" at {u}")).unwrap_or_default(),
+                holder.how_to_stop(&store),
             ),
             2,
         ));
@@ -80,6 +79,8 @@ pub async fn ensure(addr: &str, data: &Path) -> Result<String, Failure> {
         .append(true)
         .open(&log_path)
         .map_err(|e| Failure(format!("cannot open {}: {e}", log_path.display()), 2))?;
+    // What this start writes to the log begins here (the log keeps every earlier start's).
+    let written_before = log.metadata().map_or(0, |m| m.len());
     let exe = std::env::current_exe().map_err(|e| Failure(format!("cannot find this program: {e}"), 2))?;
     let mut child = start(&exe, host, port, &store, log)?;
     let started = Instant::now();
@@ -90,9 +91,16 @@ pub async fn ensure(addr: &str, data: &Path) -> Result<String, Failure> {
             return Ok(url);
         }
         if let Ok(Some(status)) = child.try_wait() {
-            // Its last line says why, and what to do (a refusal of `serve` is one line).
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            let why = log.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+            // Its last line says why, and what to do (a refusal of `serve` is one line): of
+            // what this start wrote, not an earlier one's.
+            let log = std::fs::read(&log_path).unwrap_or_default();
+            let ours = String::from_utf8_lossy(log.get(written_before as usize..).unwrap_or_default());
+            let why = ours
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .unwrap_or("no word in its log");
             return Err(Failure(
                 format!(
                     "the local relay exited at start ({status}): {why} (its log: {})",

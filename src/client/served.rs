@@ -143,6 +143,17 @@ impl PidRecord {
         }
     }
 
+    /// How to stop it from here: `crosstalk stop` on its directory `dir`, or, where a signal
+    /// from here cannot reach it, [`PidRecord::stop_elsewhere`].
+    pub fn how_to_stop(&self, dir: &std::path::Path) -> String {
+        if self.reachable_here() {
+            let dir = crate::client::shell_quote(&dir.display().to_string());
+            format!("`crosstalk stop --data-dir {dir}`")
+        } else {
+            self.stop_elsewhere()
+        }
+    }
+
     /// How to stop a relay that runs elsewhere: not `crosstalk stop`, whose signal cannot
     /// cross a container's or a machine's boundary.
     pub fn stop_elsewhere(&self) -> String {
