@@ -399,7 +399,7 @@ fn serve_url() -> Result<String, Failure> {
 /// the relay there answers. It asks the relay named by `--relay`, else the one serving the
 /// directory at the address it recorded, else where `serve` would listen.
 async fn status(relay: &Relay, data_dir: Option<std::path::PathBuf>) -> Result<Outcome, Failure> {
-    let (dir, origin) = served::data_dir(data_dir)?;
+    let (dir, origin) = served::data_dir(data_dir);
     let holder = served::served_by(&dir)?;
     let recorded = holder
         .as_ref()
@@ -472,7 +472,7 @@ async fn status(relay: &Relay, data_dir: Option<std::path::PathBuf>) -> Result<O
 /// `crosstalk stop`: SIGTERM to the relay serving the data directory (as `serve` reads it),
 /// then wait until it has let the directory go.
 async fn stop(data_dir: Option<std::path::PathBuf>) -> Result<Outcome, Failure> {
-    let (dir, origin) = served::data_dir(data_dir)?;
+    let (dir, origin) = served::data_dir(data_dir);
     let d = dir.display();
     let Some(holder) = served::served_by(&dir)? else {
         let hint = match origin {

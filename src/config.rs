@@ -564,9 +564,7 @@ impl Config {
             host_origin,
             port,
             port_origin,
-            data_dir: pick(args.data_dir, &served::DATA_DIR_VARS)?
-                .or_else(crate::client::local_store_dir)
-                .unwrap_or_else(|| "crosstalk-data".into()),
+            data_dir: served::data_dir(args.data_dir).0,
             durability,
             nats,
             wait_cap: Duration::from_secs(pick(args.wait_cap_secs, &["CROSSTALK_WAIT_CAP_SECS"])?.unwrap_or(300)),

@@ -49,19 +49,23 @@ pub fn env_setting(vars: &[&'static str]) -> Option<(&'static str, String)> {
     })
 }
 
-/// The data directory `serve` would use with this `--data-dir` and the environment: the flag,
-/// else [`DATA_DIR_VARS`], else the local relay's ([`super::local_store_dir`]).
-pub fn data_dir(flag: Option<PathBuf>) -> Result<(PathBuf, Origin), Failure> {
+/// The data directory `serve` uses with this `--data-dir` and the environment (and so what
+/// `status` and `stop` look at): the flag, else [`DATA_DIR_VARS`], else the local relay's
+/// ([`super::local_store_dir`]), else, with no home directory, [`NO_HOME_DATA_DIR`] here.
+pub fn data_dir(flag: Option<PathBuf>) -> (PathBuf, Origin) {
     if let Some(dir) = flag {
-        return Ok((dir, Origin::Flag("--data-dir")));
+        return (dir, Origin::Flag("--data-dir"));
     }
     if let Some((var, dir)) = env_setting(&DATA_DIR_VARS) {
-        return Ok((dir.into(), Origin::Env(var)));
+        return (dir.into(), Origin::Env(var));
     }
-    super::local_store_dir()
-        .map(|dir| (dir, Origin::Default))
-        .ok_or_else(|| Failure("no home directory: name the data directory with --data-dir".into(), 2))
+    let dir = super::local_store_dir().unwrap_or_else(|| NO_HOME_DATA_DIR.into());
+    (dir, Origin::Default)
 }
+
+/// The data directory of a relay started where there is no home directory (a bare
+/// container): beside where it was started.
+pub const NO_HOME_DATA_DIR: &str = "crosstalk-data";
 
 /// What a data directory's pid file says about the relay that holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
