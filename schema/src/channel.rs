@@ -171,15 +171,15 @@ pub struct ChannelSummary {
 impl ChannelSummary {
     /// The row of a channel from its summary and what its state says: its open questions and
     /// running session.
-    pub fn new(name: &ChannelName, meta: &ChannelMeta, state: &crate::ChannelState) -> Self {
+    pub fn new(name: &ChannelName, meta: &ChannelMeta, open_questions: usize, active_session: Option<&str>) -> Self {
         ChannelSummary {
             channel: name.to_string(),
             count: meta.count,
             last_id: meta.last_message_id,
             last_at: meta.last_at.map(Timestamp::to_rfc3339),
             created_at: meta.created_at.map(Timestamp::to_rfc3339),
-            open_questions: state.open_questions.len() as u64,
-            active_session: state.active_session().map(str::to_owned),
+            open_questions: open_questions as u64,
+            active_session: active_session.map(str::to_owned),
         }
     }
 }

@@ -115,7 +115,7 @@ impl Relay {
         meta: &ChannelMeta,
     ) -> Result<(ChannelSummary, ChannelState), RelayError> {
         let state = self.channel_state(name)?;
-        Ok((ChannelSummary::new(name, meta, &state), state))
+        Ok((row(name, meta, &state), state))
     }
 
     /// Creates a channel (or updates its description).
@@ -127,7 +127,7 @@ impl Relay {
             .timeout(ACTOR_CALL_TIMEOUT)
             .await??;
         Ok(ChannelInfo {
-            summary: ChannelSummary::new(channel, &handle.view.meta(), &state),
+            summary: row(channel, &handle.view.meta(), &state),
             description: state.description,
         })
     }
@@ -236,4 +236,10 @@ impl Relay {
         };
         search::search(&self.inner.search_index, &view_of, &query)
     }
+}
+
+/// A channel's row of a listing: its summary, with its open questions and running session
+/// from its state.
+fn row(name: &ChannelName, meta: &ChannelMeta, state: &ChannelState) -> ChannelSummary {
+    ChannelSummary::new(name, meta, state.open_questions.len(), state.active_session())
 }
