@@ -852,6 +852,18 @@ impl ServerHandler for Bridge {
         let args = request.arguments.clone().unwrap_or_default();
         let channel = args.get("channel").and_then(Value::as_str).map(str::to_owned);
         match (request.name.as_ref(), channel) {
+            // Pushes go into the host's session; a 2026-07-28 host has none to push into.
+            ("listen_live", Some(ch)) if self.link.hosts.session().is_none() => Ok(answer(
+                json!({
+                    "error": "this host has no session to push into (it speaks MCP 2026-07-28): nothing can be \
+                              pushed to it",
+                    "instead": format!(
+                        "wait_for_message(channel={ch:?}, since_id=<the largest id you have seen>) blocks until \
+                         the next message"
+                    ),
+                }),
+                true,
+            )),
             ("listen_live", Some(ch)) => Ok(match self.live.listen(&ch).await {
                 Ok(v) => answer(v, false),
                 Err(why) => answer(json!({"error": why}), true),

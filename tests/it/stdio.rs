@@ -411,6 +411,15 @@ async fn every_answer_to_a_2026_07_28_host_says_its_result_type() {
             "{method} {params}: {answer}"
         );
     }
+    // Such a host has no session to push into: listening is refused, with what to do instead.
+    let live = tokio::task::block_in_place(|| b.call("listen_live", json!({"channel": "typed"})));
+    assert_eq!(live["isError"], true, "{live}");
+    assert!(
+        live["structuredContent"]["instead"]
+            .as_str()
+            .is_some_and(|i| i.contains("wait_for_message")),
+        "{live}"
+    );
     tokio::task::block_in_place(|| b.close());
 
     let mut old = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url], &[]));
