@@ -715,32 +715,22 @@ complete!(
     ReadResourceResult
 );
 
-impl Complete for CallToolResponse {
-    fn complete(self) -> Self {
-        match self {
-            CallToolResponse::Complete(r) => CallToolResponse::Complete(r.complete()),
-            other => other,
+/// An answer that may be complete or something else (input required, a task): only a
+/// complete one is marked.
+macro_rules! complete_response {
+    ($($t:ident),*) => {$(
+        impl Complete for $t {
+            fn complete(self) -> Self {
+                match self {
+                    $t::Complete(r) => $t::Complete(r.complete()),
+                    other => other,
+                }
+            }
         }
-    }
+    )*};
 }
 
-impl Complete for GetPromptResponse {
-    fn complete(self) -> Self {
-        match self {
-            GetPromptResponse::Complete(r) => GetPromptResponse::Complete(r.complete()),
-            other => other,
-        }
-    }
-}
-
-impl Complete for ReadResourceResponse {
-    fn complete(self) -> Self {
-        match self {
-            ReadResourceResponse::Complete(r) => ReadResourceResponse::Complete(r.complete()),
-            other => other,
-        }
-    }
-}
+complete_response!(CallToolResponse, GetPromptResponse, ReadResourceResponse);
 
 impl ServerHandler for Bridge {
     #[allow(deprecated)] // logging: what relays declare, and how 2025-11-25 hosts see progress lines
