@@ -573,8 +573,13 @@ impl Caller {
             0 => Ok(None),
             1 => Ok(names.pop()),
             n => Err(OpError::invalid(format!(
-                "this token's requests without a session of their own have registered several names \
-                 ({}{}): name yours on each call (sender=…, instance_id=…)",
+                "{} without a session of their own have registered several names ({}{}): name yours \
+                 on each call (sender=…, instance_id=…)",
+                match self.principal {
+                    // Nothing tells such clients apart on a relay without tokens.
+                    Principal::Anyone => "this relay has no tokens, so all requests",
+                    _ => "this token's requests",
+                },
                 names.join(", "),
                 if n > 2 { ", …" } else { "" }
             ))),

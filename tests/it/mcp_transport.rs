@@ -629,6 +629,36 @@ async fn a_stateless_client_acts_as_what_it_registered_without_naming_it() {
     assert_eq!(p["sender"], "w2");
 }
 
+/// On a relay without tokens nothing tells two 2026-07-28 clients apart: the first to
+/// register goes without naming itself; once a second has, a call that names nobody is told
+/// why (the relay has no tokens) and to name itself, and a call that names itself works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateless_clients_on_a_relay_without_tokens_share_one_default() {
+    let s = Server::start();
+    let a = Mcp::stateless(&s);
+    a.call_ok("register", json!({"instance_id": "solo"})).await;
+    let p = a
+        .call_ok("post_message", json!({"channel": "dev", "body": "one"}))
+        .await;
+    assert_eq!(p["sender"], "solo");
+    let b = Mcp::stateless(&s);
+    b.call_ok("register", json!({"instance_id": "second"})).await;
+    let why = a
+        .call_err("post_message", json!({"channel": "dev", "body": "who?"}))
+        .await;
+    assert!(
+        why.contains("no tokens") && why.contains("solo") && why.contains("second"),
+        "{why}"
+    );
+    let p = a
+        .call_ok(
+            "post_message",
+            json!({"channel": "dev", "sender": "solo", "body": "me"}),
+        )
+        .await;
+    assert_eq!(p["sender"], "solo");
+}
+
 /// A host that restarts (a new MCP session, the old one never closed: Claude Code sends no
 /// DELETE) takes its name back at once when its token proves it is the same client — a
 /// participant's token — and the session it left behind can no longer act as it. The shared
