@@ -47,6 +47,9 @@ class Call:
 
     tool: str
     args: object = field(default_factory=dict)
+    # The call is meant to fail (the relay is down): its error is given to the model, and the
+    # script goes on.
+    refused: bool = False
 
 
 @dataclass
@@ -115,7 +118,8 @@ class Model:
                 raise ScriptError(f"no script named {name}")
             # Every tool of the relay answers a structured result (JSON) when it succeeds; an
             # error flagged by the host, or a text in its place (Codex flags none), ends it.
-            if seen and (seen[-1].error or seen[-1].json() is None):
+            expected_refusal = seen and isinstance(steps[len(seen) - 1], Call) and steps[len(seen) - 1].refused
+            if seen and not expected_refusal and (seen[-1].error or seen[-1].json() is None):
                 raise ScriptError(f"{seen[-1].tool} did not succeed; the model was given: {seen[-1].text[:500]}")
             if len(seen) >= len(steps):
                 raise ScriptError(f"script {name} has no step {len(seen) + 1}")

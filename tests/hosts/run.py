@@ -339,6 +339,38 @@ class Suite:
         self.scenario(f"{label}: register, post, a wait woken by another agent, check_messages", first_run)
         self.scenario(f"{label}: a second claude -p takes the same name at once", second_run)
 
+    def claude_relay_down(self):
+        """A host whose bridge cannot reach its relay still gets the relay's whole tool list at
+        once, and a call says why it failed and what to run, instead of a run with no relay
+        tools that "succeeds"."""
+        label = "Claude Code through crosstalk mcp, the relay down"
+        home = self.home("claude-down")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            down = f"http://127.0.0.1:{s.getsockname()[1]}"
+        server = {"type": "stdio", "command": self.args.crosstalk, "args": ["mcp", "--relay", down]}
+        config = json.dumps({"mcpServers": {"crosstalk": server}})
+        script = "claude-down"
+        self.model.script(
+            script,
+            [Call("post_message", {"channel": "hosts-down", "body": "anyone there?"}, refused=True), Say("relay down")],
+        )
+        argv = [self.args.claude, "-p", f"[script:{script}] Post to the team channel."]
+        argv += ["--mcp-config", config, "--strict-mcp-config", "--output-format", "json"]
+        argv += ["--allowedTools", "mcp__crosstalk"]
+        p = self.run(argv, self.claude_env(home), home, label)
+        error = self.model.errors.get(script)
+        self.check(error is None, f"{label}: the host offered the relay's post_message to the model", error)
+        seen = self.model.seen.get(script, [])
+        self.check(len(seen) == 1, f"{label}: the model called it once", [s.tool for s in seen])
+        told = seen[0].text
+        self.check(
+            seen[0].error and down.split("//")[1] in told and "crosstalk serve" in told,
+            f"{label}: the model was told the call failed, which relay is unreachable and what to run",
+            told[:500],
+        )
+        self.check(p.returncode == 0, f"{label}: claude -p exits 0 with the model's answer", p.returncode)
+
     def claude_mcp_list(self):
         home = self.home("claude-list")
         env = self.claude_env(home)
@@ -485,6 +517,8 @@ def main():
                 suite.claude(transport)
             listed = "claude mcp list: the relay connected, over HTTP and through crosstalk mcp"
             suite.scenario(listed, suite.claude_mcp_list)
+            down = "Claude Code through crosstalk mcp with its relay down: every tool offered, a call says why"
+            suite.scenario(down, suite.claude_relay_down)
         if args.only in (None, "codex"):
             for transport in ("http", "stdio"):
                 suite.codex(transport)
