@@ -69,6 +69,9 @@ pub struct Registration {
     pub seen: i64,
 }
 
+// It embeds `Instance`: a new layout of that is a new layout of this.
+crosstalk_schema::stored!(Registration => "cluster registration");
+
 /// A read cursor as another node moved it; `id: None` when it was removed (the identity left).
 #[derive(Debug, Clone)]
 pub struct CursorChange {

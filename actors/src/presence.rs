@@ -69,6 +69,8 @@ pub struct PresenceRecord {
     pub seen: i64,
 }
 
+crosstalk_schema::stored!(PresenceRecord => "presence");
+
 /// A change in the cluster's presence, as the other nodes published it.
 #[derive(Debug, Clone)]
 pub enum PresenceChange {

@@ -16,7 +16,7 @@
 use crate::store::{
     Append, AuxEntries, EventStore, Repair, RepairReport, Space, StoreError, StoredEvent, Truncation, Undo,
 };
-use crosstalk_schema::{codec, ChannelMeta, ChannelName, ChannelState, Overlay, Record};
+use crosstalk_schema::{codec, ChannelMeta, ChannelName, ChannelState, IdFloor, Overlay, Record};
 use parking_lot::RwLock;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -474,7 +474,9 @@ impl EventStore for SledStore {
         let h = self.handles()?;
         match h.log.get(ID_FLOOR_KEY).map_err(io)? {
             None => Ok(0),
-            Some(bytes) => codec::decode(&bytes).map_err(|e| StoreError::Corrupt(format!("id floor: {e}"))),
+            Some(bytes) => codec::decode(&bytes)
+                .map(|IdFloor(f)| f)
+                .map_err(|e| StoreError::Corrupt(format!("id floor: {e}"))),
         }
     }
 
@@ -582,7 +584,7 @@ impl EventStore for SledStore {
             meta.last_id = last_good;
             batch.insert(meta_key(&channel), codec::encode(&meta));
             let floor = dropped.iter().copied().max().unwrap_or(0).max(self.id_floor()?);
-            batch.insert(ID_FLOOR_KEY, codec::encode(&floor));
+            batch.insert(ID_FLOOR_KEY, codec::encode(&IdFloor(floor)));
             h.log.apply_batch(batch).map_err(io)?;
             report.damaged.push(Repair {
                 channel,
@@ -599,7 +601,7 @@ impl EventStore for SledStore {
             });
             // Those ids were acknowledged and may have been seen: never hand them out again.
             h.log
-                .insert(ID_FLOOR_KEY, codec::encode(&self.marked_at_open))
+                .insert(ID_FLOOR_KEY, codec::encode(&IdFloor(self.marked_at_open)))
                 .map_err(io)?;
         }
         if !report.is_clean() {

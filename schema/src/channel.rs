@@ -140,11 +140,30 @@ impl From<ChannelMetaV1> for ChannelMeta {
     }
 }
 
+/// The highest id a store handed out that it may no longer hold (dropped as damaged, or
+/// acknowledged before a crash that lost it): ids never go below it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdFloor(pub u64);
+
+crate::stored!(IdFloor => "id floor");
+
+/// Version 2 added `last_message_id`; version 1 holds either layout (release 0.1 wrote both).
+impl crate::Stored for ChannelMeta {
+    const KIND: &'static str = "channel summary";
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, payload: &[u8]) -> Result<Self, crate::CodecError> {
+        match version {
+            1 => crate::codec::upgrade_either::<ChannelMeta, ChannelMetaV1>(payload),
+            v => Err(crate::CodecError::unknown::<Self>(v)),
+        }
+    }
+}
+
 impl ChannelMeta {
-    /// Decodes a stored summary, of this release or of the one before (whose `last_id` is
-    /// then the best knowledge of the newest message).
+    /// Decodes a stored summary, of this release or of one before.
     pub fn decode(bytes: &[u8]) -> Result<ChannelMeta, crate::CodecError> {
-        crate::codec::decode_or_older::<ChannelMeta, ChannelMetaV1>(bytes)
+        crate::codec::decode(bytes)
     }
 }
 
@@ -258,12 +277,15 @@ mod tests {
             last_at: Option<Timestamp>,
             created_at: Option<Timestamp>,
         }
-        let old = crate::codec::encode(&V1 {
-            count: 3,
-            last_id: 9,
-            last_at: Some(Timestamp(5)),
-            created_at: Some(Timestamp(1)),
-        });
+        let old = crate::codec::framed(
+            1,
+            &V1 {
+                count: 3,
+                last_id: 9,
+                last_at: Some(Timestamp(5)),
+                created_at: Some(Timestamp(1)),
+            },
+        );
         let m = ChannelMeta::decode(&old).unwrap();
         assert_eq!((m.count, m.last_id, m.last_message_id), (3, 9, 9));
         let new = ChannelMeta {

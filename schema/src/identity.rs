@@ -115,6 +115,8 @@ pub struct SharedData {
     pub deleted: bool,
 }
 
+crate::stored!(Instance => "registration", SharedData => "shared data");
+
 #[cfg(test)]
 mod tests {
     use super::*;

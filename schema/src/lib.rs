@@ -12,10 +12,10 @@ pub mod task;
 pub mod time;
 pub mod webhook;
 
-pub use channel::{ChannelMeta, ChannelName, ChannelSummary};
-pub use codec::{decode, encode, CodecError, FORMAT_VERSION};
+pub use channel::{ChannelMeta, ChannelName, ChannelSummary, IdFloor};
+pub use codec::{decode, encode, CodecError, Stored};
 pub use identity::{Instance, InstanceId, InstanceKind, SharedData};
-pub use message::{Limits, Meaning, Message, MessageRecord, MessageType, NewMessage, Overlay, Record};
+pub use message::{Limits, Meaning, Message, MessageRecord, MessageType, NewMessage, Overlay, Record, StreamEntry};
 pub use state::{ChannelState, CutState, Effects, Session, Trim};
 pub use time::Timestamp;
 

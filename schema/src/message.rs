@@ -498,6 +498,17 @@ pub struct Overlay {
     pub answered_by: Option<u64>,
 }
 
+/// One event as a message of a cluster's stream carries it: the record and the post's
+/// idempotency key, so that the fold, on every node, recognises a retried post. It embeds
+/// [`Record`]: a new layout of that is a new layout of this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamEntry {
+    pub record: Record,
+    pub idempotency_key: Option<String>,
+}
+
+crate::stored!(Record => "log record", Overlay => "message overlay", StreamEntry => "stream entry");
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,6 +84,14 @@ pub struct TokenRef {
     pub expires_at: i64,
 }
 
+crate::stored!(
+    Invite => "OAuth invite",
+    OAuthClient => "OAuth client",
+    AuthCode => "OAuth code",
+    Grant => "OAuth grant",
+    TokenRef => "OAuth token",
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

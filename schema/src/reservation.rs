@@ -55,6 +55,8 @@ pub struct ReservationSet {
     pub items: Vec<Reservation>,
 }
 
+crate::stored!(ReservationSet => "reservations");
+
 impl Reservation {
     /// Whether this and `other` could conflict at all: different holders, at least one
     /// exclusive, one project. They do if a path both could name exists too ([`conflicts`]).

@@ -15,9 +15,21 @@ pub struct ChannelState {
     pub session: Option<Session>,
     /// QUESTIONs no ANSWER has closed yet: id → recipient.
     pub open_questions: BTreeMap<u64, Option<String>>,
-    /// The last retention cut a cluster logged ([`Record::Trimmed`]). Last field: a state
-    /// stored before it existed decodes without it ([`ChannelState::decode`]).
+    /// The last retention cut a cluster logged ([`Record::Trimmed`]). Added in version 2.
     pub trimmed: Option<Trim>,
+}
+
+/// Version 2 added `trimmed`; version 1 holds either layout (release 0.1 wrote both).
+impl crate::Stored for ChannelState {
+    const KIND: &'static str = "channel state";
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, payload: &[u8]) -> Result<Self, crate::CodecError> {
+        match version {
+            1 => crate::codec::upgrade_either::<ChannelState, ChannelStateV1>(payload),
+            v => Err(crate::CodecError::unknown::<Self>(v)),
+        }
+    }
 }
 
 /// A logged retention cut: every event up to `through` is gone from every node's copy; the
@@ -39,6 +51,13 @@ pub struct CutState {
     pub created_at: Option<Timestamp>,
     pub last_message_id: u64,
     pub last_at: Option<Timestamp>,
+}
+
+/// Kept in a cluster's bucket of cuts. It embeds [`ChannelState`]: a new layout of that is a
+/// new layout of this, and version 1 is the one with [`ChannelState`]'s version 2.
+impl crate::Stored for CutState {
+    const KIND: &'static str = "retention cut";
+    const VERSION: u8 = 1;
 }
 
 impl CutState {
@@ -103,9 +122,9 @@ pub struct Effects {
 }
 
 impl ChannelState {
-    /// Decodes a stored state, of this release or of one before [`Trim`].
+    /// Decodes a stored state, of this release or of one before.
     pub fn decode(bytes: &[u8]) -> Result<ChannelState, crate::CodecError> {
-        crate::codec::decode_or_older::<ChannelState, ChannelStateV1>(bytes)
+        crate::codec::decode(bytes)
     }
 
     /// The active session's id, which a message posted without one joins.
@@ -222,11 +241,14 @@ mod tests {
             session: Option<Session>,
             open_questions: BTreeMap<u64, Option<String>>,
         }
-        let old = crate::codec::encode(&Old {
-            description: Some("d".into()),
-            session: None,
-            open_questions: BTreeMap::from([(7, Some("bob".into()))]),
-        });
+        let old = crate::codec::framed(
+            1,
+            &Old {
+                description: Some("d".into()),
+                session: None,
+                open_questions: BTreeMap::from([(7, Some("bob".into()))]),
+            },
+        );
         let state = ChannelState::decode(&old).unwrap();
         assert_eq!(state.description.as_deref(), Some("d"));
         assert_eq!(state.open_questions.get(&7), Some(&Some("bob".into())));

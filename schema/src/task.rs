@@ -114,10 +114,23 @@ impl From<TaskRecordV1> for TaskRecord {
     }
 }
 
+/// Version 2 added `grant`; version 1 holds either layout (release 0.1 wrote both).
+impl crate::Stored for TaskRecord {
+    const KIND: &'static str = "task";
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, payload: &[u8]) -> Result<Self, crate::CodecError> {
+        match version {
+            1 => crate::codec::upgrade_either::<TaskRecord, TaskRecordV1>(payload),
+            v => Err(crate::CodecError::unknown::<Self>(v)),
+        }
+    }
+}
+
 impl TaskRecord {
-    /// Decodes a stored task, of this release or of the one before `grant`.
+    /// Decodes a stored task, of this release or of one before.
     pub fn decode(bytes: &[u8]) -> Result<TaskRecord, crate::CodecError> {
-        crate::codec::decode_or_older::<TaskRecord, TaskRecordV1>(bytes)
+        crate::codec::decode(bytes)
     }
 
     /// The record once the wait ended with `state` (final) and `result`, at `now_ms`.

@@ -49,3 +49,5 @@ pub struct Lease {
     pub node: String,
     pub until: i64,
 }
+
+crate::stored!(Webhook => "webhook", Delivery => "webhook delivery", Lease => "webhook lease");

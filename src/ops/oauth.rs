@@ -18,7 +18,6 @@ use crosstalk_actors::records::{Kind, RecordStore};
 use crosstalk_actors::RelayError;
 use crosstalk_schema::oauth::{AuthCode, Grant, Invite, OAuthClient, TokenKind, TokenRef};
 use crosstalk_schema::{codec, Timestamp};
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -326,11 +325,11 @@ pub fn redirect_matches(registered: &str, given: &str) -> bool {
         && r.path_and_query() == g.path_and_query()
 }
 
-fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+fn encode<T: crosstalk_schema::Stored>(value: &T) -> Vec<u8> {
     codec::encode(value)
 }
 
-fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, OAuthError> {
+fn decode<T: crosstalk_schema::Stored>(what: &str, bytes: &[u8]) -> Result<T, OAuthError> {
     codec::decode(bytes).map_err(|e| OAuthError::new(500, "server_error", format!("a stored {what} is damaged: {e}")))
 }
 
@@ -390,21 +389,31 @@ impl OAuth {
             })
     }
 
-    async fn get<T: DeserializeOwned>(&self, kind: Kind, key: &str, what: &str) -> Result<Option<T>, OAuthError> {
+    async fn get<T: crosstalk_schema::Stored>(
+        &self,
+        kind: Kind,
+        key: &str,
+        what: &str,
+    ) -> Result<Option<T>, OAuthError> {
         match self.store.get(kind, key.to_owned()).await.map_err(OAuthError::server)? {
             Some(bytes) => Ok(Some(decode(what, &bytes)?)),
             None => Ok(None),
         }
     }
 
-    async fn put<T: Serialize>(&self, kind: Kind, key: &str, value: &T) -> Result<(), OAuthError> {
+    async fn put<T: crosstalk_schema::Stored>(&self, kind: Kind, key: &str, value: &T) -> Result<(), OAuthError> {
         self.store
             .put(kind, key.to_owned(), encode(value))
             .await
             .map_err(OAuthError::server)
     }
 
-    async fn take<T: DeserializeOwned>(&self, kind: Kind, key: &str, what: &str) -> Result<Option<T>, OAuthError> {
+    async fn take<T: crosstalk_schema::Stored>(
+        &self,
+        kind: Kind,
+        key: &str,
+        what: &str,
+    ) -> Result<Option<T>, OAuthError> {
         match self
             .store
             .take(kind, key.to_owned())
@@ -416,7 +425,7 @@ impl OAuth {
         }
     }
 
-    async fn read<T: DeserializeOwned>(
+    async fn read<T: crosstalk_schema::Stored>(
         &self,
         kind: Kind,
         key: &str,

@@ -46,7 +46,7 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> RelayError {
     RelayError::Store(StoreError::Corrupt(format!("a stored {what} is damaged: {e}")))
 }
 
-fn decode<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, RelayError> {
+fn decode<T: crosstalk_schema::Stored>(what: &str, bytes: &[u8]) -> Result<T, RelayError> {
     codec::decode(bytes).map_err(|e| corrupt(what, e))
 }
 

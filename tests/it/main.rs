@@ -32,5 +32,6 @@ mod search;
 mod security;
 mod sse;
 mod stdio;
+mod stored;
 mod tasks;
 mod webhooks;

@@ -18,8 +18,9 @@ pub(super) trait Value: Sized + Send + 'static {
     fn decode(bytes: &[u8]) -> Result<Self, String>;
 }
 
-/// Values kept in the relay's record codec (`crosstalk_schema::codec`).
-pub(super) trait Coded: serde::Serialize + serde::de::DeserializeOwned + Send + 'static {}
+/// Values kept in the relay's record codec (`crosstalk_schema::codec`), each with its layout
+/// version.
+pub(super) trait Coded: crosstalk_schema::Stored + Send + 'static {}
 
 impl<T: Coded> Value for T {
     fn encode(&self) -> Bytes {
@@ -31,7 +32,8 @@ impl<T: Coded> Value for T {
     }
 }
 
-/// A position (a read cursor): eight bytes, big-endian; anything else reads as 0.
+/// A position (a read cursor): eight bytes, big-endian; anything else reads as 0. A fixed-width
+/// integer is its own format: it has no layout to version (the stored-format test pins it).
 impl Value for u64 {
     fn encode(&self) -> Bytes {
         Bytes::copy_from_slice(&self.to_be_bytes())

@@ -9,9 +9,9 @@ use crate::cluster::{LogEntry, LogEvent};
 use crate::error::RelayError;
 use async_nats::jetstream::{self, consumer};
 use bytes::Bytes;
-use crosstalk_schema::{codec, ChannelName, Record};
+use crosstalk_schema::{codec, ChannelName, Record, StreamEntry};
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,18 +35,11 @@ pub(super) fn message_of(id: u64) -> u64 {
     id >> ENTRY_BITS
 }
 
-/// One event as a message carries it: the record and the post's idempotency key, so that the
-/// fold, on every node, recognises a retried post.
+/// A [`StreamEntry`] as an append borrows it: it serialises exactly as one.
 #[derive(Serialize)]
 struct EntryOut<'a> {
     record: &'a Record,
     idempotency_key: Option<&'a str>,
-}
-
-#[derive(Deserialize)]
-struct EntryIn {
-    record: Record,
-    idempotency_key: Option<String>,
 }
 
 /// Longest an append waits for JetStream's acknowledgement.
@@ -88,7 +81,7 @@ fn channel_of(prefix: &str, subject: &str) -> Option<ChannelName> {
 impl Log {
     /// An event as a message carries it ([`Log::append`]).
     pub fn entry(record: &Record, idempotency_key: Option<&str>) -> Bytes {
-        Bytes::from(codec::encode(&EntryOut {
+        Bytes::from(codec::encode_as::<StreamEntry, _>(&EntryOut {
             record,
             idempotency_key,
         }))
@@ -302,7 +295,7 @@ fn frame<'a>(entries: impl Iterator<Item = &'a [u8]> + Clone) -> Bytes {
     Bytes::from(out)
 }
 
-fn unframe(mut payload: &[u8]) -> Result<Vec<EntryIn>, String> {
+fn unframe(mut payload: &[u8]) -> Result<Vec<StreamEntry>, String> {
     let mut entries = Vec::new();
     while !payload.is_empty() {
         let Some((len, rest)) = payload.split_first_chunk::<4>() else {
@@ -312,7 +305,7 @@ fn unframe(mut payload: &[u8]) -> Result<Vec<EntryIn>, String> {
         let Some(entry) = rest.get(..len) else {
             return Err(format!("an entry of {len} bytes with {} left", rest.len()));
         };
-        entries.push(codec::decode::<EntryIn>(entry).map_err(|e| e.to_string())?);
+        entries.push(codec::decode::<StreamEntry>(entry).map_err(|e| e.to_string())?);
         payload = &rest[len..];
     }
     match entries.len() {
