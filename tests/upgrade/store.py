@@ -1,7 +1,7 @@
 """A store written by an earlier release, opened by this one: every face must show what it
 showed before, and ids must continue.
 
-  store.py make  --crosstalk OLD_BINARY --out tests/fixtures/upgrade/RELEASE [--commit C]
+  store.py make  --crosstalk OLD_BINARY --out tests/fixtures/upgrade/RELEASE [--commit C] [--nats]
   store.py check --crosstalk NEW_BINARY --fixture tests/fixtures/upgrade/RELEASE
 
 `make` (run once per release whose store is kept) starts OLD_BINARY on a fresh data
@@ -10,6 +10,10 @@ DIRECTIVE, a QUESTION and a person's ANSWER, a channel description, registration
 crosstalk-mcp session, shared data in two versions, read cursors, a reservation, a webhook,
 an OAuth client with its grant, an MCP task), records what each face answers (`expected.json`)
 and keeps the data directory as `store.tar.gz`.
+
+With `--nats` the relay is a node of a nats-server of its own (JetStream, one replica), and the
+server's JetStream store is kept beside the node's data directory: the stream and every
+bucket. `check` sees which it is.
 
 `check` unpacks the store into a temporary directory, starts NEW_BINARY on it with the same
 settings and asks the same questions: every answer must equal the recorded one, but for the
@@ -26,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -54,13 +59,48 @@ VOLATILE = {
 }
 
 
+class Nats:
+    """One nats-server with JetStream, its store in `work/js`, on a free loopback port."""
+
+    def __init__(self, work):
+        server = os.environ.get("NATS_SERVER") or os.path.join(
+            os.path.dirname(__file__), "../../.venv-test/nats/bin/nats-server"
+        )
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        conf = os.path.join(work, "nats.conf")
+        with open(conf, "w") as f:
+            # The same server name on every run: JetStream's store is the server's.
+            f.write(
+                f"server_name: upgrade\nlisten: 127.0.0.1:{self.port}\n"
+                f'jetstream {{\n  store_dir: "{os.path.join(work, "js")}"\n  sync_interval: always\n}}\n'
+            )
+        self.proc = subprocess.Popen([server, "-c", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise SystemExit(f"nats-server ({server}) did not start") from None
+                time.sleep(0.1)
+        self.url = f"nats://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=20)
+
+
 class Relay:
-    def __init__(self, binary, data):
+    def __init__(self, binary, data, store=None):
         self.log = open(os.path.join(os.path.dirname(data), "relay.log"), "w")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CROSSTALK_", "RELAY_"))}
         env["RUST_LOG"] = "warn"
+        cluster = ["--store", store, "--nats-replicas", "1"] if store else []
         self.proc = subprocess.Popen(
-            [binary, "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", data, *FLAGS],
+            [binary, "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", data, *FLAGS, *cluster],
             stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
         )
         deadline = time.monotonic() + 30
@@ -273,16 +313,19 @@ def without_general(answer):
 
 def make(args):
     work = tempfile.mkdtemp(prefix="crosstalk-upgrade-")
-    data = os.path.join(work, "data")
-    r = Relay(args.crosstalk, data)
+    nats = Nats(work) if args.nats else None
+    r = Relay(args.crosstalk, os.path.join(work, "data"), nats and nats.url)
     try:
         kept = populate(r)
     finally:
         r.stop()
+        if nats:
+            nats.stop()
     os.makedirs(args.out, exist_ok=True)
     store = os.path.join(args.out, "store.tar.gz")
     with tarfile.open(store, "w:gz") as t:
-        t.add(data, arcname="data")
+        for part in ("data", "js") if nats else ("data",):
+            t.add(os.path.join(work, part), arcname=part)
     # The answers are those of the same binary on a copy of what was kept, as `check` asks
     # them of the new one (asking moves read cursors).
     answers = ask(args.crosstalk, store, kept)
@@ -297,17 +340,23 @@ def make(args):
 
 
 def ask(binary, store, kept, after=None):
-    """The answers of `binary` on a fresh copy of `store`; `after(relay)` runs before it stops."""
+    """The answers of `binary` on a fresh copy of `store` (a relay's data directory, and a
+    JetStream store if it was a node); `after(relay)` runs before it stops."""
     work = tempfile.mkdtemp(prefix="crosstalk-upgrade-")
     with tarfile.open(store) as t:
         t.extractall(work, filter="data")
-    r = Relay(binary, os.path.join(work, "data"))
+    nats = Nats(work) if os.path.isdir(os.path.join(work, "js")) else None
     try:
-        answers = questions(r, kept)
-        if after:
-            after(r)
+        r = Relay(binary, os.path.join(work, "data"), nats and nats.url)
+        try:
+            answers = questions(r, kept)
+            if after:
+                after(r)
+        finally:
+            r.stop()
     finally:
-        r.stop()
+        if nats:
+            nats.stop()
         shutil.rmtree(work, ignore_errors=True)
     return answers
 
@@ -350,6 +399,7 @@ def main():
     m.add_argument("--crosstalk", required=True)
     m.add_argument("--out", required=True)
     m.add_argument("--commit", help="the commit OLD_BINARY was built from, for the record")
+    m.add_argument("--nats", action="store_true", help="a relay node on a nats-server of its own ($NATS_SERVER)")
     c = sub.add_parser("check")
     c.add_argument("--crosstalk", required=True)
     c.add_argument("--fixture", required=True)
