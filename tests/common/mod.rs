@@ -41,37 +41,8 @@ impl Rng {
     }
 }
 
-/// A base port such that `base + o` is free now for every offset `o`: for a group of servers
-/// (a NATS cluster, a relay cluster behind a load balancer) that bind ports they are told.
-/// Two calls of one process never start from the same candidate: a port found free here is
-/// bound only later, by the server started on it, so a second caller checking meanwhile would
-/// pick it too and its servers would talk to the first caller's. Candidates lie below Linux's
-/// ephemeral range (32768 up): a port found free there could be taken by any outgoing
-/// connection before the server binds it.
-pub fn free_base_port(offsets: &[u16]) -> u16 {
-    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let pid = std::process::id() as u64;
-    let first = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 200;
-    for attempt in first..first + 200 {
-        let base = 20_000 + ((pid * 7919 + attempt * 331) % 12_000) as u16;
-        if offsets
-            .iter()
-            .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok())
-        {
-            return base;
-        }
-    }
-    panic!("no free ports for offsets {offsets:?}");
-}
-
-/// Waits until something listens on `port` of 127.0.0.1, for at most `within`.
-pub fn wait_for_port(port: u16, within: Duration) {
-    let deadline = Instant::now() + within;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port} after {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+#[allow(unused_imports)] // each test binary uses its share
+pub use crosstalk_testkit::ports::{free_base_port, free_port, wait_for_port};
 
 /// The flags every test relay gets unless the test gives its own: loopback, a free port, the
 /// data directory.
@@ -85,14 +56,6 @@ fn defaults(dir: &Path, args: &[&str]) -> Vec<String> {
     }
     d.extend(["--data-dir".to_owned(), dir.display().to_string()]);
     d
-}
-
-/// A loopback port that is free now (nothing listens on it until a test starts something there).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 pub struct Server {

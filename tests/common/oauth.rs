@@ -1,7 +1,7 @@
 //! The OAuth flow (`serve --oauth`) as a test walks it over HTTP, on any relay or node: the
 //! admin mints an invite bound to an identity, one registered client consents with it and
 //! exchanges the code; refreshes, revocations, and whether a token still works. Used by
-//! `tests/it/oauth.rs` on a lone relay and `tests/nats.rs` across two nodes.
+//! `tests/it/oauth.rs` on a lone relay and `tests/nats/` across two nodes.
 
 use super::{builder, client_with_token, request, Server};
 use serde_json::{json, Value};

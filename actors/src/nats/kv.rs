@@ -255,7 +255,7 @@ impl<V: Value> Bucket<V> {
     /// read. When another writer came first it reads again, after a pause that grows with each
     /// loss (1, 2, 4 … ms, at most 32): a read may be answered by a replica that has not yet
     /// applied the write that won, and read again at once it showed the same stale revision
-    /// attempt after attempt (seen in tests/nats.rs, an inbox drained on two nodes at once).
+    /// attempt after attempt (seen in tests/nats/, an inbox drained on two nodes at once).
     /// `None` when every attempt lost.
     pub async fn change<R>(
         &self,

