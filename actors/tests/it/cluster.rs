@@ -79,14 +79,14 @@ impl Setup {
 
 /// Runs `test` on both implementations, each on a fresh actix system; on NATS only where
 /// there is a nats-server (else one line says the half was skipped).
-#[track_caller]
 fn both<F, Fut>(test: F)
 where
     F: Fn(Setup) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let caller = std::panic::Location::caller();
-    let server = nats::or_skip(&format!("the NATS half of the test at {caller}"));
+    // The harness names each test's thread after the test.
+    let test_name = std::thread::current().name().unwrap_or("a test").to_owned();
+    let server = nats::or_skip(&format!("the NATS half of {test_name}"));
     for kind in [Kind::Embedded, Kind::Nats] {
         if matches!(kind, Kind::Nats) && server.is_none() {
             continue;

@@ -24,9 +24,12 @@ pub fn installed(relative: &str) -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
-/// Prints the one line a test that cannot run here leaves, saying what it needs.
+/// Prints the one line a test that cannot run here leaves, saying what it needs. Written to
+/// stderr itself, not through `eprintln!`, which the test harness keeps to itself for a test
+/// that passes.
 pub fn skipped(test: &str, needs: &str) {
-    eprintln!("skipped: {test} needs {needs}");
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipped: {test} needs {needs}");
 }
 
 /// nginx, for the cluster example's load balancer: `$NGINX_BIN`, else Debian's package as
