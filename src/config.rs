@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod settings;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "crosstalk",
@@ -42,32 +44,31 @@ pub enum DurabilityArg {
 
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ServeArgs {
-    /// Address to bind [env: CROSSTALK_HOST, HOST] [default: 127.0.0.1]
+    /// Address to bind
     #[arg(long, help_heading = "Network")]
     pub host: Option<String>,
-    /// Port to bind; 0 picks a free one [env: CROSSTALK_PORT, PORT] [default: 8765]
+    /// Port to bind; 0 picks a free one
     #[arg(long, help_heading = "Network")]
     pub port: Option<u16>,
     /// Host names (or host:port) the relay answers to besides loopback, comma-separated;
-    /// a defence against DNS rebinding [env: CROSSTALK_ALLOWED_HOSTS] [default: loopback only]
+    /// a defence against DNS rebinding
     #[arg(long, help_heading = "Network")]
     pub allowed_hosts: Option<String>,
     /// Browser origins (`https://app.example.com`) allowed to call the relay cross-site,
-    /// comma-separated; none by default [env: CROSSTALK_CORS_ORIGINS]
+    /// comma-separated; none by default
     #[arg(long, help_heading = "Network")]
     pub cors_origins: Option<String>,
-    /// HTTP worker threads [env: CROSSTALK_WORKERS] [default: number of cores]
+    /// HTTP worker threads
     #[arg(long, help_heading = "Network")]
     pub workers: Option<usize>,
-    /// Shared bearer token required on every route but /healthz [env: CROSSTALK_TOKEN, RELAY_TOKEN]
+    /// Shared bearer token required on every route but /healthz
     #[arg(long, help_heading = "Access")]
     pub token: Option<String>,
     /// Per-participant tokens, `id:token,…`: each acts only as its id
-    /// [env: CROSSTALK_PARTICIPANTS, RELAY_PARTICIPANTS]
     #[arg(long, help_heading = "Access")]
     pub participants: Option<String>,
     /// A file of participant tokens, one `id:token` per line (`#` comments), so tokens need not
-    /// be in the environment or the process list [env: CROSSTALK_PARTICIPANTS_FILE]
+    /// be in the environment or the process list
     #[arg(long, help_heading = "Access")]
     pub participants_file: Option<PathBuf>,
     /// Serve beyond loopback without a token. Anyone who can reach the port can then read,
@@ -75,20 +76,20 @@ pub struct ServeArgs {
     #[arg(long, help_heading = "Access")]
     pub insecure_open: bool,
     /// Participants that are people, comma-separated: they (and the --token holder) decide an
-    /// agent host's permission prompts [env: CROSSTALK_HUMANS]
+    /// agent host's permission prompts
     #[arg(long, help_heading = "Access")]
     pub humans: Option<String>,
     /// Be an OAuth 2.1 authorization server, so hosted clients (Claude.ai, ChatGPT, Claude
     /// Desktop connectors) connect with single-use invites (`crosstalk invite`); needs --token,
-    /// the admin's [env: CROSSTALK_OAUTH]
+    /// the admin's
     #[arg(long, help_heading = "Access")]
     pub oauth: bool,
     /// The address clients reach the relay at, `https://relay.example.com` (an origin, no
-    /// path): OAuth's issuer and resource [env: CROSSTALK_PUBLIC_URL] [default: the address it serves]
+    /// path): OAuth's issuer and resource
     #[arg(long, help_heading = "Access")]
     pub public_url: Option<String>,
     /// Let webhooks deliver to loopback and private addresses (a receiver on this machine or
-    /// network); refused by default [env: CROSSTALK_WEBHOOKS_ALLOW_PRIVATE]
+    /// network); refused by default
     #[arg(long, help_heading = "Access")]
     pub webhooks_allow_private: bool,
     /// Tests: a CA certificate (PEM) to trust when fetching a client's metadata document.
@@ -97,139 +98,126 @@ pub struct ServeArgs {
     /// Tests: fetch metadata documents from loopback and private addresses too.
     #[arg(long, hide = true)]
     pub oauth_cimd_allow_private: bool,
-    /// Largest message body accepted, in bytes [env: CROSSTALK_MAX_BODY_BYTES] [default: 262144]
+    /// Largest message body accepted, in bytes
     #[arg(long, help_heading = "Limits")]
     pub max_body_bytes: Option<usize>,
-    /// Largest shared data content, in bytes [env: CROSSTALK_MAX_SHARED_BYTES] [default: 1048576]
+    /// Largest shared data content, in bytes
     #[arg(long, help_heading = "Limits")]
     pub max_shared_bytes: Option<usize>,
     /// Most channels the relay holds; creating one more is refused
-    /// [env: CROSSTALK_MAX_CHANNELS] [default: 100000]
     #[arg(long, help_heading = "Limits")]
     pub max_channels: Option<usize>,
     /// Most channels a token of one client (a participant's, an OAuth connection's) may bring
     /// into being, counted from the relay's start; more is refused (429)
-    /// [env: CROSSTALK_MAX_CHANNELS_PER_PARTICIPANT] [default: 1000]
     #[arg(long, help_heading = "Limits")]
     pub max_channels_per_participant: Option<usize>,
     /// Most live path reservations a token of one client may hold, across all projects
-    /// [env: CROSSTALK_MAX_RESERVATIONS_PER_PARTICIPANT] [default: 100]
     #[arg(long, help_heading = "Limits")]
     pub max_reservations_per_participant: Option<usize>,
     /// Most shared data keys a token of one client may keep
-    /// [env: CROSSTALK_MAX_SHARED_KEYS_PER_PARTICIPANT] [default: 100]
     #[arg(long, help_heading = "Limits")]
     pub max_shared_keys_per_participant: Option<usize>,
     /// Most bytes of messages one read answers with (at least one message); a longer page is
-    /// cut there and says more follow [env: CROSSTALK_MAX_ANSWER_BYTES] [default: 4194304]
+    /// cut there and says more follow
     #[arg(long, help_heading = "Limits")]
     pub max_answer_bytes: Option<usize>,
     /// Most waits and streams one token (or, without tokens, everyone) may hold open at once
-    /// [env: CROSSTALK_MAX_WAITS_PER_PRINCIPAL] [default: 10000]
     #[arg(long, help_heading = "Limits")]
     pub max_waits_per_principal: Option<usize>,
     /// Longest URL (path and query) read, in bytes; a longer one is refused (414)
-    /// [env: CROSSTALK_MAX_URL_BYTES] [default: 16384]
     #[arg(long, help_heading = "Limits")]
     pub max_url_bytes: Option<usize>,
     /// Most MCP sessions one token (or, without tokens, everyone) may hold open, on /mcp and
     /// /cc/mcp together; an `initialize` beyond it is refused (429)
-    /// [env: CROSSTALK_MAX_SESSIONS_PER_PRINCIPAL] [default: 1024]
     #[arg(long, help_heading = "Limits")]
     pub max_sessions_per_principal: Option<usize>,
     /// Most MCP sessions a token of one client (a participant's, an OAuth connection's) may hold
     /// open; the lower of this and --max-sessions-per-principal applies to it
-    /// [env: CROSSTALK_MAX_SESSIONS_PER_PARTICIPANT] [default: 64]
     #[arg(long, help_heading = "Limits")]
     pub max_sessions_per_participant: Option<usize>,
     /// Requests a second each token may make, bursts up to one second's worth; 0 for no limit
-    /// [env: CROSSTALK_RATE_LIMIT] [default: 1000]
     #[arg(long, help_heading = "Limits")]
     pub rate_limit: Option<u32>,
     /// Failed authentications a second one client address may make (a wrong or missing token),
     /// bursts up to one second's worth; beyond it, 429 instead of 401; 0 for no limit
-    /// [env: CROSSTALK_AUTH_FAILURE_RATE] [default: 5]
     #[arg(long, help_heading = "Limits")]
     pub auth_failure_rate: Option<u32>,
-    /// Longest long-poll wait a client may ask for, in seconds [env: CROSSTALK_WAIT_CAP_SECS] [default: 300]
+    /// Longest long-poll wait a client may ask for, in seconds
     #[arg(long, help_heading = "Limits")]
     pub wait_cap_secs: Option<u64>,
     /// Longest MCP `wait_for_message`, in seconds; keep it under your MCP host's tool-call
-    /// timeout [env: CROSSTALK_MCP_WAIT_CAP_SECS] [default: 55]
+    /// timeout
     #[arg(long, help_heading = "Limits")]
     pub mcp_wait_cap_secs: Option<u64>,
     /// Longest wait of an MCP call the client runs as a task (`wait_for_message`,
-    /// `ask_human`, `wait_for_reply`), in seconds [env: CROSSTALK_TASK_WAIT_CAP_SECS]
-    /// [default: 86400]
+    /// `ask_human`, `wait_for_reply`), in seconds
     #[arg(long, help_heading = "Limits")]
     pub task_wait_cap_secs: Option<u64>,
     /// Which tools `/mcp` lists: full, or core (post, read, wait, ask: a third of the bytes
     /// in every agent turn); a client can choose with `/mcp?tools=` or the
-    /// `X-Crosstalk-Tools` header [env: CROSSTALK_TOOLS] [default: full]
+    /// `X-Crosstalk-Tools` header
     #[arg(long, value_enum, help_heading = "MCP")]
     pub tools: Option<crate::mcp::tools::ToolChoice>,
-    /// Directory of the store [env: CROSSTALK_DATA_DIR, RELAY_DB] [default: ~/.local/share/crosstalk/store,
-    /// the local relay's, which `crosstalk mcp` uses too]
+    /// Directory of the store
     #[arg(long, help_heading = "Storage")]
     pub data_dir: Option<PathBuf>,
-    /// When a write is acknowledged [env: CROSSTALK_DURABILITY] [default: flush]
+    /// When a write is acknowledged
     #[arg(long, help_heading = "Storage", value_enum)]
     pub durability: Option<DurabilityArg>,
-    /// Seconds without a heartbeat before a participant is offline [env: CROSSTALK_PRESENCE_TTL_SECS] [default: 120]
+    /// Seconds without a heartbeat before a participant is offline
     #[arg(long, help_heading = "Presence")]
     pub presence_ttl_secs: Option<u64>,
     /// When every active party on a channel waits, milliseconds before one is told to speak
-    /// first [env: CROSSTALK_RELEASE_GRACE_MS] [default: 5000]
+    /// first
     #[arg(long, help_heading = "Presence")]
     pub release_grace_ms: Option<u64>,
     /// Seconds a channel nobody uses (no wait, stream or write in flight) stays in memory
     /// before its actor stops; it reopens from the store on the next use. 0 keeps every channel
-    /// open [env: CROSSTALK_IDLE_AFTER_SECS] [default: 30]
+    /// open
     #[arg(long, help_heading = "Presence")]
     pub idle_after_secs: Option<u64>,
-    /// Remove messages older than this many seconds [env: CROSSTALK_RETENTION_MAX_AGE_SECS] [default: keep]
+    /// Remove messages older than this many seconds
     #[arg(long, help_heading = "Retention")]
     pub retention_max_age_secs: Option<u64>,
-    /// Keep at most this many messages per channel [env: CROSSTALK_RETENTION_MAX_COUNT] [default: keep]
+    /// Keep at most this many messages per channel
     #[arg(long, help_heading = "Retention")]
     pub retention_max_count: Option<u64>,
     /// Per-channel retention, `NAME=MAX_COUNT/MAX_AGE_SECS` (either may be empty), comma-separated
-    /// [env: CROSSTALK_RETENTION_CHANNELS]
     #[arg(long, help_heading = "Retention")]
     pub retention_channels: Option<String>,
-    /// Seconds between retention passes [env: CROSSTALK_RETENTION_INTERVAL_SECS] [default: 60]
+    /// Seconds between retention passes
     #[arg(long, help_heading = "Retention")]
     pub retention_interval_secs: Option<u64>,
     /// Share channels with other relay nodes through NATS JetStream: `nats://host:4222[,…]`.
-    /// Each node keeps its own copy in --data-dir [env: CROSSTALK_STORE] [default: this relay alone, sled]
+    /// Each node keeps its own copy in --data-dir
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub store: Option<String>,
-    /// Copies of the JetStream stream: 3 on a three-server cluster [env: CROSSTALK_NATS_REPLICAS] [default: 1]
+    /// Copies of the JetStream stream: 3 on a three-server cluster
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_replicas: Option<usize>,
     /// Milliseconds a loaded channel's next log message waits to fill, 0 to 20; 0 sends each at
-    /// once [env: CROSSTALK_NATS_LINGER_MS] [default: 2]
+    /// once
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_linger_ms: Option<u64>,
-    /// Name of the JetStream stream holding the channels [env: CROSSTALK_NATS_STREAM] [default: CROSSTALK]
+    /// Name of the JetStream stream holding the channels
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_stream: Option<String>,
-    /// NATS credentials file (.creds) [env: CROSSTALK_NATS_CREDS]
+    /// NATS credentials file (.creds)
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_creds: Option<PathBuf>,
-    /// NATS user, with --nats-password [env: CROSSTALK_NATS_USER]
+    /// NATS user, with --nats-password
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_user: Option<String>,
-    /// NATS password [env: CROSSTALK_NATS_PASSWORD]
+    /// NATS password
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_password: Option<String>,
-    /// NATS token [env: CROSSTALK_NATS_TOKEN]
+    /// NATS token
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_token: Option<String>,
-    /// CA certificate (PEM) to trust for NATS' TLS [env: CROSSTALK_NATS_TLS_CA]
+    /// CA certificate (PEM) to trust for NATS' TLS
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_tls_ca: Option<PathBuf>,
-    /// Client certificate and key (PEM), `CERT,KEY`, for servers that verify clients [env: CROSSTALK_NATS_TLS_CERT]
+    /// Client certificate and key (PEM), `CERT,KEY`, for servers that verify clients
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_tls_cert: Option<String>,
     /// Refuse to talk to NATS without TLS
@@ -353,7 +341,7 @@ pub fn public_url(raw: &str) -> Result<String, String> {
 
 /// The `--store` and `--nats-*` settings; `None` for the default (sled, this relay alone).
 fn nats_config(args: &ServeArgs) -> Result<Option<crosstalk_actors::nats::NatsConfig>, String> {
-    let store: Option<String> = pick(args.store.clone(), &["CROSSTALK_STORE"])?;
+    let store: Option<String> = pick(args.store.clone(), settings::env("store"))?;
     let Some(store) = store.filter(|s| !s.trim().is_empty() && s.trim() != "sled") else {
         return Ok(None);
     };
@@ -363,11 +351,12 @@ fn nats_config(args: &ServeArgs) -> Result<Option<crosstalk_actors::nats::NatsCo
         ));
     }
     let mut c = crosstalk_actors::nats::NatsConfig::from_urls(&store)?;
-    c.replicas = pick(args.nats_replicas, &["CROSSTALK_NATS_REPLICAS"])?.unwrap_or(1);
+    c.replicas =
+        pick(args.nats_replicas, settings::env("nats-replicas"))?.unwrap_or(crosstalk_actors::nats::DEFAULT_REPLICAS);
     if !(1..=5).contains(&c.replicas) {
         return Err("--nats-replicas must be 1 to 5".into());
     }
-    if let Some(ms) = pick(args.nats_linger_ms, &["CROSSTALK_NATS_LINGER_MS"])? {
+    if let Some(ms) = pick(args.nats_linger_ms, settings::env("nats-linger-ms"))? {
         if ms > 20 {
             return Err(format!(
                 "--nats-linger-ms {ms}: at most 20 (every post of a loaded channel may wait this long)"
@@ -375,7 +364,7 @@ fn nats_config(args: &ServeArgs) -> Result<Option<crosstalk_actors::nats::NatsCo
         }
         c.linger = std::time::Duration::from_millis(ms);
     }
-    if let Some(stream) = pick::<String>(args.nats_stream.clone(), &["CROSSTALK_NATS_STREAM"])? {
+    if let Some(stream) = pick::<String>(args.nats_stream.clone(), settings::env("nats-stream"))? {
         if stream.is_empty() || stream.contains(|ch: char| ch.is_whitespace() || ".*>".contains(ch)) {
             return Err(format!(
                 "--nats-stream {stream:?}: a stream name has no spaces, dots, * or >"
@@ -383,17 +372,17 @@ fn nats_config(args: &ServeArgs) -> Result<Option<crosstalk_actors::nats::NatsCo
         }
         c.stream = stream;
     }
-    c.creds = pick(args.nats_creds.clone(), &["CROSSTALK_NATS_CREDS"])?;
-    let user: Option<String> = pick(args.nats_user.clone(), &["CROSSTALK_NATS_USER"])?;
-    let password: Option<String> = pick(args.nats_password.clone(), &["CROSSTALK_NATS_PASSWORD"])?;
+    c.creds = pick(args.nats_creds.clone(), settings::env("nats-creds"))?;
+    let user: Option<String> = pick(args.nats_user.clone(), settings::env("nats-user"))?;
+    let password: Option<String> = pick(args.nats_password.clone(), settings::env("nats-password"))?;
     c.user = match (user, password) {
         (Some(u), Some(p)) => Some((u, p)),
         (None, None) => None,
         _ => return Err("--nats-user and --nats-password go together".into()),
     };
-    c.token = pick(args.nats_token.clone(), &["CROSSTALK_NATS_TOKEN"])?;
-    c.tls_ca = pick(args.nats_tls_ca.clone(), &["CROSSTALK_NATS_TLS_CA"])?;
-    c.tls_cert = match pick::<String>(args.nats_tls_cert.clone(), &["CROSSTALK_NATS_TLS_CERT"])? {
+    c.token = pick(args.nats_token.clone(), settings::env("nats-token"))?;
+    c.tls_ca = pick(args.nats_tls_ca.clone(), settings::env("nats-tls-ca"))?;
+    c.tls_cert = match pick::<String>(args.nats_tls_cert.clone(), settings::env("nats-tls-cert"))? {
         None => None,
         Some(pair) => match pair.split_once(',') {
             Some((cert, key)) => Some((cert.trim().into(), key.trim().into())),
@@ -429,6 +418,8 @@ fn channel_retention(raw: &str) -> Result<HashMap<ChannelName, Retention>, Strin
     Ok(out)
 }
 
+/// Default of `--wait-cap-secs`: the longest long-poll a client may ask for.
+pub const DEFAULT_WAIT_CAP_SECS: u64 = 300;
 /// Default cap on an MCP `wait_for_message`: under the 60 s after which some MCP hosts give
 /// up on a tool call.
 pub const DEFAULT_MCP_WAIT_CAP_SECS: u64 = 55;
@@ -542,7 +533,7 @@ fn pick<T: std::str::FromStr>(flag: Option<T>, vars: &[&str]) -> Result<Option<T
 
 impl Config {
     pub fn resolve(args: ServeArgs) -> Result<Config, String> {
-        let durability = match pick::<String>(args.durability.map(|d| format!("{d:?}")), &["CROSSTALK_DURABILITY"])? {
+        let durability = match pick::<String>(args.durability.map(|d| format!("{d:?}")), settings::env("durability"))? {
             None => Durability::Flush,
             Some(s) => match s.to_ascii_lowercase().as_str() {
                 "flush" => Durability::Flush,
@@ -552,13 +543,13 @@ impl Config {
             },
         };
         let default_workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-        let workers = pick(args.workers, &["CROSSTALK_WORKERS"])?.unwrap_or(default_workers);
+        let workers = pick(args.workers, settings::env("workers"))?.unwrap_or(default_workers);
         if workers == 0 {
             return Err("workers must be at least 1".into());
         }
         let nats = nats_config(&args)?;
-        let (host, host_origin) = pick_from(args.host, "--host", &served::HOST_VARS, served::DEFAULT_HOST.into())?;
-        let (port, port_origin) = pick_from(args.port, "--port", &served::PORT_VARS, served::DEFAULT_PORT)?;
+        let (host, host_origin) = pick_from(args.host, "--host", settings::env("host"), served::DEFAULT_HOST.into())?;
+        let (port, port_origin) = pick_from(args.port, "--port", settings::env("port"), served::DEFAULT_PORT)?;
         Ok(Config {
             host,
             host_origin,
@@ -567,45 +558,50 @@ impl Config {
             data_dir: served::data_dir(args.data_dir).0,
             durability,
             nats,
-            wait_cap: Duration::from_secs(pick(args.wait_cap_secs, &["CROSSTALK_WAIT_CAP_SECS"])?.unwrap_or(300)),
+            wait_cap: Duration::from_secs(
+                pick(args.wait_cap_secs, settings::env("wait-cap-secs"))?.unwrap_or(DEFAULT_WAIT_CAP_SECS),
+            ),
             presence_ttl: Duration::from_secs(
-                pick(args.presence_ttl_secs, &["CROSSTALK_PRESENCE_TTL_SECS"])?
-                    .unwrap_or(120)
+                pick(args.presence_ttl_secs, settings::env("presence-ttl-secs"))?
+                    .unwrap_or(crosstalk_actors::relay::DEFAULT_PRESENCE_TTL.as_secs())
                     .max(1),
             ),
             workers,
-            max_body_bytes: pick(args.max_body_bytes, &["CROSSTALK_MAX_BODY_BYTES"])?.unwrap_or(256 * 1024),
+            max_body_bytes: pick(args.max_body_bytes, settings::env("max-body-bytes"))?
+                .unwrap_or(crosstalk_schema::DEFAULT_MAX_BODY_BYTES),
             release_grace: Duration::from_millis(
-                pick(args.release_grace_ms, &["CROSSTALK_RELEASE_GRACE_MS"])?.unwrap_or(5000),
+                pick(args.release_grace_ms, settings::env("release-grace-ms"))?
+                    .unwrap_or(crosstalk_actors::relay::DEFAULT_RELEASE_GRACE.as_millis() as u64),
             ),
             retention: Retention {
-                max_age: pick(args.retention_max_age_secs, &["CROSSTALK_RETENTION_MAX_AGE_SECS"])?
+                max_age: pick(args.retention_max_age_secs, settings::env("retention-max-age-secs"))?
                     .map(Duration::from_secs),
-                max_count: pick(args.retention_max_count, &["CROSSTALK_RETENTION_MAX_COUNT"])?,
+                max_count: pick(args.retention_max_count, settings::env("retention-max-count"))?,
             },
             channel_retention: channel_retention(
-                &pick(args.retention_channels, &["CROSSTALK_RETENTION_CHANNELS"])?.unwrap_or_default(),
+                &pick(args.retention_channels, settings::env("retention-channels"))?.unwrap_or_default(),
             )?,
             retention_every: Duration::from_secs(
-                pick(args.retention_interval_secs, &["CROSSTALK_RETENTION_INTERVAL_SECS"])?
-                    .unwrap_or(60)
+                pick(args.retention_interval_secs, settings::env("retention-interval-secs"))?
+                    .unwrap_or(crosstalk_actors::relay::DEFAULT_RETENTION_EVERY.as_secs())
                     .max(1),
             ),
-            max_shared_bytes: pick(args.max_shared_bytes, &["CROSSTALK_MAX_SHARED_BYTES"])?.unwrap_or(1024 * 1024),
+            max_shared_bytes: pick(args.max_shared_bytes, settings::env("max-shared-bytes"))?
+                .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_SHARED_BYTES),
             auth: crate::auth::Auth::new(
-                pick(args.token, &["CROSSTALK_TOKEN", "RELAY_TOKEN"])?,
+                pick(args.token, settings::env("token"))?,
                 participants(
-                    pick::<String>(args.participants, &["CROSSTALK_PARTICIPANTS", "RELAY_PARTICIPANTS"])?,
-                    pick(args.participants_file, &["CROSSTALK_PARTICIPANTS_FILE"])?,
+                    pick::<String>(args.participants, settings::env("participants"))?,
+                    pick(args.participants_file, settings::env("participants-file"))?,
                 )?
                 .as_deref(),
             )?,
-            cors_origins: pick::<String>(args.cors_origins, &["CROSSTALK_CORS_ORIGINS"])?
+            cors_origins: pick::<String>(args.cors_origins, settings::env("cors-origins"))?
                 .map(|raw| parse_cors_origins(&raw))
                 .transpose()?
                 .unwrap_or_default(),
             insecure_open: args.insecure_open,
-            humans: pick::<String>(args.humans, &["CROSSTALK_HUMANS"])?
+            humans: pick::<String>(args.humans, settings::env("humans"))?
                 .map(|raw| {
                     raw.split(',')
                         .map(str::trim)
@@ -614,8 +610,8 @@ impl Config {
                         .collect()
                 })
                 .unwrap_or_default(),
-            oauth: args.oauth || pick::<String>(None, &["CROSSTALK_OAUTH"])?.is_some_and(|v| truthy(&v)),
-            public_url: pick::<String>(args.public_url, &["CROSSTALK_PUBLIC_URL"])?
+            oauth: args.oauth || pick::<String>(None, settings::env("oauth"))?.is_some_and(|v| truthy(&v)),
+            public_url: pick::<String>(args.public_url, settings::env("public-url"))?
                 .map(|u| public_url(&u))
                 .transpose()?,
             oauth_cimd_ca: args
@@ -624,67 +620,68 @@ impl Config {
                 .transpose()?,
             oauth_cimd_allow_private: args.oauth_cimd_allow_private,
             webhooks_allow_private: args.webhooks_allow_private
-                || pick::<String>(None, &["CROSSTALK_WEBHOOKS_ALLOW_PRIVATE"])?.is_some_and(|v| truthy(&v)),
-            rate_limit: pick(args.rate_limit, &["CROSSTALK_RATE_LIMIT"])?.unwrap_or(crate::guard::DEFAULT_RATE),
-            auth_failure_rate: pick(args.auth_failure_rate, &["CROSSTALK_AUTH_FAILURE_RATE"])?
+                || pick::<String>(None, settings::env("webhooks-allow-private"))?.is_some_and(|v| truthy(&v)),
+            rate_limit: pick(args.rate_limit, settings::env("rate-limit"))?.unwrap_or(crate::guard::DEFAULT_RATE),
+            auth_failure_rate: pick(args.auth_failure_rate, settings::env("auth-failure-rate"))?
                 .unwrap_or(crate::guard::DEFAULT_AUTH_FAILURE_RATE),
-            max_channels: pick(args.max_channels, &["CROSSTALK_MAX_CHANNELS"])?
+            max_channels: pick(args.max_channels, settings::env("max-channels"))?
                 .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_CHANNELS)
                 .max(1),
             max_channels_per_participant: pick(
                 args.max_channels_per_participant,
-                &["CROSSTALK_MAX_CHANNELS_PER_PARTICIPANT"],
+                settings::env("max-channels-per-participant"),
             )?
             .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_CHANNELS_PER_OPENER)
             .max(1),
             max_reservations_per_participant: pick(
                 args.max_reservations_per_participant,
-                &["CROSSTALK_MAX_RESERVATIONS_PER_PARTICIPANT"],
+                settings::env("max-reservations-per-participant"),
             )?
             .unwrap_or(crate::ops::DEFAULT_MAX_RESERVATIONS)
             .max(1),
             max_shared_keys_per_participant: pick(
                 args.max_shared_keys_per_participant,
-                &["CROSSTALK_MAX_SHARED_KEYS_PER_PARTICIPANT"],
+                settings::env("max-shared-keys-per-participant"),
             )?
             .unwrap_or(crate::ops::DEFAULT_MAX_SHARED_KEYS)
             .max(1),
-            max_answer_bytes: pick(args.max_answer_bytes, &["CROSSTALK_MAX_ANSWER_BYTES"])?
+            max_answer_bytes: pick(args.max_answer_bytes, settings::env("max-answer-bytes"))?
                 .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_ANSWER_BYTES)
                 .max(1),
-            idle_after: match pick(args.idle_after_secs, &["CROSSTALK_IDLE_AFTER_SECS"])? {
+            idle_after: match pick(args.idle_after_secs, settings::env("idle-after-secs"))? {
                 Some(0) => None,
                 Some(secs) => Some(Duration::from_secs(secs)),
                 None => Some(crosstalk_actors::relay::DEFAULT_IDLE_AFTER),
             },
-            max_waits_per_principal: pick(args.max_waits_per_principal, &["CROSSTALK_MAX_WAITS_PER_PRINCIPAL"])?
+            max_waits_per_principal: pick(args.max_waits_per_principal, settings::env("max-waits-per-principal"))?
                 .unwrap_or(crate::ops::DEFAULT_MAX_HELD)
                 .max(1),
-            max_url_bytes: pick(args.max_url_bytes, &["CROSSTALK_MAX_URL_BYTES"])?
+            max_url_bytes: pick(args.max_url_bytes, settings::env("max-url-bytes"))?
                 .unwrap_or(crate::guard::DEFAULT_MAX_URL_BYTES)
                 .max(1),
             max_sessions_per_principal: pick(
                 args.max_sessions_per_principal,
-                &["CROSSTALK_MAX_SESSIONS_PER_PRINCIPAL"],
+                settings::env("max-sessions-per-principal"),
             )?
             .unwrap_or(crate::mcp::owner::DEFAULT_MAX_SESSIONS)
             .max(1),
             max_sessions_per_participant: pick(
                 args.max_sessions_per_participant,
-                &["CROSSTALK_MAX_SESSIONS_PER_PARTICIPANT"],
+                settings::env("max-sessions-per-participant"),
             )?
             .unwrap_or(crate::mcp::owner::DEFAULT_MAX_SESSIONS_PER_PARTICIPANT)
             .max(1),
             mcp_wait_cap: Duration::from_secs(
-                pick(args.mcp_wait_cap_secs, &["CROSSTALK_MCP_WAIT_CAP_SECS"])?.unwrap_or(DEFAULT_MCP_WAIT_CAP_SECS),
+                pick(args.mcp_wait_cap_secs, settings::env("mcp-wait-cap-secs"))?.unwrap_or(DEFAULT_MCP_WAIT_CAP_SECS),
             ),
             task_wait_cap: Duration::from_secs(
-                pick(args.task_wait_cap_secs, &["CROSSTALK_TASK_WAIT_CAP_SECS"])?.unwrap_or(DEFAULT_TASK_WAIT_CAP_SECS),
+                pick(args.task_wait_cap_secs, settings::env("task-wait-cap-secs"))?
+                    .unwrap_or(DEFAULT_TASK_WAIT_CAP_SECS),
             ),
-            tools: pick(args.tools, &["CROSSTALK_TOOLS"])?.unwrap_or_default(),
+            tools: pick(args.tools, settings::env("tools"))?.unwrap_or_default(),
             allowed_hosts: match args.allowed_hosts {
                 Some(flag) => parse_allowed_hosts(&flag)?,
-                None => match std::env::var("CROSSTALK_ALLOWED_HOSTS") {
+                None => match std::env::var(settings::env("allowed-hosts")[0]) {
                     // Set but blank is refused like an empty flag, not read as "unset".
                     Ok(raw) => parse_allowed_hosts(&raw).map_err(|e| format!("CROSSTALK_ALLOWED_HOSTS: {e}"))?,
                     Err(_) => Vec::new(),

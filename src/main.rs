@@ -1,6 +1,5 @@
 //! `crosstalk`: parse the command line, set up logging, run the relay.
 
-use clap::Parser;
 use crosstalk::config::{Cli, Command, Config};
 use tracing_subscriber::EnvFilter;
 
@@ -74,7 +73,11 @@ fn main() -> anyhow::Result<()> {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
-    let cli = Cli::parse();
+    // The derived command line, with each setting's environment and default from its table.
+    let cli = {
+        use clap::FromArgMatches;
+        Cli::from_arg_matches(&crosstalk::config::settings::command().get_matches()).unwrap_or_else(|e| e.exit())
+    };
     // The bridge says itself why a relay is not there; the MCP library's own errors about each
     // failed attempt would only repeat it, with internal type names, in the host's log.
     let default_log = match cli.command {
@@ -95,8 +98,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Serve(args)) => *args,
         // Bare `crosstalk` explains itself rather than start a server where the user stands.
         None => {
-            use clap::CommandFactory;
-            let _ = Cli::command().print_help();
+            let _ = crosstalk::config::settings::command().print_help();
             std::process::exit(2);
         }
         Some(Command::Mcp(args)) => {

@@ -178,6 +178,13 @@ pub struct CrosstalkMcp {
 }
 
 impl CrosstalkMcp {
+    /// What its tools' descriptions say of this relay's settings.
+    fn settings(&self) -> tools::Settings {
+        tools::Settings {
+            max_shared_bytes: self.ctx.relay.max_shared_bytes(),
+        }
+    }
+
     /// The caller of a request other than a tool call (a resource read), as a tool call's
     /// ([`tools::Cx`]) is built: the same principal, session, bound identity and policy.
     fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
@@ -310,9 +317,13 @@ pub fn info(face: Face) -> ServerInfo {
 /// What a face offers every client, whoever it is: the tools `tools/list` gives under
 /// `choice`, the prompts and the resource templates (the resources themselves are the
 /// caller's channels).
-pub fn offered(face: Face, choice: tools::ToolChoice) -> (Vec<Tool>, Vec<Prompt>, Vec<ResourceTemplate>) {
+pub fn offered(
+    face: Face,
+    choice: tools::ToolChoice,
+    settings: tools::Settings,
+) -> (Vec<Tool>, Vec<Prompt>, Vec<ResourceTemplate>) {
     (
-        tools::offered(face, choice),
+        tools::offered(face, choice, settings),
         vec![prompt::prompt(face)],
         vec![resources::template()],
     )
@@ -333,11 +344,15 @@ impl ServerHandler for CrosstalkMcp {
             Some(Ok(choice)) => choice,
             Some(Err(e)) => return Err(McpError::invalid_params(e, None)),
         };
-        Ok(ListToolsResult::with_all_items(tools::offered(self.face, choice)))
+        Ok(ListToolsResult::with_all_items(tools::offered(
+            self.face,
+            choice,
+            self.settings(),
+        )))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        tools::get(self.face, name)
+        tools::get(self.face, name, self.settings())
     }
 
     async fn call_tool(

@@ -541,7 +541,8 @@ pub fn bridge_catalog(set: crate::bridge::ToolSet) -> crate::bridge::Catalog {
         ToolSet::Core => (mcp::Face::Crosstalk, ToolChoice::Core),
         ToolSet::CrossClaude => (mcp::Face::CrossClaude, ToolChoice::Full),
     };
-    let (tools, prompts, templates) = mcp::offered(face, choice);
+    // Before it reaches its relay, the bridge can only say what the defaults are.
+    let (tools, prompts, templates) = mcp::offered(face, choice, mcp::tools::Settings::default());
     crate::bridge::Catalog {
         info: mcp::info(face),
         tools,

@@ -82,8 +82,20 @@ pub struct RelayConfig {
     pub search_dir: Option<std::path::PathBuf>,
 }
 
-/// Default of `--idle-after`.
+/// Default of `--idle-after-secs`.
 pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(30);
+
+/// Default of `--presence-ttl-secs`.
+pub const DEFAULT_PRESENCE_TTL: Duration = Duration::from_secs(120);
+
+/// Default of `--release-grace-ms`.
+pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// Default of `--retention-interval-secs`.
+pub const DEFAULT_RETENTION_EVERY: Duration = Duration::from_secs(60);
+
+/// Default of `--max-shared-bytes`.
+pub const DEFAULT_MAX_SHARED_BYTES: usize = 1024 * 1024;
 
 /// Default of `--max-answer-bytes`: sixteen messages of the largest size a body may have.
 pub const DEFAULT_MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
@@ -105,12 +117,12 @@ impl Default for RelayConfig {
         RelayConfig {
             limits: Limits::default(),
             durability: Durability::Flush,
-            presence_ttl: Duration::from_secs(120),
-            release_grace: Duration::from_secs(5),
+            presence_ttl: DEFAULT_PRESENCE_TTL,
+            release_grace: DEFAULT_RELEASE_GRACE,
             retention: Retention::default(),
             channel_retention: HashMap::new(),
-            retention_every: Duration::from_secs(60),
-            max_shared_bytes: 1024 * 1024,
+            retention_every: DEFAULT_RETENTION_EVERY,
+            max_shared_bytes: DEFAULT_MAX_SHARED_BYTES,
             max_channels: DEFAULT_MAX_CHANNELS,
             max_channels_per_opener: DEFAULT_MAX_CHANNELS_PER_OPENER,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
@@ -144,6 +156,8 @@ struct Inner {
     cluster: Arc<dyn Cluster>,
     /// [`RelayConfig::max_answer_bytes`].
     max_answer_bytes: usize,
+    /// [`RelayConfig::max_shared_bytes`].
+    max_shared_bytes: usize,
     /// A cluster node's tasks following the shared log and buckets; they end on shutdown.
     cluster_tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// When the search index last had every committed message.
@@ -245,6 +259,7 @@ impl Relay {
                 shutdown: CancellationToken::new(),
                 cluster: config.cluster.clone(),
                 max_answer_bytes: config.max_answer_bytes,
+                max_shared_bytes: config.max_shared_bytes,
                 cluster_tasks: Default::default(),
                 heartbeats: Default::default(),
                 index_caught_up: caught_up,
@@ -296,6 +311,11 @@ impl Relay {
     }
 
     /// Channel actors in memory now (idle ones stop: see [`RelayConfig::idle_after`]).
+    /// The largest shared data content it keeps, in bytes.
+    pub fn max_shared_bytes(&self) -> usize {
+        self.inner.max_shared_bytes
+    }
+
     pub fn open_channels(&self) -> usize {
         self.inner.directory.read().len()
     }

@@ -15,7 +15,10 @@ pub mod webhook;
 pub use channel::{ChannelMeta, ChannelName, ChannelSummary, IdFloor};
 pub use codec::{decode, encode, CodecError, Stored};
 pub use identity::{Instance, InstanceId, InstanceKind, SharedData};
-pub use message::{Limits, Meaning, Message, MessageRecord, MessageType, NewMessage, Overlay, Record, StreamEntry};
+pub use message::{
+    Limits, Meaning, Message, MessageRecord, MessageType, NewMessage, Overlay, Record, StreamEntry,
+    DEFAULT_MAX_BODY_BYTES,
+};
 pub use state::{ChannelState, CutState, Effects, Session, Trim};
 pub use time::Timestamp;
 

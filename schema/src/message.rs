@@ -17,10 +17,13 @@ pub struct Limits {
     pub max_field: usize,
 }
 
+/// Default of `--max-body-bytes`.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_body: 256 * 1024,
+            max_body: DEFAULT_MAX_BODY_BYTES,
             max_field: 256,
         }
     }

@@ -349,9 +349,52 @@ fn routes(face: Face) -> &'static [Route] {
     }
 }
 
+/// Most bytes of JSON a `tools/list` answer may take on `/mcp` (every host puts the list in its
+/// model's context, every turn): a new tool must be worth its bytes. Tests hold the list to it.
+pub const TOOLS_LIST_BUDGET: usize = 13_000;
+/// The same for cross-claude's list on `/cc/mcp`.
+pub const CC_TOOLS_LIST_BUDGET: usize = 13 * 1024;
+/// Most tools `/mcp` may list.
+pub const TOOLS_BUDGET: usize = 22;
+
+/// What a tool's description says of this relay's settings: written in the description as
+/// `{max_shared}`, filled in when the tools are listed, so the text says what the relay does.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub max_shared_bytes: usize,
+}
+
+impl Default for Settings {
+    /// The defaults' (the bridge's list before it reaches its relay).
+    fn default() -> Self {
+        Settings {
+            max_shared_bytes: crosstalk_actors::relay::DEFAULT_MAX_SHARED_BYTES,
+        }
+    }
+}
+
+/// `bytes` as people read a size: `1 MiB`, `512 KiB`, `1000 bytes`.
+pub fn size(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
+}
+
+fn described(mut tool: Tool, settings: Settings) -> Tool {
+    if let Some(d) = tool.description.as_deref().filter(|d| d.contains('{')) {
+        tool.description = Some(d.replace("{max_shared}", &size(settings.max_shared_bytes)).into());
+    }
+    tool
+}
+
 /// Every tool's definition, for `tools/list`.
-pub fn list(face: Face) -> Vec<Tool> {
-    routes(face).iter().map(|r| r.tool.clone()).collect()
+pub fn list(face: Face, settings: Settings) -> Vec<Tool> {
+    routes(face)
+        .iter()
+        .map(|r| described(r.tool.clone(), settings))
+        .collect()
 }
 
 /// Which of crosstalk's tools `tools/list` offers on `/mcp`: all of them, or the handful an
@@ -362,6 +405,16 @@ pub enum ToolChoice {
     #[default]
     Full,
     Core,
+}
+
+impl ToolChoice {
+    /// Its name, as `--tools` and `?tools=` take it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolChoice::Full => "full",
+            ToolChoice::Core => "core",
+        }
+    }
 }
 
 /// The core tools, in `tools/list` order.
@@ -398,22 +451,22 @@ pub fn choice(query: &str, header: Option<&str>) -> Option<Result<ToolChoice, St
 }
 
 /// The tools a face offers under a choice.
-pub fn offered(face: Face, choice: ToolChoice) -> Vec<Tool> {
+pub fn offered(face: Face, choice: ToolChoice, settings: Settings) -> Vec<Tool> {
     match (face, choice) {
         (Face::Crosstalk, ToolChoice::Core) => routes(face)
             .iter()
             .filter(|r| CORE.contains(&&*r.tool.name))
-            .map(|r| r.tool.clone())
+            .map(|r| described(r.tool.clone(), settings))
             .collect(),
-        _ => list(face),
+        _ => list(face, settings),
     }
 }
 
-pub fn get(face: Face, name: &str) -> Option<Tool> {
+pub fn get(face: Face, name: &str, settings: Settings) -> Option<Tool> {
     routes(face)
         .iter()
         .find(|r| r.tool.name == name)
-        .map(|r| r.tool.clone())
+        .map(|r| described(r.tool.clone(), settings))
 }
 
 fn route(face: Face, name: &str) -> Option<&'static Route> {
@@ -463,7 +516,7 @@ mod tests {
 
     #[test]
     fn the_cross_claude_table_has_its_fifteen_tools_and_is_small() {
-        let tools = list(Face::CrossClaude);
+        let tools = list(Face::CrossClaude, Settings::default());
         let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
         assert_eq!(
             names,
@@ -485,10 +538,8 @@ mod tests {
                 "unsubscribe"
             ]
         );
-        // Every host puts this list in its model's context: a new tool must be worth its bytes.
-        // 21 tools since get_readers (#14); the cap was 12 KiB for 20.
         let size = serde_json::to_vec(&tools).unwrap().len();
-        assert!(size < 13 * 1024, "tools/list is {size} bytes");
+        assert!(size <= CC_TOOLS_LIST_BUDGET, "tools/list is {size} bytes");
         let send = tools.iter().find(|t| t.name == "send_message").unwrap();
         for arg in ["channel", "sender", "content", "message_type", "in_reply_to"] {
             assert!(
@@ -500,7 +551,7 @@ mod tests {
 
     #[test]
     fn the_table_builds_and_is_small() {
-        let tools = list(Face::Crosstalk);
+        let tools = list(Face::Crosstalk, Settings::default());
         let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
         assert_eq!(
             names[..4],
@@ -517,11 +568,10 @@ mod tests {
         ] {
             assert!(names.contains(&t.to_string()), "{t} missing");
         }
-        // Every host puts this list in its model's context: a new tool must be worth its bytes.
-        // 22 tools since reserve (#33), one tool for four operations; the cap was 12 KiB for
-        // 20 and 13 KiB for 21.
+        // The answer wraps the list in `{"tools": …}`: the list alone is held to the budget too.
         let size = serde_json::to_vec(&tools).unwrap().len();
-        assert!(size < 14 * 1024, "tools/list is {size} bytes");
+        assert!(size <= TOOLS_LIST_BUDGET, "tools/list is {size} bytes");
+        assert!(tools.len() <= TOOLS_BUDGET, "{} tools", tools.len());
         for t in &tools {
             assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", t.name);
             assert!(t.output_schema.is_some(), "{}", t.name);

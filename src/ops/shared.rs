@@ -23,7 +23,7 @@ pub struct Share;
 impl Operation for Share {
     const NAME: &'static str = "share_data";
     const DESCRIPTION: &'static str =
-        "Publish content under key (up to 1 MiB); only its owner can change it; versions are kept.";
+        "Publish content under key (up to {max_shared}); only its owner can change it; versions are kept.";
     const READ_ONLY: bool = false;
     type Request = ShareRequest;
     type Response = SharedSummary;

@@ -922,3 +922,47 @@ fn invite_expires_takes_seconds_or_a_span() {
         assert!(!text(&out.stdout).is_empty(), "{expires}: no code printed");
     }
 }
+
+/// `crosstalk serve --help` and docs/operations.md's tables of settings say the same: the same
+/// flags, each with the same environment variables and the same default. The help's come from
+/// the one table the relay resolves its settings with (`src/config/settings.rs`).
+#[test]
+fn serve_help_and_the_operations_tables_agree() {
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_crosstalk"));
+    serve.args(["serve", "--help"]).env_remove("RUST_LOG");
+    let help = text(&run(serve).stdout);
+    let mut from_help = std::collections::BTreeMap::new();
+    let mut flag: Option<String> = None;
+    for line in help.lines() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("--") {
+            flag = Some(rest.split_whitespace().next().unwrap().to_owned());
+        } else if let (Some(f), Some(at)) = (flag.as_ref(), t.rfind("[env: ")) {
+            let tail = &t[at..];
+            let (env, default) = tail
+                .strip_prefix("[env: ")
+                .and_then(|r| r.split_once("] [default: "))
+                .unwrap_or_else(|| panic!("--{f}: {tail}"));
+            from_help.insert(f.clone(), (env.to_owned(), default.trim_end_matches(']').to_owned()));
+            flag = None;
+        }
+    }
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md")).unwrap();
+    let section = &docs[docs.find("## Configuration").unwrap()..docs.find("## Security model").unwrap()];
+    let mut from_docs = std::collections::BTreeMap::new();
+    for row in section.lines().filter(|l| l.starts_with("| `--")) {
+        let cells: Vec<&str> = row
+            .split(" | ")
+            .map(|c| c.trim_matches(|ch| ch == '|' || ch == ' '))
+            .collect();
+        let flag = cells[0].trim_matches('`').trim_start_matches("--").to_owned();
+        let plain = |c: &str| c.replace('`', "");
+        let before = from_docs.insert(flag.clone(), (plain(cells[1]), plain(cells[2])));
+        assert!(before.is_none(), "docs/operations.md lists --{flag} twice");
+    }
+    assert!(from_help.len() > 40, "{help}");
+    assert_eq!(
+        from_docs, from_help,
+        "docs/operations.md's settings (left) and `serve --help` (right) differ"
+    );
+}

@@ -1,7 +1,7 @@
 //! The relay's integration tests, one binary (one build and one link, where 22 files each
 //! linked the whole relay): each module is one face or one concern. Most start the relay in
 //! this process through `common::Server::start`; crash, restart, log, file-limit and metrics
-//! tests run it as a process. The NATS cluster suite is a binary of its own (`tests/nats.rs`),
+//! tests run it as a process. The NATS cluster suite is a binary of its own (`tests/nats/`),
 //! which `scripts/test` runs alongside this one. See docs/testing.md.
 
 #[path = "../common/mod.rs"]

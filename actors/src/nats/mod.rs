@@ -45,6 +45,13 @@ use std::time::Duration;
 /// leaders first; on a small machine, with several nodes starting at once, that takes a while).
 pub(super) const STREAM_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Default of `--nats-stream`.
+pub const DEFAULT_STREAM: &str = "CROSSTALK";
+/// Default of `--nats-replicas`.
+pub const DEFAULT_REPLICAS: usize = 1;
+/// Default of `--nats-linger-ms`.
+pub const DEFAULT_LINGER: Duration = appends::LINGER;
+
 /// Where the cluster's log is, and how to reach it.
 #[derive(Debug, Clone)]
 pub struct NatsConfig {
@@ -95,15 +102,15 @@ impl NatsConfig {
         }
         Ok(NatsConfig {
             urls,
-            stream: "CROSSTALK".into(),
-            replicas: 1,
+            stream: DEFAULT_STREAM.into(),
+            replicas: DEFAULT_REPLICAS,
             creds: None,
             user: None,
             token: None,
             tls_ca: None,
             tls_cert: None,
             tls_required: false,
-            linger: appends::LINGER,
+            linger: DEFAULT_LINGER,
         })
     }
 }
