@@ -18,6 +18,10 @@ use clap::{Args, ValueEnum};
 use rmcp::model::{InitializeResult, Prompt, ResourceTemplate, Tool};
 use std::path::PathBuf;
 
+/// Most bytes of JSON the bridge's `tools/list` may take with `--tools core` (the relay's core
+/// tools and the bridge's own three): what a host with a lean list puts in every turn.
+pub const CORE_TOOLS_LIST_BUDGET: usize = 5_500;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ToolSet {
     /// crosstalk's tools, as `/mcp` offers them.

@@ -411,11 +411,11 @@ impl MessageBody for Lasting {
 
 /// Rebuilds a request's header map at the size its headers need, when it is much larger.
 ///
-/// actix-http makes each new request head with room for 16 headers: a hash table of about
-/// 7 KiB, as every slot holds a name and a small vector of four values. Heads are pooled and
-/// reused, 128 per worker; beyond that each request allocates one, and keeps it until it is
-/// answered. The bench's 9,000 parked long-polls held about 60 MiB of these tables, nearly
-/// all empty slots. A compacted head goes back to the pool at its new size, so a steady stream
+/// actix-http makes each new request head with room for 16 headers, as every slot holds a
+/// name and a small vector of four values. Heads are pooled and reused, 128 per worker; beyond
+/// that each request allocates one, and keeps it until it is answered, so parked long-polls
+/// hold tables of nearly all empty slots (docs/benchmarks.md, "Measurements behind design
+/// choices"). A compacted head goes back to the pool at its new size, so a steady stream
 /// of requests rebuilds nothing: only heads made fresh, under concurrency the pool cannot
 /// cover, are rebuilt. Names, values and the order of repeated values are kept.
 pub fn compact_headers(headers: &mut header::HeaderMap) {

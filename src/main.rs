@@ -3,14 +3,13 @@
 use crosstalk::config::{Cli, Command, Config};
 use tracing_subscriber::EnvFilter;
 
-/// jemalloc. The relay allocates per request and per message on several threads (glibc
-/// malloc was 8–12% of the durable-POST profile), and frees on threads other than the one that
-/// allocated: a channel's state is built on the actors' thread, its batches freed on the store
-/// thread, sled's pages on sled's own threads. jemalloc's arenas take memory back whichever
-/// thread frees it, and its background threads return freed pages to the system about a second
-/// later (mimalloc, the allocator before, returned a page only when the thread owning it next
-/// ran: 100,000 channels gone idle left 198 MiB resident; with jemalloc 122 MiB, and 106 MiB
-/// for a relay freshly started on that store; BENCHMARKS.md row 10). Throughput is the same.
+/// jemalloc. The relay allocates per request and per message on several threads, and frees on
+/// threads other than the one that allocated: a channel's state is built on the actors'
+/// thread, its batches freed on the store thread, sled's pages on sled's own threads.
+/// jemalloc's arenas take memory back whichever thread frees it, and its background threads
+/// return freed pages to the system about a second later (mimalloc, the allocator before,
+/// returned a page only when the thread owning it next ran). What it changed is measured in
+/// docs/benchmarks.md, "Measurements behind design choices".
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

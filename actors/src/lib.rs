@@ -89,7 +89,8 @@ mod tests {
     }
 
     /// Every open channel costs its actor: one that held its own copy of the shared settings
-    /// (7.2 KiB, with the NATS handle inline) doubled the 100,000-channel peak (bench row 10).
+    /// doubled the peak of many open channels (docs/benchmarks.md, "Measurements behind design
+    /// choices").
     #[test]
     fn a_channel_actor_stays_small() {
         let size = std::mem::size_of::<crate::channel::ChannelActor>();

@@ -246,9 +246,10 @@ impl Registry {
 /// Floor of the idle sweep's period, so a tiny quiet period does not spin.
 const MIN_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 /// Channels asked to close per [`CLOSE_EVERY`], only while some are queued: each burst is a
-/// fraction of a millisecond of the actors' thread (256 every 10 ms made a live channel's
-/// post wait up to about 2.5 ms behind them), at nearly the old rate (24,000 a second), so
-/// closing still keeps up with a flood of new channels and the peak does not grow.
+/// fraction of a millisecond of the actors' thread (larger bursts made a live channel's post
+/// wait behind them), at nearly the rate of larger ones, so closing still keeps up with a
+/// flood of new channels and the peak does not grow (docs/benchmarks.md, "Measurements behind
+/// design choices").
 const CLOSE_BATCH: usize = 48;
 const CLOSE_EVERY: std::time::Duration = std::time::Duration::from_millis(2);
 

@@ -389,8 +389,8 @@ impl Indexer {
                 d.add_text(f.kind, m.kind.as_str().to_lowercase());
                 d.add_text(f.body, m.body.as_str());
                 // Split again here by tantivy's own indexing: handing it our tokens instead
-                // (a pre-tokenized body) indexed about 8% slower (two rounds each way of row
-                // 14, 52k/s against 48k/s).
+                // (a pre-tokenized body) indexed slower (docs/benchmarks.md, "Measurements
+                // behind design choices").
                 for w in words.windows(2) {
                     d.add_text(f.pairs, format!("{} {}", w[0], w[1]));
                 }

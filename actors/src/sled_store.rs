@@ -30,11 +30,8 @@ const LOG_TREE: &str = "log";
 /// How many of a channel's newest records start-up checks for damage.
 const REPAIR_WINDOW: usize = 64;
 /// sled's page cache. The relay keeps its own cache of recent messages, so this stays small: sled
-/// counts serialised bytes, and what it holds in memory is several times that. Measured on a store
-/// of 100,000 channels with their search postings (with mimalloc, the allocator then): a fresh
-/// relay held 128 MiB at 2 MiB and 152 MiB at 16 MiB, and the idle relay of bench row 10 216 MiB
-/// against 284; durable POST and tail reads were the same (20.8k/s, 82.6k/s), as they are served
-/// from the relay's own cache.
+/// counts serialised bytes, and what it holds in memory is several times that, while reads are
+/// served from the relay's own cache (docs/benchmarks.md, "Measurements behind design choices").
 const CACHE_BYTES: u64 = 2 * 1024 * 1024;
 /// sled's background flush interval; acknowledged writes never wait for it (see `commit`).
 const BACKGROUND_FLUSH_MS: u64 = 500;

@@ -383,7 +383,7 @@ mod tests {
             assert_eq!(found, Err(TooMuchWork), "{len:?}");
             assert!(work.spent() <= MAX_WORK + 10_000, "stopped at {} steps", work.spent());
         }
-        // The shape of issue #55 (`*a*a…*a` and a suffix, about 500 characters; the rules now
+        // The shape of a reported overlap that took quadratic time (`*a*a…*a` and a suffix, about 500 characters; the rules now
         // refuse more than 8 wildcards, but a record stored before keeps its patterns): two
         // sequences with stars meet or not by their ends alone.
         let star_a = |end: &str| format!("{}{end}", "*a".repeat(245));

@@ -95,8 +95,8 @@ pub fn inline_defs(schema: &mut Value) {
 /// An output schema reduced to its fields' names, each open (`{}`). A model reads the names;
 /// a host that validates the structured content against it finds it always valid; the
 /// fields' types and nested shapes (a message's fields) are in the text, in `/openapi.json`
-/// and in docs/mcp.md, not worth their bytes in every agent's context: typed, the full
-/// `tools/list` was 13.9 KB, 1.7 KB of it these types.
+/// and in docs/mcp.md, not worth their bytes in every agent's context (docs/benchmarks.md,
+/// "Measurements behind design choices").
 pub fn shallow(schema: &Value) -> Value {
     let defs = schema.get("$defs").cloned().unwrap_or(Value::Null);
     let root = match schema

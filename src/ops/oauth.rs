@@ -46,9 +46,8 @@ pub const MAX_REDIRECT_URI_BYTES: usize = 512;
 pub const MAX_CLIENT_NAME_CHARS: usize = 200;
 /// Registered clients the relay keeps; past it, those a day old that never got a grant are
 /// dropped to make room (registration needs no token, so it must not grow the store forever).
-/// With each registration's size bounded too, the clients are at most about 60 MB of records:
-/// 10,000 of the largest took 101 MB of sled store, and a relay that read them (once, at its
-/// first registration after a start) peaked at 154 MB and settled at 102 MB of RSS, from 28.
+/// With each registration's size bounded too, what they cost is bounded (docs/benchmarks.md,
+/// "Measurements behind design choices").
 pub const MAX_CLIENTS: usize = 10_000;
 pub const UNUSED_CLIENT_TTL: Duration = Duration::from_secs(24 * 3600);
 

@@ -461,9 +461,8 @@ async fn core_tool_set_is_the_lean_list_plus_the_bridges_own() {
     );
     let size = serde_json::to_vec(&list).unwrap().len();
     println!("crosstalk mcp --tools core: tools/list {size} bytes");
-    // (5,000 before every tool carried openWorldHint: false, and the bridge's own tools their
-    // annotations, #60.)
-    assert!(size <= 5_500, "{size} bytes");
+    let budget = crosstalk::bridge::CORE_TOOLS_LIST_BUDGET;
+    assert!(size <= budget, "{size} bytes, over its budget of {budget}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1006,7 +1005,7 @@ async fn relayed_prompt(c: &reqwest::Client, s: &Server) -> Value {
     }
 }
 
-/// The critical hole of #55: a permission prompt's ANSWER was checked on the raw `type` and
+/// A hole once found: a permission prompt's ANSWER was checked on the raw `type` and
 /// stored trimmed, so an agent's `" ANSWER"` decided its own prompt. Every spelling an agent
 /// can try — whitespace of each kind, case, invisible characters, Unicode look-alikes — from
 /// every agent principal (participant, OAuth connector, OAuth `--as`, the admin token over

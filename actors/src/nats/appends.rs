@@ -6,12 +6,11 @@
 //!
 //! Under heavier load the node also lingers: when the channel's last message carried at least
 //! [`LINGER_AFTER`] events and fewer than [`LINGER_BELOW`] wait now, the next message waits
-//! [`LINGER`] for more before it goes, or until [`LINGER_BELOW`] wait. Every message costs each server a replication round and
-//! an fsync whatever it carries (about 1 ms of the three servers' CPU on the development box,
-//! docs/scaling.md), so when the servers share the nodes' cores, fewer and fuller messages leave
-//! more of them to everything else: an A/B on two cores read 12–16% more posts a second from 32
-//! to 64 connections over two nodes, and no change at 16 connections or over 4 and 16 channels,
-//! where messages are smaller. A lightly loaded channel never lingers.
+//! [`LINGER`] for more before it goes, or until [`LINGER_BELOW`] wait. Every message costs each
+//! server a replication round and an fsync whatever it carries, so when the servers share the
+//! nodes' cores, fewer and fuller messages leave more of them to everything else; where
+//! messages are small anyway it changes nothing (docs/benchmarks.md, "Measurements behind
+//! design choices"). A lightly loaded channel never lingers.
 //!
 //! One message of a channel at a time from each node keeps a node's events of a channel in
 //! the order it put them in. Events from different nodes were never ordered among themselves

@@ -1,4 +1,4 @@
-//! Search (#33): a store of `plan.search_messages` messages, each 100 bytes of words drawn
+//! Search: a store of `plan.search_messages` messages, each 100 bytes of words drawn
 //! from a 5,000-word vocabulary with Zipf-like frequencies (a few words in most messages, most
 //! words rare), filled over HTTP with `--durability relaxed` from many connections. Then:
 //! how long the first search takes to answer (it waits for the index to catch up with the
