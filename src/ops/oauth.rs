@@ -2,9 +2,9 @@
 //! client registration, authorization codes with PKCE, access and refresh tokens, revocation.
 //! The rules live here, once; the HTTP endpoints are the `oauth` face (`crate::oauth`), the
 //! bearer check is the auth middleware's ([`OAuth::verify`]), and the records go through the
-//! store seam ([`crosstalk_actors::oauth`]), so they live on sled or in the cluster's buckets
-//! alike. Every secret is random (256 bits from the system RNG) and stored only as its
-//! SHA-256; a lookup goes by that hash.
+//! store seam ([`crosstalk_actors::records::RecordStore`]), so they live on sled or in the
+//! cluster's buckets alike. Every secret is random (256 bits from the system RNG) and stored
+//! only as its SHA-256; a lookup goes by that hash.
 //!
 //! - An invite is single use ([`RecordStore::take`]), expires, and may bind an identity: the
 //!   tokens of a grant made with `--as worker-7` act only as `worker-7`.

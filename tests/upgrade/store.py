@@ -50,10 +50,11 @@ FLAGS = [
     "--webhooks-allow-private",
 ]
 REDIRECT = "http://127.0.0.1:9/cb"
-# Fields whose value follows the clock, not the store: presence and liveness, countdowns, and
-# a failing webhook's retry state (it keeps retrying while the relay runs).
+# Fields whose value follows the clock, not the store: presence and liveness (who is on a
+# channel: a cluster keeps it in a bucket until its TTL, a relay alone in memory), countdowns,
+# and a failing webhook's retry state (it keeps retrying while the relay runs).
 VOLATILE = {
-    "last_seen", "last_seen_at", "status_since", "online", "activity", "expires_in_s",
+    "participants", "last_seen", "last_seen_at", "status_since", "online", "activity", "expires_in_s",
     "attempts", "failing_since", "next_attempt_at", "last_error", "presence", "updated_ms",
     "poll_interval", "pollInterval", "lastUpdatedAt", "statusMessage",
 }
@@ -377,6 +378,8 @@ def check(args):
     got = dict(ask(args.crosstalk, os.path.join(args.fixture, "store.tar.gz"), kept, ids_continue))
     now = time.time()
     for name, want in expected["answers"]:
+        # Left out as this version of the check leaves it out (what was recorded may hold more).
+        want = scrub(want)
         # What expires with time alone: once past its time, it is gone (and was still read).
         if name == "GET /api/reservations?project=crosstalk" and now > kept["reservation_expires"]:
             want = {"reservations": []}

@@ -5,7 +5,7 @@
 //!
 //! nats-server is not part of the Rust toolchain. [`nats::server`] finds it (`$NATS_SERVER`,
 //! or the copy `scripts/test` installs), and a test that needs it and finds none calls
-//! [`nats::skip`], which prints one line saying what to install and returns, so that a plain
+//! [`nats::or_skip`], which prints one line saying what to install and returns, so that a plain
 //! `cargo test --workspace` on a fresh clone passes.
 
 pub mod nats;
