@@ -13,7 +13,7 @@ mod proxy;
 mod setup;
 mod watch;
 
-use crate::client::{Failure, Relay, RelayClient};
+use crate::client::{Failure, RelayArgs, RelayClient};
 use clap::{Args, ValueEnum};
 use rmcp::model::{InitializeResult, Prompt, ResourceTemplate, Tool};
 use std::path::PathBuf;
@@ -77,7 +77,7 @@ pub enum Host {
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
     #[command(flatten)]
-    pub relay: Relay,
+    pub relay: RelayArgs,
     /// Which tools to offer.
     #[arg(long, value_enum, default_value = "crosstalk")]
     pub tools: ToolSet,

@@ -9,7 +9,7 @@
 //! identity it registers is bound to its token, and an MCP session (or another token) cannot
 //! post as it while it is active — nor it as theirs.
 
-use crate::http::routes::{mount, resource, route, Endpoint, Face};
+use crate::http::routes::{mount, resource, route, Endpoint, RestFace};
 use crate::http::{caller, CC_HEALTH_PATH};
 use crate::ops::cross_claude as ops;
 use crate::ops::Caller;
@@ -31,7 +31,7 @@ fn cc_caller(req: &HttpRequest) -> Caller {
     c
 }
 
-const CC_REST: Face = Face {
+const CC_REST: RestFace = RestFace {
     name: "cc-rest",
     caller: cc_caller,
 };
@@ -48,7 +48,7 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
         cc::<ops::GetMessages>(M::GET, "/cc/api/messages/{channel}", "getMessages"),
         cc::<ops::SendMessage>(M::POST, "/cc/api/messages", "sendMessage"),
         cc::<ops::GetReplies>(M::GET, "/cc/api/messages/{channel}/{message_id}/replies", "getReplies"),
-        cc::<ops::Register>(M::POST, "/cc/api/register", "register"),
+        cc::<ops::CcRegister>(M::POST, "/cc/api/register", "register"),
         cc::<ops::ListInstances>(M::GET, "/cc/api/instances", "listInstances"),
         cc::<ops::CreateChannel>(M::POST, "/cc/api/channels", "createChannel"),
         cc::<ops::ListChannels>(M::GET, "/cc/api/channels", "listChannels"),

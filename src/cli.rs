@@ -12,14 +12,14 @@ use std::io::Read;
 use std::time::Duration;
 
 use crate::client::{enc, served, shell_quote, Followed, RelayClient};
-pub use crate::client::{Failure, Relay};
+pub use crate::client::{Failure, RelayArgs};
 
 #[derive(Debug, Subcommand)]
 pub enum ClientCommand {
     /// Post a message; prints its id.  Example: crosstalk send dev "build is green" --as ci
     Send {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// The channel to post in (created by the first post).
         channel: String,
         /// The body; `-` or none reads it from stdin.
@@ -40,7 +40,7 @@ pub enum ClientCommand {
     /// Follow a channel live (resumes after drops).  Example: crosstalk tail dev --since 0
     Tail {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// The channel to follow.
         channel: String,
         /// Start after this id [default: only new messages]
@@ -54,7 +54,7 @@ pub enum ClientCommand {
     /// Example: crosstalk wait dev --as ci --timeout 60 && echo answered
     Wait {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// The channel to wait on.
         channel: String,
         /// Wait for messages after this id [default: the channel's newest]
@@ -73,7 +73,7 @@ pub enum ClientCommand {
     /// List channels, most recently active first.  Example: crosstalk channels --json
     Channels {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// One JSON object per line, for scripts.
         #[arg(long)]
         json: bool,
@@ -82,7 +82,7 @@ pub enum ClientCommand {
     /// timeout; at most the relay's --wait-cap-secs).  Example: crosstalk ask dev "ship it?"
     Ask {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// The channel to ask in.
         channel: String,
         /// The question.
@@ -98,7 +98,7 @@ pub enum ClientCommand {
     /// Example: crosstalk status
     Status {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// The data directory to report on, as `crosstalk serve` reads it
         /// [env: CROSSTALK_DATA_DIR, RELAY_DB] [default: ~/.local/share/crosstalk/store]
         #[arg(long)]
@@ -116,7 +116,7 @@ pub enum ClientCommand {
     /// refuses a plain message or one already answered.  Example: crosstalk answer dev 42 allow
     Answer {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// The question's channel.
         channel: String,
         /// The question's id (`crosstalk questions CHANNEL` lists the open ones).
@@ -130,7 +130,7 @@ pub enum ClientCommand {
     /// List a channel's open questions, oldest first.  Example: crosstalk questions dev
     Questions {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// The channel.
         channel: String,
         /// Only those for this recipient (and for everyone).
@@ -144,7 +144,7 @@ pub enum ClientCommand {
     /// its --token); prints the code alone on the last line.  Example: crosstalk invite --as worker-7
     Invite {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// The identity the connection acts as (a participant's rules); without it, anyone
         /// but the admin.
         #[arg(long = "as")]
@@ -160,7 +160,7 @@ pub enum ClientCommand {
     /// Example: crosstalk clients --revoke 3f2a9c1b7d0e
     Clients {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// End this connection (its `grant`) and every token of it, at once.
         #[arg(long, value_name = "GRANT", conflicts_with = "revoke_client")]
         revoke: Option<String>,
@@ -175,7 +175,7 @@ pub enum ClientCommand {
     /// add one, remove one.  Example: crosstalk webhooks --add https://hooks.slack.com/… --channel ops --types QUESTION,PERMISSION --format slack
     Webhooks {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// Add a webhook to this URL (prints its signing secret once).
         #[arg(long, value_name = "URL", requires = "channel")]
         add: Option<String>,
@@ -201,7 +201,7 @@ pub enum ClientCommand {
     /// Example: crosstalk guard --as worker-1 --project crosstalk --install
     Guard {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// Who is committing: its own reservations do not stop it [env: CROSSTALK_AS]
         #[arg(long = "as", env = "CROSSTALK_AS")]
         me: Option<String>,
@@ -218,7 +218,7 @@ pub enum ClientCommand {
     /// it moves that identity's read position.  Example: crosstalk inbox --as reviewer --session "$S"
     Inbox {
         #[command(flatten)]
-        relay: Relay,
+        relay: RelayArgs,
         /// The identity.
         #[arg(long = "as")]
         me: String,
@@ -350,7 +350,7 @@ fn show(m: &Value, json: bool) {
 
 impl ClientCommand {
     /// The relay the command talks to (`status` finds its own from this, `stop` needs none).
-    fn relay(&self) -> &Relay {
+    fn relay(&self) -> &RelayArgs {
         match self {
             ClientCommand::Send { relay, .. }
             | ClientCommand::Tail { relay, .. }
@@ -370,7 +370,7 @@ impl ClientCommand {
     }
 }
 
-static NO_RELAY: Relay = Relay {
+static NO_RELAY: RelayArgs = RelayArgs {
     relay: None,
     token: None,
 };
@@ -398,7 +398,7 @@ fn serve_url() -> Result<String, Failure> {
 /// `crosstalk status`: who serves the data directory (as `serve` reads it) and where, and how
 /// the relay there answers. It asks the relay named by `--relay`, else the one serving the
 /// directory at the address it recorded, else where `serve` would listen.
-async fn status(relay: &Relay, data_dir: Option<std::path::PathBuf>) -> Result<Outcome, Failure> {
+async fn status(relay: &RelayArgs, data_dir: Option<std::path::PathBuf>) -> Result<Outcome, Failure> {
     let (dir, origin) = served::data_dir(data_dir);
     let holder = served::served_by(&dir)?;
     let recorded = holder
@@ -564,7 +564,7 @@ fn in_checkout() -> Result<(), Failure> {
 
 /// `crosstalk guard --install`: the hook runs this binary with the same settings (the token
 /// stays in the environment, never in the file).
-fn install_guard(relay: &Relay, me: Option<&str>, project: Option<&str>) -> Result<Outcome, Failure> {
+fn install_guard(relay: &RelayArgs, me: Option<&str>, project: Option<&str>) -> Result<Outcome, Failure> {
     in_checkout()?;
     let hooks = String::from_utf8_lossy(&git(&["rev-parse", "--git-path", "hooks"])?)
         .trim()

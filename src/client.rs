@@ -35,7 +35,7 @@ pub const PID_FILE: &str = "relay.pid";
 
 /// Where the relay is, for every client command.
 #[derive(Debug, Clone, Default, Args)]
-pub struct Relay {
+pub struct RelayArgs {
     /// The relay's URL [env: CROSSTALK_URL] [default: http://127.0.0.1:8765]
     #[arg(long)]
     pub relay: Option<String>,
@@ -44,7 +44,7 @@ pub struct Relay {
     pub token: Option<String>,
 }
 
-impl Relay {
+impl RelayArgs {
     /// The URL given by flag or environment, if any.
     pub fn given_url(&self) -> Option<String> {
         self.relay
@@ -232,7 +232,7 @@ pub struct RelayClient {
 }
 
 impl RelayClient {
-    pub fn new(relay: &Relay) -> Result<RelayClient, Failure> {
+    pub fn new(relay: &RelayArgs) -> Result<RelayClient, Failure> {
         let base = relay.given_url().unwrap_or_else(|| DEFAULT_RELAY.into());
         let (token, origin) = relay.token_and_origin().unzip();
         let mut c = Self::at(&base, token)?;

@@ -5,7 +5,7 @@
 //! (`crate::openapi`). Nothing here decides anything about messages, identities or sessions.
 
 use crate::http::caller;
-use crate::http::routes::{mount, route, Endpoint, Face};
+use crate::http::routes::{mount, route, Endpoint, RestFace};
 use crate::ops::channels::{self, ChannelList, FoundChannels, Present, SearchResults};
 use crate::ops::identity::{self, Instances};
 use crate::ops::messages::{self, MessageList, Messages, Page, Waited};
@@ -20,7 +20,7 @@ use serde::Serialize;
 use std::sync::LazyLock;
 
 /// crosstalk's own REST face (`/api`).
-pub const REST: Face = Face {
+pub const REST: RestFace = RestFace {
     name: "rest",
     caller: |req| caller(req, None),
 };

@@ -95,7 +95,7 @@ pub enum Outgoing {
 /// id in the shared bucket, whose own entries are skipped when they come back).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Share {
+pub struct PublishPresence {
     pub tx: mpsc::UnboundedSender<Outgoing>,
     pub node: String,
 }
@@ -141,7 +141,7 @@ pub struct PresenceSupervisor {
     channels: HashMap<ChannelName, HashMap<String, Entry>>,
     /// On a cluster node, participants heard on the others: by channel, participant, node.
     remote: HashMap<ChannelName, HashMap<String, HashMap<String, Entry>>>,
-    share: Option<Share>,
+    share: Option<PublishPresence>,
     events: HashMap<ChannelName, broadcast::Sender<PresenceEvent>>,
 }
 
@@ -444,10 +444,10 @@ impl Handler<ListPresence> for PresenceSupervisor {
     }
 }
 
-impl Handler<Share> for PresenceSupervisor {
+impl Handler<PublishPresence> for PresenceSupervisor {
     type Result = ();
 
-    fn handle(&mut self, share: Share, _: &mut Context<Self>) {
+    fn handle(&mut self, share: PublishPresence, _: &mut Context<Self>) {
         self.share = Some(share);
         for m in self.channels.values_mut() {
             for e in m.values_mut() {

@@ -59,7 +59,7 @@ pub type Opener = Arc<str>;
 /// session id, or a REST session token); `None` asks for a new token.
 #[derive(Message)]
 #[rtype(result = "Result<Registered, RelayError>")]
-pub struct Register {
+pub struct RegisterInstance {
     pub instance_id: String,
     pub description: Option<String>,
     pub kind: InstanceKind,
@@ -335,10 +335,10 @@ impl Handler<OpenChannel> for Registry {
     }
 }
 
-impl Handler<Register> for Registry {
+impl Handler<RegisterInstance> for Registry {
     type Result = ResponseFuture<Result<Registered, RelayError>>;
 
-    fn handle(&mut self, msg: Register, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: RegisterInstance, _: &mut Context<Self>) -> Self::Result {
         let result = (|| {
             let id = crosstalk_schema::identity::instance_id(&msg.instance_id)?;
             if let Some(d) = &msg.description {

@@ -17,7 +17,7 @@ pub const MAX_KEY: usize = 256;
 /// Publish a new version of `key`.
 #[derive(Message, Clone)]
 #[rtype(result = "Result<SharedSummary, RelayError>")]
-pub struct Share {
+pub struct PublishData {
     pub key: String,
     pub owner: String,
     pub content: String,
@@ -76,7 +76,7 @@ impl From<&SharedData> for SharedSummary {
 /// applies the same rules: [`valid_key`], [`next_version`], [`deletion`].
 pub trait SharedDataStore: Send + Sync + 'static {
     /// Publishes a version of `share.key`; the caller has authorised `share.owner`.
-    fn share(&self, share: Share) -> BoxFuture<'static, Result<SharedSummary, RelayError>>;
+    fn share(&self, share: PublishData) -> BoxFuture<'static, Result<SharedSummary, RelayError>>;
     /// The current version of `key`, or version `version` (a deleted key's current version
     /// is not found; its versions still are).
     fn fetch(&self, key: String, version: Option<u64>) -> BoxFuture<'static, Result<SharedData, RelayError>>;
@@ -94,7 +94,7 @@ pub struct Local {
 }
 
 impl SharedDataStore for Local {
-    fn share(&self, share: Share) -> BoxFuture<'static, Result<SharedSummary, RelayError>> {
+    fn share(&self, share: PublishData) -> BoxFuture<'static, Result<SharedSummary, RelayError>> {
         let call = self.actor.send(share).timeout(self.timeout);
         Box::pin(async move { call.await? })
     }
@@ -148,7 +148,7 @@ pub(crate) fn valid_key(key: &str) -> Result<String, RelayError> {
 pub(crate) fn next_version(
     key: &str,
     current: Option<&SharedData>,
-    msg: &Share,
+    msg: &PublishData,
     max_size: usize,
 ) -> Result<SharedData, RelayError> {
     if msg.content.len() > max_size {
@@ -273,10 +273,10 @@ impl Actor for SharedStore {
     type Context = Context<Self>;
 }
 
-impl Handler<Share> for SharedStore {
+impl Handler<PublishData> for SharedStore {
     type Result = ResponseActFuture<Self, Result<SharedSummary, RelayError>>;
 
-    fn handle(&mut self, msg: Share, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: PublishData, _: &mut Context<Self>) -> Self::Result {
         let prepared = (|| {
             let key = valid_key(&msg.key)?;
             let current = self.current(&key)?;

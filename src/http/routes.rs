@@ -29,7 +29,7 @@ type Mount = Arc<dyn Fn() -> actix_web::Route + Send + Sync>;
 /// Who a REST face's caller is: how it reads the caller from a request, and its name in the
 /// metrics.
 #[derive(Clone, Copy)]
-pub struct Face {
+pub struct RestFace {
     pub name: &'static str,
     pub caller: fn(&HttpRequest) -> Caller,
 }
@@ -58,7 +58,7 @@ fn schema<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
 /// A route of any face: its caller, an explicit `operationId` if it has one, and the
 /// projection of the operation's answer.
 pub fn route<O, P>(
-    face: Face,
+    face: RestFace,
     operation_id: Option<&'static str>,
     method: Method,
     path: &'static str,
@@ -162,7 +162,7 @@ fn posted<T: DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
 /// ends (revoked, rotated away from, expired) while it still waits: a long-poll or an ask
 /// lasts no longer than the token.
 fn answer<'a, O, P>(
-    face: Face,
+    face: RestFace,
     req: &HttpRequest,
     cx: &'a Ctx,
     request: O::Request,

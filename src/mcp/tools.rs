@@ -321,7 +321,7 @@ static ROUTES: LazyLock<Vec<Route>> = LazyLock::new(|| {
 static CC_ROUTES: LazyLock<Vec<Route>> = LazyLock::new(|| {
     use crate::ops::cross_claude as cc;
     vec![
-        tool_then::<cc::Register>(|cx, r| *cx.bound.lock() = Some(r.instance_id.clone())),
+        tool_then::<cc::CcRegister>(|cx, r| *cx.bound.lock() = Some(r.instance_id.clone())),
         tool::<cc::SendMessage>(),
         tool::<cc::CheckMessages>(),
         tool::<cc::WaitForReply>(),

@@ -171,9 +171,9 @@ pub struct CcRegistered {
     pub session: String,
 }
 
-pub struct Register;
+pub struct CcRegister;
 
-impl Operation for Register {
+impl Operation for CcRegister {
     const NAME: &'static str = "register";
     const DESCRIPTION: &'static str = "Register on the bus as instance_id (call first). Nobody else can use the \
         name while you are active.";

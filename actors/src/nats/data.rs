@@ -6,7 +6,7 @@
 
 use super::kv::{hex, Bucket, Coded, Step};
 use crate::error::RelayError;
-use crate::shared::{self, Share, SharedDataStore, SharedSummary};
+use crate::shared::{self, PublishData, SharedDataStore, SharedSummary};
 use crosstalk_schema::SharedData;
 use futures_util::future::BoxFuture;
 
@@ -64,7 +64,7 @@ impl Buckets {
 }
 
 impl SharedDataStore for SharedBuckets {
-    fn share(&self, share: Share) -> BoxFuture<'static, Result<SharedSummary, RelayError>> {
+    fn share(&self, share: PublishData) -> BoxFuture<'static, Result<SharedSummary, RelayError>> {
         let (this, max) = (self.buckets.clone(), self.max_size);
         Box::pin(async move {
             let key = shared::valid_key(&share.key)?;

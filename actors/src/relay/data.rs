@@ -3,7 +3,7 @@
 
 use super::Relay;
 use crate::error::RelayError;
-use crate::shared::{Share, SharedSummary};
+use crate::shared::{PublishData, SharedSummary};
 use crosstalk_schema::SharedData;
 
 impl Relay {
@@ -15,7 +15,7 @@ impl Relay {
         content: String,
         description: Option<String>,
     ) -> Result<SharedSummary, RelayError> {
-        let share = Share {
+        let share = PublishData {
             key: key.to_owned(),
             owner: owner.to_owned(),
             content,

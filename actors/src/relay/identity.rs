@@ -6,7 +6,7 @@ use crate::error::RelayError;
 use crate::identities::InstanceView;
 use crate::presence::LeaveAll;
 use crate::registry::{
-    AdvanceCursor, ChannelCursors, Cursors, ForgetCursor, MergeCursor, MoveCursors, Register, Registered,
+    AdvanceCursor, ChannelCursors, Cursors, ForgetCursor, MergeCursor, MoveCursors, RegisterInstance, Registered,
 };
 use crate::view::Posted;
 use crosstalk_schema::message::ANY_HUMAN;
@@ -231,7 +231,7 @@ impl Relay {
     }
 
     /// Binds `instance_id` to `session`. A live binding to another session is refused, but
-    /// for one whose name starts with `take_over` (see [`Register::take_over`]).
+    /// for one whose name starts with `take_over` (see [`RegisterInstance::take_over`]).
     pub async fn register(
         &self,
         instance_id: &str,
@@ -242,7 +242,7 @@ impl Relay {
     ) -> Result<Registered, RelayError> {
         self.inner
             .registry
-            .send(Register {
+            .send(RegisterInstance {
                 instance_id: instance_id.to_owned(),
                 description,
                 kind,

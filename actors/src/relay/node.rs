@@ -5,7 +5,7 @@ use super::Relay;
 use crate::channel::{Apply, CheckRelease, Install};
 use crate::cluster::{CursorChange, LogEvent, Node, Registration};
 use crate::error::RelayError;
-use crate::presence::{MergePresence, Outgoing, PresenceChange, Share};
+use crate::presence::{MergePresence, Outgoing, PresenceChange, PublishPresence};
 use crate::registry::MergeCursor;
 use crate::store::{EventStore, Space, StoreError};
 use crosstalk_schema::{ChannelName, CutState};
@@ -72,7 +72,7 @@ impl Node for Relay {
     }
 
     fn share_presence(&self, tx: mpsc::UnboundedSender<Outgoing>, node: String) {
-        self.inner.presence.do_send(Share { tx, node });
+        self.inner.presence.do_send(PublishPresence { tx, node });
     }
 
     fn merge_presence(&self, change: PresenceChange) {
