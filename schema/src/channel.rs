@@ -185,12 +185,22 @@ pub struct ChannelSummary {
     /// shows it); absent when none is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_session: Option<String>,
+    /// What the channel is for (set by `POST /api/channels` or `create_channel`); absent when
+    /// it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 impl ChannelSummary {
-    /// The row of a channel from its summary and what its state says: its open questions and
-    /// running session.
-    pub fn new(name: &ChannelName, meta: &ChannelMeta, open_questions: usize, active_session: Option<&str>) -> Self {
+    /// The row of a channel from its summary and what its state says: its open questions,
+    /// running session and description.
+    pub fn new(
+        name: &ChannelName,
+        meta: &ChannelMeta,
+        open_questions: usize,
+        active_session: Option<&str>,
+        description: Option<&str>,
+    ) -> Self {
         ChannelSummary {
             channel: name.to_string(),
             count: meta.count,
@@ -199,6 +209,7 @@ impl ChannelSummary {
             created_at: meta.created_at.map(Timestamp::to_rfc3339),
             open_questions: open_questions as u64,
             active_session: active_session.map(str::to_owned),
+            description: description.map(str::to_owned),
         }
     }
 }

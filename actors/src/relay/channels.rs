@@ -241,5 +241,11 @@ impl Relay {
 /// A channel's row of a listing: its summary, with its open questions and running session
 /// from its state.
 fn row(name: &ChannelName, meta: &ChannelMeta, state: &ChannelState) -> ChannelSummary {
-    ChannelSummary::new(name, meta, state.open_questions.len(), state.active_session())
+    ChannelSummary::new(
+        name,
+        meta,
+        state.open_questions.len(),
+        state.active_session(),
+        state.description.as_deref(),
+    )
 }
