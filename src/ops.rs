@@ -170,8 +170,6 @@ pub struct Ctx {
     /// Reservations (by id) and shared data keys each token of one client keeps.
     pub reservations_kept: Arc<Kept>,
     pub shared_kept: Arc<Kept>,
-    /// cross-claude's `general` channel is known to exist (`cross_claude::ensure_general`).
-    pub cc_general: Arc<std::sync::atomic::AtomicBool>,
     /// The relay is an OAuth authorization server (`--oauth`): its `/api/oauth/…` routes are
     /// mounted, which `whoami` tells the console.
     pub oauth: bool,
@@ -306,7 +304,6 @@ impl Ctx {
             humans: Default::default(),
             reservations_kept: Arc::new(Kept::new(DEFAULT_MAX_RESERVATIONS)),
             shared_kept: Arc::new(Kept::new(DEFAULT_MAX_SHARED_KEYS)),
-            cc_general: Default::default(),
             oauth: false,
         }
     }

@@ -106,7 +106,7 @@ impl Operation for FindChannel {
 
     async fn run(cx: &Ctx, _: Caller, r: FindRequest) -> Result<FoundChannels, OpError> {
         Ok(FoundChannels {
-            channels: cx.relay.find_channels(&r.query)?,
+            channels: cx.relay.find_channels(Some(&r.query))?,
         })
     }
 }

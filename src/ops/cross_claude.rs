@@ -15,7 +15,6 @@ use crosstalk_schema::{ChannelName, InstanceId, InstanceKind, MessageType, NewMe
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::borrow::Cow;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The channel cross-claude uses when none is named, and which exists from the start.
@@ -84,17 +83,14 @@ fn general() -> CcChannel {
     CcChannel(ChannelName::parse(DEFAULT_CHANNEL).expect("the default channel's name is valid"))
 }
 
-/// Makes `general` exist, as it does on a fresh cross-claude server: once per process, the
-/// first time the cross-claude face is used (crosstalk's own faces do not see it until then).
+/// Makes `general` exist, as it does on a fresh cross-claude server: the first time the
+/// cross-claude face is used (crosstalk's own faces do not see it until then). Once it has an
+/// event, this is one look at its last id.
 pub async fn ensure_general(cx: &Ctx) -> Result<(), OpError> {
-    if cx.cc_general.load(Ordering::Acquire) {
-        return Ok(());
-    }
     let name = general().0;
     if cx.relay.channel_last_id(&name)? == 0 {
         cx.relay.create_channel(&name, DEFAULT_CHANNEL_DESCRIPTION).await?;
     }
-    cx.cc_general.store(true, Ordering::Release);
     Ok(())
 }
 
@@ -607,23 +603,15 @@ pub struct CcChannels {
     pub query: Option<String>,
 }
 
-/// Channels as cross-claude answers them: most recently active first, then by name.
+/// Channels as cross-claude answers them (crosstalk's listing, `Relay::find_channels`, with
+/// each channel's recent senders): most recently active first, then by name.
 async fn rows(cx: &Ctx, query: Option<&str>) -> Result<Vec<CcChannelRow>, OpError> {
-    let needle = query.map(|q| q.trim().to_lowercase());
     let mut out = Vec::new();
-    for (name, meta) in cx.relay.list_channels()? {
-        let (summary, state) = cx.relay.described(&name, &meta)?;
-        let description = state.description.filter(|d| !d.is_empty());
-        if let Some(n) = &needle {
-            let hit = summary.channel.contains(n.as_str())
-                || description
-                    .as_ref()
-                    .is_some_and(|d| d.to_lowercase().contains(n.as_str()));
-            if !hit {
-                continue;
-            }
-        }
+    for info in cx.relay.find_channels(query)? {
+        let summary = info.summary;
+        let description = info.description.filter(|d| !d.is_empty());
         let active_senders = if summary.count > 0 && out.len() < SENDERS_OF_CHANNELS {
+            let name = ChannelName::parse(&summary.channel)?;
             let mut senders: Vec<String> = cx
                 .relay
                 .older(&name, u64::MAX, SENDERS_OF_MESSAGES)

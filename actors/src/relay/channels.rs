@@ -16,7 +16,16 @@ use std::sync::Arc;
 pub struct ChannelInfo {
     #[serde(flatten)]
     pub summary: ChannelSummary,
+    /// Always said, `null` when there is none (the row leaves it out then).
     pub description: Option<String>,
+}
+
+impl ChannelInfo {
+    /// A channel's row with its description, which moves out of the row so it is said once.
+    fn of(mut summary: ChannelSummary) -> Self {
+        let description = summary.description.take();
+        ChannelInfo { summary, description }
+    }
 }
 
 impl Relay {
@@ -126,23 +135,26 @@ impl Relay {
             .send(Describe(description.to_owned()))
             .timeout(ACTOR_CALL_TIMEOUT)
             .await??;
-        Ok(ChannelInfo {
-            summary: row(channel, &handle.view.meta(), &state),
-            description: state.description,
-        })
+        Ok(ChannelInfo::of(row(channel, &handle.view.meta(), &state)))
     }
 
-    /// Channels whose name or description contains `query` (case-insensitive).
-    pub fn find_channels(&self, query: &str) -> Result<Vec<ChannelInfo>, RelayError> {
-        let needle = query.trim().to_lowercase();
+    /// Channels whose name or description contains `query` (case-insensitive), most recently
+    /// active first; every channel for `None`.
+    pub fn find_channels(&self, query: Option<&str>) -> Result<Vec<ChannelInfo>, RelayError> {
+        let needle = query.map(|q| q.trim().to_lowercase());
         let mut out = Vec::new();
         for (name, meta) in self.list_channels()? {
-            let (summary, state) = self.described(&name, &meta)?;
-            let description = state.description;
-            let hit = summary.channel.contains(&needle)
-                || description.as_ref().is_some_and(|d| d.to_lowercase().contains(&needle));
+            let (summary, _) = self.described(&name, &meta)?;
+            let info = ChannelInfo::of(summary);
+            let hit = needle.as_ref().is_none_or(|n| {
+                info.summary.channel.contains(n.as_str())
+                    || info
+                        .description
+                        .as_ref()
+                        .is_some_and(|d| d.to_lowercase().contains(n.as_str()))
+            });
             if hit {
-                out.push(ChannelInfo { summary, description });
+                out.push(info);
             }
         }
         Ok(out)
