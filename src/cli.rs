@@ -689,15 +689,8 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
             me,
             project,
             install,
-        } => {
-            if install {
-                return install_guard(&relay, me.as_deref(), project.as_deref());
-            }
-            let Some(me) = me.filter(|m| !m.trim().is_empty()) else {
-                return Err(Failure("name who is committing: --as ID (or CROSSTALK_AS)".into(), 2));
-            };
-            guard(&c, &me, project.as_deref()).await
-        }
+            ..
+        } => guard_command(&c, relay, me, project, install).await,
         ClientCommand::Send {
             channel,
             body,
@@ -706,92 +699,14 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
             reply_to,
             sender,
             ..
-        } => {
-            let body = match body.as_deref() {
-                Some(b) if b != "-" => b.to_owned(),
-                _ => {
-                    let mut s = String::new();
-                    std::io::stdin().read_to_string(&mut s)?;
-                    s.trim_end_matches('\n').to_owned()
-                }
-            };
-            let posted = c
-                .post(
-                    &channel,
-                    json!({"sender": me(sender), "type": kind, "body": body, "recipient": to, "reply_to": reply_to}),
-                )
-                .await?;
-            println!("{}", posted["id"]);
-            Ok(Outcome::Done)
-        }
-        ClientCommand::Invite { me, expires, note, .. } => {
-            let body = json!({
-                "as": me,
-                // Whole seconds, rounded up: `0.5` is a second, not a refused zero.
-                "expires_in_s": expires.map(|d| d.0.as_secs() + u64::from(d.0.subsec_nanos() > 0)),
-                "note": note,
-            });
-            let invite = c.json(c.http.post(c.url("/api/oauth/invites")).json(&body)).await?;
-            eprintln!(
-                "invite {} for {}, good once until {}; type it into the relay's consent page:",
-                invite["invite_id"].as_str().unwrap_or("?"),
-                invite["as"]
-                    .as_str()
-                    .map_or("anyone (not the admin)".to_owned(), |a| format!("{a:?}")),
-                invite["expires_at"].as_str().unwrap_or("?"),
-            );
-            println!("{}", invite["code"].as_str().unwrap_or_default());
-            Ok(Outcome::Done)
-        }
+        } => send(&c, channel, body, kind, to, reply_to, sender).await,
+        ClientCommand::Invite { me, expires, note, .. } => invite(&c, me, expires, note).await,
         ClientCommand::Clients {
             revoke,
             revoke_client,
             json,
             ..
-        } => {
-            match (revoke, revoke_client) {
-                (Some(g), _) => {
-                    delete(
-                        &c,
-                        &format!("/api/oauth/clients/{}", enc(&g)),
-                        &format!("there is no connection {g:?} (see crosstalk clients)"),
-                    )
-                    .await?;
-                    eprintln!("revoked {g}: its tokens are refused from now on");
-                }
-                (None, Some(id)) => {
-                    let r = c
-                        .json(
-                            c.http
-                                .delete(c.url(&format!("/api/oauth/clients?client_id={}", enc(&id)))),
-                        )
-                        .await?;
-                    eprintln!("revoked {} connection(s) of {id}", r["revoked"]);
-                }
-                (None, None) => {
-                    let list = c.json(c.http.get(c.url("/api/oauth/clients"))).await?;
-                    let all = list["clients"].as_array().cloned().unwrap_or_default();
-                    if all.is_empty() && !json {
-                        eprintln!("no OAuth connections (mint an invite with crosstalk invite)");
-                    }
-                    for g in all {
-                        if json {
-                            println!("{g}");
-                        } else {
-                            println!(
-                                "{:<14} {:<28} as {:<16} via {:<24} since {}",
-                                g["grant"].as_str().unwrap_or("?"),
-                                g["client_name"].as_str().unwrap_or("?"),
-                                g["as"].as_str().unwrap_or("anyone"),
-                                g["redirect_host"].as_str().unwrap_or("?"),
-                                g["created_at"].as_str().unwrap_or("?"),
-                            );
-                        }
-                    }
-                }
-            }
-            Ok(Outcome::Done)
-        }
+        } => clients(&c, revoke, revoke_client, json).await,
         ClientCommand::Webhooks {
             add,
             channel,
@@ -800,81 +715,8 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
             remove,
             json,
             ..
-        } => {
-            if let Some(url) = add {
-                let body = json!({"url": url, "channel": channel, "types": types, "format": format});
-                let hook = c.json(c.http.post(c.url("/api/webhooks")).json(&body)).await?;
-                eprintln!(
-                    "webhook {} follows {}; it signs each delivery with this secret (shown once):",
-                    hook["id"].as_str().unwrap_or("?"),
-                    hook["channel"].as_str().unwrap_or("?")
-                );
-                println!("{}", hook["secret"].as_str().unwrap_or_default());
-                return Ok(Outcome::Done);
-            }
-            if let Some(id) = remove {
-                delete(
-                    &c,
-                    &format!("/api/webhooks/{}", enc(&id)),
-                    &format!("there is no webhook {id:?} (see crosstalk webhooks)"),
-                )
-                .await?;
-                eprintln!("removed webhook {id}");
-                return Ok(Outcome::Done);
-            }
-            let list = c.json(c.http.get(c.url("/api/webhooks"))).await?;
-            let all = list["webhooks"].as_array().cloned().unwrap_or_default();
-            if all.is_empty() && !json {
-                eprintln!("no webhooks (add one with crosstalk webhooks --add URL --channel CH)");
-            }
-            for h in all {
-                if json {
-                    println!("{h}");
-                    continue;
-                }
-                let d = &h["delivery"];
-                let state = match d["last_error"].as_str() {
-                    Some(e) => format!("FAILING ({} attempts): {e}", d["attempts"]),
-                    None => format!("ok, {} delivered", d["delivered"]),
-                };
-                let types: Vec<&str> = h["types"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect();
-                println!(
-                    "{:<14} #{:<16} {:<8} {:<28} {} — {}",
-                    h["id"].as_str().unwrap_or("?"),
-                    h["channel"].as_str().unwrap_or("?"),
-                    h["format"].as_str().unwrap_or("?"),
-                    if types.is_empty() {
-                        "all types".to_owned()
-                    } else {
-                        types.join(",")
-                    },
-                    h["url"].as_str().unwrap_or("?"),
-                    state
-                );
-            }
-            Ok(Outcome::Done)
-        }
-        ClientCommand::Channels { json, .. } => {
-            let list = c.json(c.http.get(c.url("/api/channels"))).await?;
-            for ch in list.as_array().into_iter().flatten() {
-                if json {
-                    println!("{ch}");
-                } else {
-                    println!(
-                        "{:<24} {:>8} messages, last #{}",
-                        ch["channel"].as_str().unwrap_or("?"),
-                        ch["message_count"].as_u64().or(ch["count"].as_u64()).unwrap_or(0),
-                        ch["last_id"]
-                    );
-                }
-            }
-            Ok(Outcome::Done)
-        }
+        } => webhooks(&c, add, channel, types, format, remove, json).await,
+        ClientCommand::Channels { json, .. } => channels(&c, json).await,
         ClientCommand::Wait {
             channel,
             since,
@@ -882,175 +724,423 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
             me: who,
             json,
             ..
-        } => {
-            let since = match since {
-                Some(s) => s,
-                None => c.newest(&channel).await?,
-            };
-            let deadline = tokio::time::Instant::now() + timeout.0;
-            loop {
-                let left = deadline
-                    .saturating_duration_since(tokio::time::Instant::now())
-                    .as_secs_f64();
-                let messages = wait_once(&c, &channel, since, left.min(WAIT_SLICE), who.as_deref()).await?;
-                if !messages.is_empty() {
-                    for m in &messages {
-                        show(m, json);
-                    }
-                    return Ok(Outcome::Done);
-                }
-                if left <= WAIT_SLICE {
-                    eprintln!("crosstalk: nothing new on {channel} after #{since} within {timeout}");
-                    return Ok(Outcome::TimedOut);
-                }
-            }
-        }
+        } => wait(&c, channel, since, timeout, who, json).await,
         ClientCommand::Ask {
             channel,
             question,
             timeout,
             sender,
             ..
-        } => {
-            // Post the question first, so the asker sees its id before blocking; then wait for
-            // the ANSWER that replies to it.
-            let asked = c
-                .post(
-                    &channel,
-                    json!({"sender": me(sender), "type": "QUESTION", "body": question, "recipient": "any-human"}),
-                )
-                .await?;
-            let id = asked["id"].as_u64().unwrap_or(0);
-            eprintln!(
-                "asked question #{id} on {channel}; waiting up to {timeout} for an answer \
-                 (answer it with: crosstalk answer {channel} {id} \"…\")"
-            );
-            let deadline = tokio::time::Instant::now() + timeout.0;
-            let mut since = id;
-            loop {
-                let left = deadline
-                    .saturating_duration_since(tokio::time::Instant::now())
-                    .as_secs_f64();
-                let messages = wait_once(&c, &channel, since, left.min(WAIT_SLICE), None).await?;
-                for m in &messages {
-                    since = since.max(m["id"].as_u64().unwrap_or(0));
-                    let is_answer = m["type"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("answer"));
-                    if is_answer && m["reply_to"].as_u64() == Some(id) {
-                        println!("{}", m["body"].as_str().unwrap_or(""));
-                        return Ok(Outcome::Done);
-                    }
-                }
-                if messages.is_empty() && left <= WAIT_SLICE {
-                    eprintln!("crosstalk: no answer to #{id} on {channel} within {timeout}; the question stays open");
-                    return Ok(Outcome::TimedOut);
-                }
-            }
-        }
+        } => ask(&c, channel, question, timeout, sender).await,
         ClientCommand::Answer {
             channel,
             id,
             text,
             sender,
             ..
-        } => {
-            let path = format!("/api/channels/{}/messages/{id}", enc(&channel));
-            let r = c
-                .auth(c.http.get(c.url(&path)))
-                .send()
-                .await
-                .map_err(|e| c.unreachable(&e))?;
-            if r.status() == reqwest::StatusCode::NOT_FOUND {
-                return Err(Failure(format!("there is no message #{id} in {channel}"), 2));
-            }
-            if !r.status().is_success() {
-                return Err(c.refused(r).await);
-            }
-            let question: Value = r.json().await.unwrap_or(Value::Null);
-            let kind = question["type"].as_str().unwrap_or("message");
-            let permission = kind.eq_ignore_ascii_case("permission");
-            if permission && !["allow", "deny"].contains(&text.trim().to_ascii_lowercase().as_str()) {
-                return Err(Failure(
-                    format!("#{id} in {channel} asks for a permission: answer allow or deny"),
-                    2,
-                ));
-            }
-            if !kind.eq_ignore_ascii_case("question") && !permission {
-                return Err(Failure(
-                    format!(
-                        "#{id} in {channel} is a {kind}, not a question: reply to it with \
-                         `crosstalk send {channel} \"…\" --reply-to {id}`"
-                    ),
-                    2,
-                ));
-            }
-            if question["status"] == "answered" {
-                let what = if permission { "permission" } else { "question" };
-                return Err(Failure(format!("{what} #{id} in {channel} is already answered"), 2));
-            }
-            let posted = c
-                .post(
-                    &channel,
-                    json!({"sender": me(sender), "type": "ANSWER", "body": text, "reply_to": id}),
-                )
-                .await?;
-            println!("{}", posted["id"]);
-            Ok(Outcome::Done)
-        }
+        } => answer(&c, channel, id, text, sender).await,
         ClientCommand::Questions {
             channel,
             recipient,
             json,
             ..
-        } => {
-            let mut path = format!("/api/channels/{}/directives", enc(&channel));
-            if let Some(r) = &recipient {
-                path.push_str(&format!("?recipient={}", enc(r)));
-            }
-            let list = c.json(c.http.get(c.url(&path))).await?;
-            let open: Vec<&Value> = list
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|m| {
-                    m["type"]
-                        .as_str()
-                        .is_some_and(|t| t.eq_ignore_ascii_case("question") || t.eq_ignore_ascii_case("permission"))
-                })
-                .collect();
-            if open.is_empty() && !json {
-                eprintln!("no open questions on {channel}");
-            }
-            for m in open {
-                show(m, json);
-            }
-            Ok(Outcome::Done)
-        }
+        } => questions(&c, channel, recipient, json).await,
         ClientCommand::Inbox {
             me: who, session, json, ..
-        } => {
-            let path = format!("/api/inbox?instance_id={}", enc(&who));
-            let mut req = c.http.get(c.url(&path));
-            if let Some(s) = &session {
-                req = req.header("X-Crosstalk-Session", s);
-            }
-            let messages = listed(&c.json(req).await?);
-            if messages.is_empty() && !json {
-                eprintln!("nothing new for {who}");
-            }
-            for m in &messages {
-                if json {
-                    println!("{m}");
-                } else {
-                    print!("{:<16} ", m["channel"].as_str().unwrap_or(""));
-                    line(m);
-                }
-            }
-            Ok(Outcome::Done)
-        }
+        } => inbox(&c, who, session, json).await,
         ClientCommand::Tail {
             channel, since, json, ..
         } => tail(&c, &channel, since, json).await,
     }
+}
+
+/// `crosstalk guard`, or with `--install` the hook that runs it before each commit.
+async fn guard_command(
+    c: &RelayClient,
+    relay: RelayArgs,
+    me: Option<String>,
+    project: Option<String>,
+    install: bool,
+) -> Result<Outcome, Failure> {
+    if install {
+        return install_guard(&relay, me.as_deref(), project.as_deref());
+    }
+    let Some(me) = me.filter(|m| !m.trim().is_empty()) else {
+        return Err(Failure("name who is committing: --as ID (or CROSSTALK_AS)".into(), 2));
+    };
+    guard(c, &me, project.as_deref()).await
+}
+
+/// `crosstalk send`.
+async fn send(
+    c: &RelayClient,
+    channel: String,
+    body: Option<String>,
+    kind: Option<String>,
+    to: Option<String>,
+    reply_to: Option<u64>,
+    sender: Option<String>,
+) -> Result<Outcome, Failure> {
+    let body = match body.as_deref() {
+        Some(b) if b != "-" => b.to_owned(),
+        _ => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s)?;
+            s.trim_end_matches('\n').to_owned()
+        }
+    };
+    let posted = c
+        .post(
+            &channel,
+            json!({"sender": me(sender), "type": kind, "body": body, "recipient": to, "reply_to": reply_to}),
+        )
+        .await?;
+    println!("{}", posted["id"]);
+    Ok(Outcome::Done)
+}
+
+/// `crosstalk invite`.
+async fn invite(
+    c: &RelayClient,
+    me: Option<String>,
+    expires: Option<Span>,
+    note: Option<String>,
+) -> Result<Outcome, Failure> {
+    let body = json!({
+        "as": me,
+        // Whole seconds, rounded up: `0.5` is a second, not a refused zero.
+        "expires_in_s": expires.map(|d| d.0.as_secs() + u64::from(d.0.subsec_nanos() > 0)),
+        "note": note,
+    });
+    let invite = c.json(c.http.post(c.url("/api/oauth/invites")).json(&body)).await?;
+    eprintln!(
+        "invite {} for {}, good once until {}; type it into the relay's consent page:",
+        invite["invite_id"].as_str().unwrap_or("?"),
+        invite["as"]
+            .as_str()
+            .map_or("anyone (not the admin)".to_owned(), |a| format!("{a:?}")),
+        invite["expires_at"].as_str().unwrap_or("?"),
+    );
+    println!("{}", invite["code"].as_str().unwrap_or_default());
+    Ok(Outcome::Done)
+}
+
+/// `crosstalk clients`.
+async fn clients(
+    c: &RelayClient,
+    revoke: Option<String>,
+    revoke_client: Option<String>,
+    json: bool,
+) -> Result<Outcome, Failure> {
+    match (revoke, revoke_client) {
+        (Some(g), _) => {
+            delete(
+                c,
+                &format!("/api/oauth/clients/{}", enc(&g)),
+                &format!("there is no connection {g:?} (see crosstalk clients)"),
+            )
+            .await?;
+            eprintln!("revoked {g}: its tokens are refused from now on");
+        }
+        (None, Some(id)) => {
+            let r = c
+                .json(
+                    c.http
+                        .delete(c.url(&format!("/api/oauth/clients?client_id={}", enc(&id)))),
+                )
+                .await?;
+            eprintln!("revoked {} connection(s) of {id}", r["revoked"]);
+        }
+        (None, None) => {
+            let list = c.json(c.http.get(c.url("/api/oauth/clients"))).await?;
+            let all = list["clients"].as_array().cloned().unwrap_or_default();
+            if all.is_empty() && !json {
+                eprintln!("no OAuth connections (mint an invite with crosstalk invite)");
+            }
+            for g in all {
+                if json {
+                    println!("{g}");
+                } else {
+                    println!(
+                        "{:<14} {:<28} as {:<16} via {:<24} since {}",
+                        g["grant"].as_str().unwrap_or("?"),
+                        g["client_name"].as_str().unwrap_or("?"),
+                        g["as"].as_str().unwrap_or("anyone"),
+                        g["redirect_host"].as_str().unwrap_or("?"),
+                        g["created_at"].as_str().unwrap_or("?"),
+                    );
+                }
+            }
+        }
+    }
+    Ok(Outcome::Done)
+}
+
+/// `crosstalk webhooks`.
+async fn webhooks(
+    c: &RelayClient,
+    add: Option<String>,
+    channel: Option<String>,
+    types: Vec<String>,
+    format: Option<String>,
+    remove: Option<String>,
+    json: bool,
+) -> Result<Outcome, Failure> {
+    if let Some(url) = add {
+        let body = json!({"url": url, "channel": channel, "types": types, "format": format});
+        let hook = c.json(c.http.post(c.url("/api/webhooks")).json(&body)).await?;
+        eprintln!(
+            "webhook {} follows {}; it signs each delivery with this secret (shown once):",
+            hook["id"].as_str().unwrap_or("?"),
+            hook["channel"].as_str().unwrap_or("?")
+        );
+        println!("{}", hook["secret"].as_str().unwrap_or_default());
+        return Ok(Outcome::Done);
+    }
+    if let Some(id) = remove {
+        delete(
+            c,
+            &format!("/api/webhooks/{}", enc(&id)),
+            &format!("there is no webhook {id:?} (see crosstalk webhooks)"),
+        )
+        .await?;
+        eprintln!("removed webhook {id}");
+        return Ok(Outcome::Done);
+    }
+    let list = c.json(c.http.get(c.url("/api/webhooks"))).await?;
+    let all = list["webhooks"].as_array().cloned().unwrap_or_default();
+    if all.is_empty() && !json {
+        eprintln!("no webhooks (add one with crosstalk webhooks --add URL --channel CH)");
+    }
+    for h in all {
+        if json {
+            println!("{h}");
+            continue;
+        }
+        let d = &h["delivery"];
+        let state = match d["last_error"].as_str() {
+            Some(e) => format!("FAILING ({} attempts): {e}", d["attempts"]),
+            None => format!("ok, {} delivered", d["delivered"]),
+        };
+        let types: Vec<&str> = h["types"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        println!(
+            "{:<14} #{:<16} {:<8} {:<28} {} — {}",
+            h["id"].as_str().unwrap_or("?"),
+            h["channel"].as_str().unwrap_or("?"),
+            h["format"].as_str().unwrap_or("?"),
+            if types.is_empty() {
+                "all types".to_owned()
+            } else {
+                types.join(",")
+            },
+            h["url"].as_str().unwrap_or("?"),
+            state
+        );
+    }
+    Ok(Outcome::Done)
+}
+
+/// `crosstalk channels`.
+async fn channels(c: &RelayClient, json: bool) -> Result<Outcome, Failure> {
+    let list = c.json(c.http.get(c.url("/api/channels"))).await?;
+    for ch in list.as_array().into_iter().flatten() {
+        if json {
+            println!("{ch}");
+        } else {
+            println!(
+                "{:<24} {:>8} messages, last #{}",
+                ch["channel"].as_str().unwrap_or("?"),
+                ch["message_count"].as_u64().or(ch["count"].as_u64()).unwrap_or(0),
+                ch["last_id"]
+            );
+        }
+    }
+    Ok(Outcome::Done)
+}
+
+/// `crosstalk wait`.
+async fn wait(
+    c: &RelayClient,
+    channel: String,
+    since: Option<u64>,
+    timeout: Span,
+    who: Option<String>,
+    json: bool,
+) -> Result<Outcome, Failure> {
+    let since = match since {
+        Some(s) => s,
+        None => c.newest(&channel).await?,
+    };
+    let deadline = tokio::time::Instant::now() + timeout.0;
+    loop {
+        let left = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .as_secs_f64();
+        let messages = wait_once(c, &channel, since, left.min(WAIT_SLICE), who.as_deref()).await?;
+        if !messages.is_empty() {
+            for m in &messages {
+                show(m, json);
+            }
+            return Ok(Outcome::Done);
+        }
+        if left <= WAIT_SLICE {
+            eprintln!("crosstalk: nothing new on {channel} after #{since} within {timeout}");
+            return Ok(Outcome::TimedOut);
+        }
+    }
+}
+
+/// `crosstalk ask`.
+async fn ask(
+    c: &RelayClient,
+    channel: String,
+    question: String,
+    timeout: Span,
+    sender: Option<String>,
+) -> Result<Outcome, Failure> {
+    // Post the question first, so the asker sees its id before blocking; then wait for
+    // the ANSWER that replies to it.
+    let asked = c
+        .post(
+            &channel,
+            json!({"sender": me(sender), "type": "QUESTION", "body": question, "recipient": "any-human"}),
+        )
+        .await?;
+    let id = asked["id"].as_u64().unwrap_or(0);
+    eprintln!(
+        "asked question #{id} on {channel}; waiting up to {timeout} for an answer \
+             (answer it with: crosstalk answer {channel} {id} \"…\")"
+    );
+    let deadline = tokio::time::Instant::now() + timeout.0;
+    let mut since = id;
+    loop {
+        let left = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .as_secs_f64();
+        let messages = wait_once(c, &channel, since, left.min(WAIT_SLICE), None).await?;
+        for m in &messages {
+            since = since.max(m["id"].as_u64().unwrap_or(0));
+            let is_answer = m["type"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("answer"));
+            if is_answer && m["reply_to"].as_u64() == Some(id) {
+                println!("{}", m["body"].as_str().unwrap_or(""));
+                return Ok(Outcome::Done);
+            }
+        }
+        if messages.is_empty() && left <= WAIT_SLICE {
+            eprintln!("crosstalk: no answer to #{id} on {channel} within {timeout}; the question stays open");
+            return Ok(Outcome::TimedOut);
+        }
+    }
+}
+
+/// `crosstalk answer`.
+async fn answer(
+    c: &RelayClient,
+    channel: String,
+    id: u64,
+    text: String,
+    sender: Option<String>,
+) -> Result<Outcome, Failure> {
+    let path = format!("/api/channels/{}/messages/{id}", enc(&channel));
+    let r = c
+        .auth(c.http.get(c.url(&path)))
+        .send()
+        .await
+        .map_err(|e| c.unreachable(&e))?;
+    if r.status() == reqwest::StatusCode::NOT_FOUND {
+        return Err(Failure(format!("there is no message #{id} in {channel}"), 2));
+    }
+    if !r.status().is_success() {
+        return Err(c.refused(r).await);
+    }
+    let question: Value = r.json().await.unwrap_or(Value::Null);
+    let kind = question["type"].as_str().unwrap_or("message");
+    let permission = kind.eq_ignore_ascii_case("permission");
+    if permission && !["allow", "deny"].contains(&text.trim().to_ascii_lowercase().as_str()) {
+        return Err(Failure(
+            format!("#{id} in {channel} asks for a permission: answer allow or deny"),
+            2,
+        ));
+    }
+    if !kind.eq_ignore_ascii_case("question") && !permission {
+        return Err(Failure(
+            format!(
+                "#{id} in {channel} is a {kind}, not a question: reply to it with \
+                     `crosstalk send {channel} \"…\" --reply-to {id}`"
+            ),
+            2,
+        ));
+    }
+    if question["status"] == "answered" {
+        let what = if permission { "permission" } else { "question" };
+        return Err(Failure(format!("{what} #{id} in {channel} is already answered"), 2));
+    }
+    let posted = c
+        .post(
+            &channel,
+            json!({"sender": me(sender), "type": "ANSWER", "body": text, "reply_to": id}),
+        )
+        .await?;
+    println!("{}", posted["id"]);
+    Ok(Outcome::Done)
+}
+
+/// `crosstalk questions`.
+async fn questions(
+    c: &RelayClient,
+    channel: String,
+    recipient: Option<String>,
+    json: bool,
+) -> Result<Outcome, Failure> {
+    let mut path = format!("/api/channels/{}/directives", enc(&channel));
+    if let Some(r) = &recipient {
+        path.push_str(&format!("?recipient={}", enc(r)));
+    }
+    let list = c.json(c.http.get(c.url(&path))).await?;
+    let open: Vec<&Value> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| {
+            m["type"]
+                .as_str()
+                .is_some_and(|t| t.eq_ignore_ascii_case("question") || t.eq_ignore_ascii_case("permission"))
+        })
+        .collect();
+    if open.is_empty() && !json {
+        eprintln!("no open questions on {channel}");
+    }
+    for m in open {
+        show(m, json);
+    }
+    Ok(Outcome::Done)
+}
+
+/// `crosstalk inbox`.
+async fn inbox(c: &RelayClient, who: String, session: Option<String>, json: bool) -> Result<Outcome, Failure> {
+    let path = format!("/api/inbox?instance_id={}", enc(&who));
+    let mut req = c.http.get(c.url(&path));
+    if let Some(s) = &session {
+        req = req.header("X-Crosstalk-Session", s);
+    }
+    let messages = listed(&c.json(req).await?);
+    if messages.is_empty() && !json {
+        eprintln!("nothing new for {who}");
+    }
+    for m in &messages {
+        if json {
+            println!("{m}");
+        } else {
+            print!("{:<16} ", m["channel"].as_str().unwrap_or(""));
+            line(m);
+        }
+    }
+    Ok(Outcome::Done)
 }
 
 /// Follows the channel's SSE stream, resuming after drops with `Last-Event-ID`, so nothing is
