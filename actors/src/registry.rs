@@ -151,7 +151,7 @@ impl Registry {
             let (Ok(who), Some(ch), Ok(id)) = (
                 String::from_utf8(who.to_vec()),
                 std::str::from_utf8(ch).ok().and_then(|c| ChannelName::parse(c).ok()),
-                <[u8; 8]>::try_from(value.as_slice()).map(u64::from_be_bytes),
+                crosstalk_schema::Position::decode(&value).map(|p| p.0),
             ) else {
                 continue;
             };
@@ -441,7 +441,7 @@ impl Handler<AdvanceCursor> for Registry {
         *cursor = msg.id.max(*cursor);
         let writes = vec![(
             cursor_key(&msg.instance_id, &msg.channel),
-            Some(cursor.to_be_bytes().to_vec()),
+            Some(crosstalk_schema::Position(*cursor).encode()),
         )];
         // Best effort: a read that moved a cursor has already answered. A failed write
         // only means the cursor is back where it was after a restart (re-delivery, not loss).
@@ -519,7 +519,10 @@ impl Handler<MoveCursors> for Registry {
             if id > *at || *at == 0 {
                 before.push((channel.clone(), *at));
                 *at = id.max(*at);
-                writes.push((cursor_key(&msg.instance_id, &channel), Some(at.to_be_bytes().to_vec())));
+                writes.push((
+                    cursor_key(&msg.instance_id, &channel),
+                    Some(crosstalk_schema::Position(*at).encode()),
+                ));
             }
         }
         let ticket = self.committer.write(Box::new(move |store: &dyn EventStore| {

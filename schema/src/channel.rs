@@ -147,6 +147,29 @@ pub struct IdFloor(pub u64);
 
 crate::stored!(IdFloor => "id floor");
 
+/// A position in the log kept on its own: a read cursor (how far an identity has read a
+/// channel), or how far a node has folded the shared log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position(pub u64);
+
+crate::stored!(Position => "position");
+
+impl Position {
+    pub fn encode(self) -> Vec<u8> {
+        crate::codec::encode(&self)
+    }
+
+    /// A stored position. Releases before positions carried a version wrote eight bytes,
+    /// big-endian: read as such when the first byte is 0, which no stored value's version is
+    /// (an id below 2^56, as every id is).
+    pub fn decode(bytes: &[u8]) -> Result<Position, crate::CodecError> {
+        match <[u8; 8]>::try_from(bytes) {
+            Ok(raw) if raw[0] == 0 => Ok(Position(u64::from_be_bytes(raw))),
+            _ => crate::codec::decode(bytes),
+        }
+    }
+}
+
 /// Version 2 added `last_message_id`; version 1 holds either layout (release 0.1 wrote both).
 impl crate::Stored for ChannelMeta {
     const KIND: &'static str = "channel summary";

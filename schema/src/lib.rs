@@ -12,7 +12,7 @@ pub mod task;
 pub mod time;
 pub mod webhook;
 
-pub use channel::{ChannelMeta, ChannelName, ChannelSummary, IdFloor};
+pub use channel::{ChannelMeta, ChannelName, ChannelSummary, IdFloor, Position};
 pub use codec::{decode, encode, CodecError, Stored};
 pub use identity::{Instance, InstanceId, InstanceKind, SharedData};
 pub use message::{

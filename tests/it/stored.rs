@@ -11,8 +11,8 @@
 //! A new layout's file is written once with `CROSSTALK_BLESS=1` (which never overwrites a file)
 //! and committed; the files already there are never rewritten.
 //!
-//! A read cursor is the one stored value without a version: an 8-byte big-endian id, a
-//! fixed-width integer with no layout to change. Its bytes are pinned here too.
+//! A position (a read cursor, a node's fold watermark) was eight bytes big-endian before
+//! positions carried a version: `cursor.bin` holds one such, which must still read.
 
 use crosstalk_actors::cluster::Registration;
 use crosstalk_actors::presence::PresenceRecord;
@@ -22,7 +22,8 @@ use crosstalk_schema::reservation::ReservationSet;
 use crosstalk_schema::task::TaskRecord;
 use crosstalk_schema::webhook::{Delivery, Lease, Webhook};
 use crosstalk_schema::{
-    ChannelMeta, ChannelState, CutState, IdFloor, Instance, Overlay, Record, SharedData, StreamEntry, Timestamp,
+    ChannelMeta, ChannelState, CutState, IdFloor, Instance, Overlay, Position, Record, SharedData, StreamEntry,
+    Timestamp,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -256,6 +257,7 @@ fn every_stored_type_reads_its_committed_bytes_in_every_layout() {
         vec![],
     );
     c.stored(vec![IdFloor(42)], vec![]);
+    c.stored(vec![Position(4242)], vec![]);
 
     // Channel summary: version 1 held either layout (release 0.1 wrote both).
     let meta = ChannelMeta {
@@ -522,10 +524,14 @@ fn every_stored_type_reads_its_committed_bytes_in_every_layout() {
         }
     }
 
-    // A read cursor: eight bytes, big-endian.
+    // A read cursor as releases before versioned positions wrote it: eight bytes, big-endian.
     let cursor = std::fs::read(dir().join("cursor.bin"));
     match cursor {
-        Ok(b) => assert_eq!(b, 4242u64.to_be_bytes(), "a read cursor's bytes changed"),
+        Ok(b) => assert_eq!(
+            Position::decode(&b),
+            Ok(Position(4242)),
+            "a position as earlier releases wrote it no longer reads"
+        ),
         Err(_) if std::env::var_os("CROSSTALK_BLESS").is_some() => {
             std::fs::write(dir().join("cursor.bin"), 4242u64.to_be_bytes()).unwrap()
         }

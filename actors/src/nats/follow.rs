@@ -209,8 +209,10 @@ impl Watermark {
         let recorded = node
             .store()
             .get_aux(Space::Jobs, WATERMARK_KEY)?
-            .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
-            .map_or(0, u64::from_be_bytes);
+            .map(|v| crosstalk_schema::Position::decode(&v))
+            .transpose()
+            .map_err(|e| crate::StoreError::Corrupt(format!("the fold's watermark: {e}")))?
+            .map_or(0, |p| p.0);
         Ok(Watermark {
             recorded,
             last: recorded,
@@ -245,7 +247,7 @@ impl Watermark {
             return;
         }
         let at = *at;
-        let writes = vec![(WATERMARK_KEY.to_vec(), Some(at.to_be_bytes().to_vec()))];
+        let writes = vec![(WATERMARK_KEY.to_vec(), Some(crosstalk_schema::Position(at).encode()))];
         match node.write_aux(Space::Jobs, writes).await {
             Ok(()) => {
                 self.recorded = at;

@@ -32,15 +32,17 @@ impl<T: Coded> Value for T {
     }
 }
 
-/// A position (a read cursor): eight bytes, big-endian; anything else reads as 0. A fixed-width
-/// integer is its own format: it has no layout to version (the stored-format test pins it).
+/// A position (a read cursor), as [`crosstalk_schema::Position`] keeps it (with its version;
+/// the eight bytes earlier releases wrote read too).
 impl Value for u64 {
     fn encode(&self) -> Bytes {
-        Bytes::copy_from_slice(&self.to_be_bytes())
+        Bytes::from(crosstalk_schema::Position(*self).encode())
     }
 
     fn decode(bytes: &[u8]) -> Result<Self, String> {
-        Ok(<[u8; 8]>::try_from(bytes).map_or(0, u64::from_be_bytes))
+        crosstalk_schema::Position::decode(bytes)
+            .map(|p| p.0)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -435,9 +437,10 @@ mod tests {
     }
 
     #[test]
-    fn positions_are_big_endian_and_anything_else_reads_as_zero() {
+    fn positions_carry_their_version_and_the_older_eight_bytes_still_read() {
         assert_eq!(u64::decode(&7u64.encode()).unwrap(), 7);
-        assert_eq!(&7u64.encode()[..], &[0, 0, 0, 0, 0, 0, 0, 7]);
-        assert_eq!(u64::decode(b"short").unwrap(), 0);
+        assert_eq!(7u64.encode()[0], 1, "the layout version");
+        assert_eq!(u64::decode(&[0, 0, 0, 0, 0, 0, 0x12, 0x34]).unwrap(), 0x1234);
+        assert!(u64::decode(b"short").is_err());
     }
 }
