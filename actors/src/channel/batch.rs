@@ -150,13 +150,8 @@ impl ChannelActor {
             }),
         );
         self.in_flight = Some(InFlight { events: batch, answers });
-        // A node's copy of a shared log cannot go on without a batch it gave up on (see
-        // `fail`), so it waits longer for a slow store before it stops.
-        let limit = if self.config.cluster.shared_log() {
-            crate::commit::FOLD_COMMIT_TIMEOUT
-        } else {
-            crate::commit::COMMIT_TIMEOUT
-        };
+        // The store implementation says how long a batch may wait (see `fail`).
+        let limit = self.config.cluster.commit_deadline();
         ctx.spawn(ticket.durable_within(limit).into_actor(self).map(move |result, act, ctx| {
             let Some(batch) = act.in_flight.take() else {
                 return;

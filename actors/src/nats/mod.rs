@@ -460,6 +460,10 @@ impl Cluster for NatsCluster {
         true
     }
 
+    fn commit_deadline(&self) -> Duration {
+        crate::commit::FOLD_COMMIT_TIMEOUT
+    }
+
     fn publish_cut(&self, channel: &ChannelName, cut: CutState) -> BoxFuture<'static, Result<(), RelayError>> {
         let (cuts, log, channel) = (self.cuts.clone(), self.log.clone(), channel.clone());
         Box::pin(async move { cuts.publish(&log, &channel, cut).await })
