@@ -1,14 +1,14 @@
 //! The relay's services across nodes: OAuth, webhooks, MCP tasks and reservations.
 
 use super::*;
+use common::oauth::form;
 
-/// A form body.
-fn form(pairs: &[(&str, &str)]) -> String {
-    let mut e = form_urlencoded::Serializer::new(String::new());
-    for (k, v) in pairs {
-        e.append_pair(k, v);
-    }
-    e.finish()
+/// Two nodes of `nats`, each an OAuth authorization server with `admin` as its token.
+fn oauth_nodes(nats: &Nats, admin: &str, extra: &[&str]) -> (Server, Server) {
+    let urls = nats.urls();
+    let mut args = vec!["--store", &urls, "--nats-replicas", "3", "--oauth", "--token", admin];
+    args.extend_from_slice(extra);
+    (Server::process(&args), Server::process(&args))
 }
 
 /// POSTs a form; the status, the redirect's query (if any) and the JSON answer (if any).
@@ -45,16 +45,7 @@ async fn oauth_is_one_authorization_server_across_nodes() {
     const REDIRECT: &str = "http://127.0.0.1:9/cb";
     let _one = ONE_CLUSTER.lock().await;
     let nats = cluster();
-    let args = [
-        "--store",
-        &nats.urls(),
-        "--nats-replicas",
-        "3",
-        "--oauth",
-        "--token",
-        ADMIN,
-    ];
-    let (a, b) = (Server::process(&args), Server::process(&args));
+    let (a, b) = oauth_nodes(&nats, ADMIN, &[]);
     let plain = builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(T)
@@ -165,19 +156,8 @@ async fn oauth_revocations_and_reuse_win_every_race_across_nodes() {
     const RACES: usize = 100;
     let _one = ONE_CLUSTER.lock().await;
     let nats = cluster();
-    let args = [
-        "--store",
-        &nats.urls(),
-        "--nats-replicas",
-        "3",
-        "--oauth",
-        "--token",
-        ADMIN,
-        // Each race checks its tokens are refused: failed authentications, not limited here.
-        "--auth-failure-rate",
-        "0",
-    ];
-    let (a, b) = (Server::process(&args), Server::process(&args));
+    // Each race checks its tokens are refused: failed authentications, not limited here.
+    let (a, b) = oauth_nodes(&nats, ADMIN, &["--auth-failure-rate", "0"]);
     oauth::revocation_races(&a, &b, ADMIN, RACES).await;
     oauth::reuse_races(&a, &b, ADMIN, RACES).await;
     oauth::code_races(&a, &b, ADMIN, RACES).await;
