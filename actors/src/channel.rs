@@ -13,7 +13,7 @@
 //!   events; the view holds the committed state only;
 //! - the watermark is a wake-up, not a queue: subscribers re-read from the view by cursor.
 
-use crate::cluster::{Cluster, Sequenced};
+use crate::cluster::{ChannelLog, Cluster, Sequenced};
 use crate::commit::Committer;
 use crate::error::RelayError;
 use crate::ids::IdAllocator;
@@ -36,11 +36,11 @@ mod retention;
 mod sessions;
 mod waits;
 
+use crate::proposals::Folded;
 use batch::{InFlight, Pending};
 pub use idle::{CloseIfIdle, Closed};
 pub use logged::Apply;
-use logged::Folded;
-pub use retention::{Install, Retention};
+pub use retention::{Install, LoggedTrims, Retention};
 pub use sessions::{Describe, EndSession, StartSession};
 use waits::Waiter;
 pub use waits::{BeginWait, CheckRelease, EndWait, Role, WaitControl};
@@ -101,7 +101,10 @@ enum Land {
     /// An idempotent retry of message `id`, durable: the original, read back from the view.
     Retry(u64, Arc<ChannelView>),
     /// Proposed to the shared log: what the fold decides.
-    Logged(oneshot::Receiver<Result<logged::Outcome, RelayError>>, Arc<ChannelView>),
+    Logged(
+        oneshot::Receiver<Result<crate::proposals::Outcome, RelayError>>,
+        Arc<ChannelView>,
+    ),
 }
 
 impl Landed {
@@ -174,14 +177,9 @@ pub struct ChannelActor {
     release_timer: Option<SpawnHandle>,
     /// A retention pass is with the store thread.
     compacting: bool,
-    /// On a shared log: the logged cut this copy has applied, and whether this node has a cut
-    /// of its own on its way to the log.
-    trim_applied: u64,
-    trim_proposed: bool,
-    /// The cut whose state this node last recorded for the cluster.
-    cut_published: u64,
-    /// Writes proposed to the shared log, when there is one.
-    proposals: logged::Proposals,
+    /// The channel's log as the store keeps it: who orders its events, and how retention
+    /// takes effect.
+    log: Box<dyn ChannelLog>,
 }
 
 impl ChannelActor {
@@ -199,6 +197,7 @@ impl ChannelActor {
             .get(view.name())
             .copied()
             .unwrap_or(config.retention);
+        let log = config.cluster.channel_log(view.name());
         ChannelActor {
             meta: view.meta(),
             state: view.channel_state(),
@@ -222,10 +221,7 @@ impl ChannelActor {
             spoken: 0,
             release_timer: None,
             compacting: false,
-            trim_applied: 0,
-            trim_proposed: false,
-            cut_published: 0,
-            proposals: logged::Proposals::default(),
+            log,
         }
     }
 
@@ -314,8 +310,8 @@ impl Actor for ChannelActor {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
         let r = self.retention;
         // On a shared log, a cut another node logged is applied here whatever this node's
-        // own policy.
-        if r.max_age.is_some() || r.max_count.is_some() || self.config.cluster.shared_log() {
+        // own policy: the log says whether passes run without one.
+        if r.max_age.is_some() || r.max_count.is_some() || self.log.trims_without_policy() {
             self.compact(ctx);
             ctx.run_interval(self.config.retention_every, |act, ctx| {
                 // Compaction writes only committed history, never what is in flight.
@@ -379,10 +375,10 @@ impl ChannelActor {
         })
     }
 
-    /// Puts a new event in order ([`Cluster::sequence`]) and folds it: at once under this
+    /// Puts a new event in order ([`ChannelLog::sequence`]) and folds it: at once under this
     /// node's next id, or, on a shared log, when the log brings it back ([`Apply`]).
     fn submit(&mut self, record: Record, idem: Option<String>, ctx: &mut Context<Self>) -> Submitted {
-        match self.config.cluster.sequence(self.view.name(), &record, idem.as_deref()) {
+        match self.log.sequence(&record, idem.as_deref()) {
             Sequenced::Here => Submitted::Folded(self.fold(None, record, idem)),
             Sequenced::Log(append) => Submitted::Proposed(self.propose(append, ctx)),
         }
@@ -394,7 +390,7 @@ enum Submitted {
     /// Folded here: what the fold made of it (durable once its batch is).
     Folded(Folded),
     /// Proposed to the shared log: the fold's verdict comes later.
-    Proposed(oneshot::Receiver<Result<logged::Outcome, RelayError>>),
+    Proposed(oneshot::Receiver<Result<crate::proposals::Outcome, RelayError>>),
 }
 
 /// What a face holds to use a channel: its actor for writes, its view for reads.

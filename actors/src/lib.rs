@@ -14,6 +14,7 @@ pub mod identities;
 pub mod ids;
 pub mod nats;
 pub mod presence;
+pub mod proposals;
 pub mod records;
 pub mod registry;
 pub mod relay;

@@ -150,8 +150,8 @@ impl ChannelActor {
             }),
         );
         self.in_flight = Some(InFlight { events: batch, answers });
-        // The store implementation says how long a batch may wait (see `fail`).
-        let limit = self.config.cluster.commit_deadline();
+        // The channel's log says how long a batch may wait (see `fail`).
+        let limit = self.log.commit_deadline();
         ctx.spawn(ticket.durable_within(limit).into_actor(self).map(move |result, act, ctx| {
             let Some(batch) = act.in_flight.take() else {
                 return;
@@ -188,7 +188,7 @@ impl ChannelActor {
     fn fail(&mut self, batch: InFlight, e: StoreError) {
         // Returns only if the relay can go on without the batch (not on a node's copy of a
         // shared log, which must stay a prefix of it).
-        self.config.cluster.refused_batch(self.view.name(), &e);
+        self.log.refused_batch(&e);
         batch.answers.decide(Err(e.clone()));
         for p in batch.events.into_iter().chain(std::mem::take(&mut self.pending)) {
             if let Some(k) = &p.idem {

@@ -41,7 +41,7 @@ impl ChannelActor {
             || self.compacting
             || self.release_timer.is_some()
             || !self.parties.is_empty()
-            || self.proposals.busy()
+            || self.log.proposals().is_some_and(|p| p.busy())
     }
 }
 

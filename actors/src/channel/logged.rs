@@ -16,17 +16,14 @@
 use super::ChannelActor;
 use crate::cluster::{LogEntry, LogEvent};
 use crate::error::RelayError;
+use crate::proposals::{Folded, Outcome, Verdict};
 use crate::view::{ChannelView, Posted};
 use actix::prelude::*;
 use crosstalk_schema::{ChannelState, InvalidInput, Record};
 use futures_util::future::BoxFuture;
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
-
-/// Verdicts kept for proposals whose acknowledgement arrives after the fold reached them.
-const RECENT_VERDICTS: usize = 4096;
 
 /// Fold one message of the shared log (the events of this channel one node appended together)
 /// into this channel. Sent by the follower of the log (`crate::nats`), in log order. Answers the
@@ -35,43 +32,6 @@ const RECENT_VERDICTS: usize = 4096;
 #[derive(Message)]
 #[rtype(result = "Option<u64>")]
 pub struct Apply(pub LogEvent);
-
-/// What the fold made of one event.
-#[derive(Clone)]
-pub(super) enum Folded {
-    /// Stored under this id (the message, for a message).
-    Stored(u64, Option<Arc<Posted>>),
-    /// A retried post: the original's id.
-    Duplicate(u64),
-    /// Nothing to change (ending a session that already ended, the same description).
-    Unchanged,
-    /// Refused; nothing stored.
-    Rejected(RelayError),
-}
-
-/// What a proposer is told: the fold's verdict, and when the node's store has it.
-pub(super) struct Outcome {
-    folded: Folded,
-    durable: oneshot::Receiver<Result<(), RelayError>>,
-}
-
-type Verdict = oneshot::Sender<Result<Outcome, RelayError>>;
-
-/// Proposals of this node waiting for the fold, and the fold's recent verdicts.
-#[derive(Default)]
-pub(super) struct Proposals {
-    /// Appends sent to the log and not yet acknowledged.
-    appending: usize,
-    /// Acknowledged, waiting for the fold to reach their id (each proposal's own), since when.
-    waiting: HashMap<u64, (Verdict, Instant)>,
-    recent: VecDeque<(u64, Folded)>,
-}
-
-impl Proposals {
-    pub(super) fn busy(&self) -> bool {
-        self.appending > 0 || !self.waiting.is_empty()
-    }
-}
 
 /// A post's answer on a shared log: the fold's verdict, then the message.
 pub(super) async fn posted(
@@ -110,9 +70,15 @@ impl ChannelActor {
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<Result<Outcome, RelayError>> {
         let (tx, rx) = oneshot::channel();
-        self.proposals.appending += 1;
+        let Some(proposals) = self.log.proposals() else {
+            let _ = tx.send(Err(RelayError::Unavailable("this channel's log takes no proposals")));
+            return rx;
+        };
+        proposals.appending += 1;
         ctx.spawn(append.into_actor(self).map(move |appended, act, _| {
-            act.proposals.appending -= 1;
+            if let Some(proposals) = act.log.proposals() {
+                proposals.appending -= 1;
+            }
             match appended {
                 Ok(id) => act.await_fold(id, tx),
                 Err(e) => {
@@ -155,13 +121,7 @@ impl ChannelActor {
     /// acknowledgement to the fold, is `crosstalk_cluster_fold_wait_seconds` (0 when the fold
     /// was there first).
     fn await_fold(&mut self, id: u64, verdict: Verdict) {
-        let recent = self
-            .proposals
-            .recent
-            .iter()
-            .rev()
-            .find(|(s, _)| *s == id)
-            .map(|(_, f)| f.clone());
+        let recent = self.log.proposals().and_then(|p| p.recent(id));
         let folded = match recent {
             Some(folded) => folded,
             // Folded long ago (its verdict is no longer kept): what the store holds.
@@ -171,7 +131,14 @@ impl ChannelActor {
                 Err(e) => Folded::Rejected(e),
             },
             None => {
-                self.proposals.waiting.insert(id, (verdict, Instant::now()));
+                match self.log.proposals() {
+                    Some(p) => {
+                        p.waiting.insert(id, (verdict, Instant::now()));
+                    }
+                    None => {
+                        let _ = verdict.send(Err(RelayError::Unavailable("this channel's log takes no proposals")));
+                    }
+                }
                 return;
             }
         };
@@ -285,14 +252,14 @@ impl Handler<Apply> for ChannelActor {
             if let Folded::Stored(id, _) = &folded {
                 stored = Some(*id);
             }
-            if let Some((verdict, since)) = self.proposals.waiting.remove(&id) {
+            let waiting = self.log.proposals().and_then(|p| p.waiting.remove(&id));
+            if let Some((verdict, since)) = waiting {
                 metrics::histogram!("crosstalk_cluster_fold_wait_seconds").record(since.elapsed());
                 let outcome = self.outcome(folded.clone());
                 let _ = verdict.send(Ok(outcome));
             }
-            self.proposals.recent.push_back((id, folded));
-            if self.proposals.recent.len() > RECENT_VERDICTS {
-                self.proposals.recent.pop_front();
+            if let Some(p) = self.log.proposals() {
+                p.remember(id, folded);
             }
         }
         self.start_commit(ctx);

@@ -1,11 +1,12 @@
 //! Retention: removing what falls outside a channel's policy (age, count), in bounded steps.
 
 use super::ChannelActor;
+use crate::cluster::{TrimNext, TrimPlan, TrimStep};
 use crate::error::RelayError;
 use crate::store::{Append, EventStore, Space, StoreError, Undo};
 use crate::view::Published;
 use actix::prelude::*;
-use crosstalk_schema::{codec, ChannelMeta, ChannelName, CutState, Record, Timestamp, Trim};
+use crosstalk_schema::{codec, ChannelMeta, ChannelName, ChannelState, CutState, Record, Timestamp, Trim};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,28 +26,21 @@ impl ChannelActor {
     /// removes it (at most [`COMPACT_STEP`] events). Skipped while a batch is in flight or
     /// pending, so the summary it writes is the committed one.
     ///
-    /// On a shared log the policy's cut is not applied here: it is proposed to the log as a
+    /// What the policy's cut then does is the channel log's ([`crate::cluster::ChannelLog::trim_pass`]): a log
+    /// of the channel's own removes it; on a shared log it is proposed to the log as a
     /// [`Record::Trimmed`] event, and every node removes what a committed cut reaches, at the
     /// same place in the log, whatever its own policy.
     pub(super) fn compact(&mut self, ctx: &mut Context<Self>) {
         if self.in_flight.is_some() || !self.pending.is_empty() || self.compacting {
             return;
         }
-        let shared = self.config.cluster.shared_log();
-        // The cut the log decided, once this copy has committed the event that logs it.
-        let cut = if shared {
-            self.view.channel_state().trimmed
-        } else {
-            None
-        };
-        let due = cut.map_or(0, |t| t.through);
         let Retention { max_age, max_count } = self.retention;
         let committed = self.view.meta();
         let excess = max_count.map_or(0, |max| committed.count.saturating_sub(max) as usize);
         let policy = excess > 0 || max_age.is_some();
-        if !policy && due <= self.trim_applied {
+        let Some(step) = self.log.trim_pass(policy, &self.view.channel_state()) else {
             return;
-        }
+        };
         let channel = self.view.name().clone();
         let outcome: Arc<Mutex<Outcome>> = Default::default();
         let out = outcome.clone();
@@ -74,23 +68,14 @@ impl ChannelActor {
                     upto = id;
                 }
             }
+            let plan = step(store, &channel, upto)?;
             let mut o = out.lock();
-            if shared {
-                o.propose = upto;
-                upto = 0;
-                if let Some(cut) = cut {
-                    let state = carry_cut(store, &channel, cut)?;
-                    upto = state.trim.through;
-                    if state.trim == cut {
-                        o.cut = Some(state);
-                    }
-                }
-            }
-            if upto > 0 {
-                let removed = store.compact(&channel, upto, COMPACT_STEP, &committed)?;
+            if plan.remove > 0 {
+                let removed = store.compact(&channel, plan.remove, COMPACT_STEP, &committed)?;
                 let after = store.meta(&channel)?.unwrap_or(committed);
-                o.removed = Some((upto, removed, after));
+                o.removed = Some((plan.remove, removed, after));
             }
+            o.plan = plan;
             // Removing expired history needs no undo: if the flush fails, the next pass
             // removes it again.
             Ok(Undo::default())
@@ -104,23 +89,23 @@ impl ChannelActor {
                 crate::throttled!(error, channel = %act.view.name(), error = %e, "retention failed");
                 return;
             }
-            let Outcome { propose, removed, cut } = std::mem::take(&mut *outcome.lock());
+            let Outcome { plan, removed } = std::mem::take(&mut *outcome.lock());
             if let Some((upto, removed, after)) = removed {
                 if removed > 0 {
                     act.meta.count = act.meta.count.saturating_sub(committed.count - after.count);
                     act.view.compacted(upto, after);
                     tracing::info!(channel = %act.view.name(), removed, upto, "retention removed old messages");
                 }
-                // Up to the step's limit: a long cut is applied over several passes.
-                if shared && removed < COMPACT_STEP {
-                    act.trim_applied = act.trim_applied.max(upto);
-                }
             }
-            if let Some(cut) = cut.filter(|c| c.trim.through > act.cut_published) {
+            let trimmed_through = act.trimmed_through();
+            let next = act
+                .log
+                .trimmed(plan, removed.map(|(upto, n, _)| (upto, n)), trimmed_through);
+            if let Some(cut) = next.publish {
                 act.publish_cut(cut, ctx);
             }
-            if propose > act.trimmed_through() && !act.trim_proposed {
-                act.propose_trim(propose, ctx);
+            if let Some(through) = next.propose {
+                act.propose_trim(through, ctx);
             }
         }));
     }
@@ -128,11 +113,11 @@ impl ChannelActor {
     /// Records the state after the log's cut for the cluster, once this node has applied it.
     fn publish_cut(&mut self, cut: CutState, ctx: &mut Context<Self>) {
         let through = cut.trim.through;
-        let publish = self.config.cluster.publish_cut(self.view.name(), cut);
+        let publish = self.log.publish_cut(cut);
         ctx.spawn(publish.into_actor(self).map(move |result, act, _| match result {
             Ok(()) => {
                 tracing::info!(channel = %act.view.name(), through, "recorded the state after the retention cut; the log no longer holds what it removed");
-                act.cut_published = act.cut_published.max(through);
+                act.log.cut_published(through);
             }
             Err(e) => {
                 crate::throttled!(warn, channel = %act.view.name(), error = %e, "recording a retention cut for the cluster failed; next pass")
@@ -150,9 +135,9 @@ impl ChannelActor {
             // Not a shared log after all: nothing to log.
             return;
         };
-        self.trim_proposed = true;
+        self.log.proposing(true);
         ctx.spawn(verdict.into_actor(self).map(move |verdict, act, _| {
-            act.trim_proposed = false;
+            act.log.proposing(false);
             if let Ok(Err(e)) = verdict {
                 crate::throttled!(warn, channel = %act.view.name(), error = %e, "logging a retention cut failed; next pass");
             }
@@ -160,13 +145,75 @@ impl ChannelActor {
     }
 }
 
-/// What a retention pass found: a cut to log (shared log only), what it removed, and the
-/// state after the log's cut once it is all applied here.
+/// What a retention pass found: the channel log's plan, and what the store removed.
 #[derive(Default)]
 struct Outcome {
-    propose: u64,
+    plan: TrimPlan,
     removed: Option<(u64, usize, ChannelMeta)>,
-    cut: Option<CutState>,
+}
+
+/// Retention on a node's copy of a shared log ([`crate::cluster::ChannelLog`]'s retention for it): the node
+/// proposes its own policy's cut to the log, and applies the cuts the log committed, whatever
+/// its own policy.
+#[derive(Debug, Default)]
+pub struct LoggedTrims {
+    /// The logged cut this copy has applied.
+    applied: u64,
+    /// Whether this node has a cut of its own on its way to the log.
+    proposed: bool,
+    /// The cut whose state this node last recorded for the cluster.
+    published: u64,
+}
+
+impl LoggedTrims {
+    /// [`crate::cluster::ChannelLog::trim_pass`]: the policy's cut is proposed, and the log's last cut
+    /// (`state.trimmed`, once this copy has committed the event that logs it) is carried and
+    /// removed.
+    pub fn pass(&self, policy: bool, state: &ChannelState) -> Option<TrimStep> {
+        let cut = state.trimmed;
+        if !policy && cut.map_or(0, |t| t.through) <= self.applied {
+            return None;
+        }
+        Some(Box::new(move |store, channel, upto| {
+            let mut plan = TrimPlan {
+                propose: upto,
+                ..TrimPlan::default()
+            };
+            if let Some(cut) = cut {
+                let state = carry_cut(store, channel, cut)?;
+                plan.remove = state.trim.through;
+                if state.trim == cut {
+                    plan.cut = Some(state);
+                }
+            }
+            Ok(plan)
+        }))
+    }
+
+    /// [`crate::cluster::ChannelLog::trimmed`].
+    pub fn trimmed(&mut self, plan: TrimPlan, removed: Option<(u64, usize)>, trimmed_through: u64) -> TrimNext {
+        // Up to the step's limit: a long cut is applied over several passes.
+        if let Some((upto, _)) = removed.filter(|(_, n)| *n < COMPACT_STEP) {
+            self.applied = self.applied.max(upto);
+        }
+        TrimNext {
+            publish: plan.cut.filter(|c| c.trim.through > self.published),
+            propose: (plan.propose > trimmed_through && !self.proposed).then_some(plan.propose),
+        }
+    }
+
+    pub fn published(&mut self, through: u64) {
+        self.published = self.published.max(through);
+    }
+
+    pub fn proposing(&mut self, busy: bool) {
+        self.proposed = busy;
+    }
+
+    pub fn installed(&mut self, through: u64) {
+        self.applied = through;
+        self.published = through;
+    }
 }
 
 /// Where a node keeps the state after the last cut it applied to a channel.
@@ -244,8 +291,7 @@ impl Handler<Install> for ChannelActor {
         self.next_replies.clear();
         self.next_state_dirty = false;
         self.idem_uncommitted.clear();
-        self.trim_applied = through;
-        self.cut_published = through;
+        self.log.installed(through);
         let channel = self.view.name().clone();
         let encoded = codec::encode(&cut);
         let published = state.clone();
@@ -289,7 +335,7 @@ impl Handler<Install> for ChannelActor {
             }
             Err(e) => {
                 // Returns only if the relay can go on without it, which a node's copy cannot.
-                act.config.cluster.refused_batch(act.view.name(), &e);
+                act.log.refused_batch(&e);
                 Err(e.into())
             }
         }))

@@ -51,7 +51,7 @@ impl SharedCursors {
                     Some(None) => Step::Done(Claim::Left),
                     Some(Some(at)) if at != from => Step::Done(Claim::Elsewhere(at)),
                     None if from != 0 => Step::Done(Claim::Elsewhere(0)),
-                    _ => Step::Write(to, Claim::Moved),
+                    _ => Step::Write(to, Claim::Claimed),
                 })
             })
             .await?;

@@ -18,6 +18,7 @@
 //!   order, so every node reaches the same state whichever node took the write.
 
 mod appends;
+mod copy;
 mod cursors;
 mod cuts;
 mod data;
@@ -29,13 +30,15 @@ mod records;
 mod registrations;
 mod waits;
 
-use crate::cluster::{Claim, Cluster, Node, Registration, Sequenced};
+use crate::cluster::{
+    ChannelLog, Claim, Cluster, CursorChange, CursorSharing, Node, Registration, RegistrationSharing, WaitSharing,
+};
 use crate::error::RelayError;
 use crate::records::RecordStore;
 use crate::shared::SharedDataStore;
-use crate::store::{EventStore, StoreError};
+use crate::store::EventStore;
 use async_nats::jetstream::{self, stream};
-use crosstalk_schema::{ChannelName, CutState, Record};
+use crosstalk_schema::ChannelName;
 use futures_util::future::BoxFuture;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -456,65 +459,13 @@ impl Cluster for NatsCluster {
         self.caught_up.readiness()
     }
 
-    fn shared_log(&self) -> bool {
-        true
-    }
-
-    fn commit_deadline(&self) -> Duration {
-        crate::commit::FOLD_COMMIT_TIMEOUT
-    }
-
-    fn publish_cut(&self, channel: &ChannelName, cut: CutState) -> BoxFuture<'static, Result<(), RelayError>> {
-        let (cuts, log, channel) = (self.cuts.clone(), self.log.clone(), channel.clone());
-        Box::pin(async move { cuts.publish(&log, &channel, cut).await })
-    }
-
-    fn sequence(&self, channel: &ChannelName, record: &Record, idempotency_key: Option<&str>) -> Sequenced {
-        if let Err(why) = self.health() {
-            return Sequenced::Log(Box::pin(std::future::ready(Err(RelayError::StoreUnavailable(why)))));
-        }
-        let entry = log::Log::entry(record, idempotency_key);
-        Sequenced::Log(Box::pin(self.appends.append(channel, entry)))
-    }
-
-    fn refused_batch(&self, channel: &ChannelName, error: &StoreError) {
-        // A node's copy must stay a prefix of the shared log: folding on past a batch its
-        // store refused would leave a hole that a restart cannot see (it resumes after the
-        // channel's last stored id). Stop instead; the restart replays the log from there.
-        tracing::error!(channel = %channel, error = %error,
-            "this node's store refused events of the shared log; exiting so that a restart replays them");
-        std::process::exit(75);
-    }
-
-    fn claim_registration(
-        &self,
-        registration: Registration,
-        ttl: Duration,
-        take_over: Option<String>,
-    ) -> BoxFuture<'static, Result<Registration, RelayError>> {
-        let registrations = self.registrations.clone();
-        Box::pin(async move { registrations.claim(registration, ttl, take_over.as_deref()).await })
-    }
-
-    fn advance_cursor(&self, who: &str, channel: &ChannelName, id: u64) -> BoxFuture<'static, Result<(), RelayError>> {
-        let (cursors, who, channel) = (self.cursors.clone(), who.to_owned(), channel.clone());
-        Box::pin(async move { cursors.advance(&who, &channel, id).await })
-    }
-
-    fn claim_cursor(
-        &self,
-        who: &str,
-        channel: &ChannelName,
-        from: u64,
-        to: u64,
-    ) -> BoxFuture<'static, Result<Claim, RelayError>> {
-        let (cursors, who, channel) = (self.cursors.clone(), who.to_owned(), channel.clone());
-        Box::pin(async move { cursors.claim(&who, &channel, from, to).await })
-    }
-
-    fn forget_cursor(&self, who: &str, channel: &ChannelName) -> BoxFuture<'static, Result<(), RelayError>> {
-        let (cursors, who, channel) = (self.cursors.clone(), who.to_owned(), channel.clone());
-        Box::pin(async move { cursors.forget(&who, &channel).await })
+    fn channel_log(&self, channel: &ChannelName) -> Box<dyn ChannelLog> {
+        Box::new(copy::LogCopy {
+            cluster: self.clone(),
+            channel: channel.clone(),
+            trims: Default::default(),
+            proposals: Default::default(),
+        })
     }
 
     fn shared_data(&self, _local: &dyn Fn() -> Arc<dyn SharedDataStore>, max_size: usize) -> Arc<dyn SharedDataStore> {
@@ -531,14 +482,6 @@ impl Cluster for NatsCluster {
             replicas: self.replicas,
             buckets: Arc::new(Default::default()),
         })
-    }
-
-    fn waiting_elsewhere(&self, channel: &ChannelName) -> Vec<String> {
-        self.waits.elsewhere(channel)
-    }
-
-    fn publish_wait(&self, channel: &ChannelName, instance: &str, waiting: bool) {
-        self.waits.publish(channel, instance, waiting);
     }
 
     fn start(&self, node: Arc<dyn Node>) -> Vec<tokio::task::JoinHandle<()>> {
@@ -590,6 +533,69 @@ impl Cluster for NatsCluster {
             actix::spawn(follow::share_cursors(node, self.cursors.clone())),
         ]);
         tasks
+    }
+}
+
+impl RegistrationSharing for NatsCluster {
+    fn claim_registration(
+        &self,
+        registration: Registration,
+        ttl: Duration,
+        take_over: Option<String>,
+    ) -> BoxFuture<'static, Result<Registration, RelayError>> {
+        let registrations = self.registrations.clone();
+        Box::pin(async move { registrations.claim(registration, ttl, take_over.as_deref()).await })
+    }
+}
+
+impl CursorSharing for NatsCluster {
+    fn advance_cursor(&self, who: &str, channel: &ChannelName, id: u64) -> BoxFuture<'static, Result<(), RelayError>> {
+        let (cursors, who, channel) = (self.cursors.clone(), who.to_owned(), channel.clone());
+        Box::pin(async move { cursors.advance(&who, &channel, id).await })
+    }
+
+    fn claim_cursor(
+        &self,
+        who: &str,
+        channel: &ChannelName,
+        from: u64,
+        to: u64,
+    ) -> BoxFuture<'static, Result<Claim, RelayError>> {
+        let (cursors, who, channel) = (self.cursors.clone(), who.to_owned(), channel.clone());
+        Box::pin(async move { cursors.claim(&who, &channel, from, to).await })
+    }
+
+    fn settle_claims(
+        &self,
+        node: Arc<dyn Node>,
+        who: &str,
+        claimed: Vec<(ChannelName, u64)>,
+    ) -> BoxFuture<'static, Result<(), RelayError>> {
+        // The claims moved the shared cursors already: this node's mirror learns of the moves
+        // now, not when the watch brings them back.
+        for (channel, id) in claimed {
+            node.merge_cursor(CursorChange {
+                who: who.to_owned(),
+                channel,
+                id: Some(id),
+            });
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn forget_cursor(&self, who: &str, channel: &ChannelName) -> BoxFuture<'static, Result<(), RelayError>> {
+        let (cursors, who, channel) = (self.cursors.clone(), who.to_owned(), channel.clone());
+        Box::pin(async move { cursors.forget(&who, &channel).await })
+    }
+}
+
+impl WaitSharing for NatsCluster {
+    fn waiting_elsewhere(&self, channel: &ChannelName) -> Vec<String> {
+        self.waits.elsewhere(channel)
+    }
+
+    fn publish_wait(&self, channel: &ChannelName, instance: &str, waiting: bool) {
+        self.waits.publish(channel, instance, waiting);
     }
 }
 

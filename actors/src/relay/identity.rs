@@ -1,12 +1,12 @@
 //! Identities over the registry: registering, who is registered, read cursors and the inbox.
 
 use super::{Relay, ACTOR_CALL_TIMEOUT};
-use crate::cluster::{Claim, CursorChange};
+use crate::cluster::{Claim, Node};
 use crate::error::RelayError;
 use crate::identities::InstanceView;
 use crate::presence::LeaveAll;
 use crate::registry::{
-    AdvanceCursor, ChannelCursors, Cursors, ForgetCursor, MergeCursor, MoveCursors, RegisterInstance, Registered,
+    AdvanceCursor, ChannelCursors, Cursors, ForgetCursor, MoveCursors, RegisterInstance, Registered,
 };
 use crate::view::Posted;
 use crosstalk_schema::message::ANY_HUMAN;
@@ -47,11 +47,13 @@ impl Relay {
     /// cursor: messages from others, addressed to it or to everyone. Moves the cursors, and
     /// answers only once they are durable, so nothing is ever handed out twice.
     ///
-    /// Each channel's range is claimed first ([`crate::cluster::Cluster::claim_cursor`]): on a
-    /// cluster, in the shared cursor (moved from exactly where this node read from), so two
-    /// nodes' inboxes called at the same moment never hand out one message twice (the one that
-    /// loses reads again from where the other stopped); on a relay of its own, by the
-    /// registry's durable move of every claimed cursor at the end.
+    /// Each channel's range is claimed ([`crate::cluster::CursorSharing::claim_cursor`]) and the
+    /// claims settled together at the end ([`crate::cluster::CursorSharing::settle_claims`]); what the
+    /// two steps are is the store implementation's. On a cluster the claim moves the shared
+    /// cursor from exactly where this node read from, so two nodes' inboxes called at the same
+    /// moment never hand out one message twice (the one that loses reads again from where the
+    /// other stopped); on a relay of its own the settling is the registry's durable move of
+    /// every claimed cursor.
     pub async fn inbox(&self, who: &str, limit: usize) -> Result<Vec<Arc<Posted>>, RelayError> {
         // `any-human` messages belong in a human's inbox only.
         let kind = self
@@ -60,15 +62,14 @@ impl Relay {
             .get(who)
             .map_or(InstanceKind::Agent, |i| i.instance.kind);
         let cursors = self.cursors(who).await?;
-        let mut out = Vec::new();
-        // Ranges this node alone keeps the cursors of: handed out once their moves are durable.
-        let (mut own, mut moves) = (Vec::new(), Vec::new());
+        // What the claims cover, handed out once they are settled.
+        let (mut out, mut claimed) = (Vec::new(), Vec::new());
         let mut failed = None;
         // `--max-answer-bytes` for the whole answer: the channels after it is spent wait for
         // the next call.
         let mut bytes_left = self.inner.max_answer_bytes;
         'channels: for (channel, cursor) in cursors {
-            if out.len() + own.len() >= limit || bytes_left == 0 {
+            if out.len() >= limit || bytes_left == 0 {
                 break;
             }
             // An error after earlier channels were claimed must not lose what they claimed:
@@ -84,7 +85,7 @@ impl Relay {
             // that too); claim from where the shared cursor is.
             let (mut read_from, mut expected) = (cursor, cursor);
             for _ in 0..CLAIM_ATTEMPTS {
-                let room = limit - out.len() - own.len();
+                let room = limit - out.len();
                 let (batch, scanned) = match view.read_scanned(read_from, room, bytes_left) {
                     Ok(scan) => {
                         bytes_left = if scan.full {
@@ -104,20 +105,9 @@ impl Relay {
                 }
                 let mine = batch.into_iter().filter(|p| for_inbox(p, who, kind));
                 match self.inner.cluster.claim_cursor(who, &channel, expected, scanned).await {
-                    Ok(Claim::Own) => {
-                        own.extend(mine);
-                        moves.push((channel, scanned));
-                        continue 'channels;
-                    }
-                    Ok(Claim::Moved) => {
-                        // This node's mirror learns of the move now, not when the watch
-                        // brings it back.
-                        self.inner.registry.do_send(MergeCursor(CursorChange {
-                            who: who.to_owned(),
-                            channel: channel.clone(),
-                            id: Some(scanned),
-                        }));
+                    Ok(Claim::Claimed) => {
                         out.extend(mine);
+                        claimed.push((channel, scanned));
                         continue 'channels;
                     }
                     Ok(Claim::Elsewhere(at)) => {
@@ -134,23 +124,13 @@ impl Relay {
                 }
             }
         }
-        if !moves.is_empty() {
-            // If the moves are not durable, the cursors go back and what they cover was not
+        if !claimed.is_empty() {
+            // If the claims are not settled, the cursors stay and what they cover was not
             // handed out.
-            let moved = self
-                .inner
-                .registry
-                .send(MoveCursors {
-                    instance_id: who.to_owned(),
-                    moves,
-                })
-                .timeout(ACTOR_CALL_TIMEOUT)
-                .await
-                .map_err(RelayError::from)
-                .and_then(|r| r);
-            match moved {
-                Ok(()) => out.extend(own),
-                Err(e) => failed = Some(e),
+            let node: Arc<dyn Node> = Arc::new(self.clone());
+            if let Err(e) = self.inner.cluster.settle_claims(node, who, claimed).await {
+                out.clear();
+                failed = Some(e);
             }
         }
         match failed {

@@ -1,12 +1,12 @@
 //! This node as a cluster sees it ([`Node`]): where the tasks following the other nodes hand
 //! what they find. On a relay of its own nothing calls it.
 
-use super::Relay;
+use super::{Relay, ACTOR_CALL_TIMEOUT};
 use crate::channel::{Apply, CheckRelease, Install};
-use crate::cluster::{CursorChange, LogEvent, Node, Registration};
+use crate::cluster::{CursorChange, CursorMoves, Fold, LogEvent, Members, Node, Registration};
 use crate::error::RelayError;
 use crate::presence::{MergePresence, Outgoing, PresenceChange, PublishPresence};
-use crate::registry::MergeCursor;
+use crate::registry::{MergeCursor, MoveCursors};
 use crate::store::{EventStore, Space, StoreError};
 use crosstalk_schema::{ChannelName, CutState};
 use futures_util::future::BoxFuture;
@@ -20,7 +20,9 @@ impl Node for Relay {
     fn shutdown(&self) -> CancellationToken {
         self.inner.shutdown.clone()
     }
+}
 
+impl Fold for Relay {
     fn store(&self) -> Arc<dyn EventStore> {
         self.inner.store.clone()
     }
@@ -58,7 +60,9 @@ impl Node for Relay {
             handle.addr.send(Install(cut)).await?
         })
     }
+}
 
+impl Members for Relay {
     fn merge_registration(&self, r: Registration) {
         self.inner.identities.merge(r.instance, r.session, r.seen);
     }
@@ -84,8 +88,24 @@ impl Node for Relay {
             handle.addr.do_send(CheckRelease);
         }
     }
+}
 
+impl CursorMoves for Relay {
     fn merge_cursor(&self, change: CursorChange) {
         self.inner.registry.do_send(MergeCursor(change));
+    }
+
+    fn move_cursors(&self, who: &str, moves: Vec<(ChannelName, u64)>) -> BoxFuture<'static, Result<(), RelayError>> {
+        let moved = self.inner.registry.send(MoveCursors {
+            instance_id: who.to_owned(),
+            moves,
+        });
+        Box::pin(async move {
+            moved
+                .timeout(ACTOR_CALL_TIMEOUT)
+                .await
+                .map_err(RelayError::from)
+                .and_then(|r| r)
+        })
     }
 }
