@@ -11,8 +11,16 @@ use serde_json::{json, Value};
 use std::io::Read;
 use std::time::Duration;
 
+use crate::api;
 use crate::client::{enc, served, shell_quote, Followed, RelayClient};
 pub use crate::client::{Failure, RelayArgs};
+use crate::ops::channels::ListRequest;
+use crate::ops::identity::InboxRequest;
+use crate::ops::messages::{MessageId, RoleArg, WaitRequest};
+use crate::ops::reservations::ListReservationsRequest;
+use crate::ops::sessions::DirectivesRequest;
+use crosstalk_schema::message::{ANY_HUMAN, STATUS_ANSWERED};
+use crosstalk_schema::{ChannelName, Meaning, Message, MessageType, NewMessage};
 
 #[derive(Debug, Subcommand)]
 pub enum ClientCommand {
@@ -21,7 +29,8 @@ pub enum ClientCommand {
         #[command(flatten)]
         relay: RelayArgs,
         /// The channel to post in (created by the first post).
-        channel: String,
+        #[arg(value_parser = channel_name)]
+        channel: ChannelName,
         /// The body; `-` or none reads it from stdin.
         body: Option<String>,
         /// message (default), request, response, status, done, QUESTION, ANSWER, …
@@ -42,7 +51,8 @@ pub enum ClientCommand {
         #[command(flatten)]
         relay: RelayArgs,
         /// The channel to follow.
-        channel: String,
+        #[arg(value_parser = channel_name)]
+        channel: ChannelName,
         /// Start after this id [default: only new messages]
         #[arg(long)]
         since: Option<u64>,
@@ -56,7 +66,8 @@ pub enum ClientCommand {
         #[command(flatten)]
         relay: RelayArgs,
         /// The channel to wait on.
-        channel: String,
+        #[arg(value_parser = channel_name)]
+        channel: ChannelName,
         /// Wait for messages after this id [default: the channel's newest]
         #[arg(long)]
         since: Option<u64>,
@@ -84,7 +95,8 @@ pub enum ClientCommand {
         #[command(flatten)]
         relay: RelayArgs,
         /// The channel to ask in.
-        channel: String,
+        #[arg(value_parser = channel_name)]
+        channel: ChannelName,
         /// The question.
         question: String,
         /// How long to wait for the answer: seconds (300) or a span (30s, 5m, 2h).
@@ -118,7 +130,8 @@ pub enum ClientCommand {
         #[command(flatten)]
         relay: RelayArgs,
         /// The question's channel.
-        channel: String,
+        #[arg(value_parser = channel_name)]
+        channel: ChannelName,
         /// The question's id (`crosstalk questions CHANNEL` lists the open ones).
         id: u64,
         /// The answer; to a PERMISSION (an agent host's tool prompt), allow or deny.
@@ -132,7 +145,8 @@ pub enum ClientCommand {
         #[command(flatten)]
         relay: RelayArgs,
         /// The channel.
-        channel: String,
+        #[arg(value_parser = channel_name)]
+        channel: ChannelName,
         /// Only those for this recipient (and for everyone).
         #[arg(long = "for")]
         recipient: Option<String>,
@@ -273,33 +287,37 @@ fn me(given: Option<String>) -> String {
         .unwrap_or_else(|| "cli".into())
 }
 
-/// The messages of an answer that is either a bare list or an object with `messages` (as
-/// anonymous and identified waits answer, and the inbox).
-fn listed(answer: &Value) -> Vec<Value> {
-    answer
-        .get("messages")
-        .unwrap_or(answer)
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+/// A channel name from the command line, by the relay's own rule.
+fn channel_name(raw: &str) -> Result<ChannelName, String> {
+    ChannelName::parse(raw).map_err(|e| e.to_string())
+}
+
+/// A message type from the command line, by the relay's own rule (`None`: the default).
+fn message_type(raw: Option<&str>) -> Result<Option<MessageType>, Failure> {
+    match raw {
+        None => Ok(None),
+        Some(t) => MessageType::parse(t).map_err(|e| Failure(e.to_string(), 2)),
+    }
 }
 
 /// One long-poll on `channel` after `since`, for at most `slice` seconds, as `who` if given.
 async fn wait_once(
     c: &RelayClient,
-    channel: &str,
+    channel: &ChannelName,
     since: u64,
     slice: f64,
     who: Option<&str>,
-) -> Result<Vec<Value>, Failure> {
-    let mut path = format!(
-        "/api/channels/{}/wait?since_id={since}&timeout_s={slice:.3}",
-        enc(channel)
-    );
-    if let Some(w) = who {
-        path.push_str(&format!("&instance_id={}", enc(w)));
-    }
-    Ok(listed(&c.json(c.http.get(c.url(&path))).await?))
+) -> Result<Vec<Message>, Failure> {
+    let request = WaitRequest {
+        channel: channel.clone(),
+        since_id: since,
+        limit: None,
+        timeout_s: Some(slice),
+        instance_id: who.map(str::to_owned),
+        role: RoleArg::default(),
+        exclude_self: None,
+    };
+    Ok(c.call(api::WAIT, &request).await?.messages())
 }
 
 /// A DELETE that must find what it names (`missing` says so when it does not).
@@ -326,25 +344,30 @@ async fn delete(c: &RelayClient, path: &str, missing: &str) -> Result<(), Failur
 }
 
 /// One message as a line for a person: `#id time sender [type] body`.
-fn line(m: &Value) {
+fn line(m: &Message) {
     let dim = Style::new().dimmed();
     let who = Style::new().bold().fg_color(Some(AnsiColor::Cyan.into()));
-    let time = m["created_at"].as_str().unwrap_or("");
-    let time = time.get(11..19).unwrap_or(time);
+    let time = m.created_at.get(11..19).unwrap_or(&m.created_at);
     println!(
         "{dim}#{} {time}{dim:#} {who}{}{who:#} {dim}[{}]{dim:#} {}",
-        m["id"],
-        m["sender"].as_str().unwrap_or("?"),
-        m["type"].as_str().unwrap_or("message"),
-        m["body"].as_str().unwrap_or("")
+        m.id, m.sender, m.kind, m.body
     );
 }
 
-fn show(m: &Value, json: bool) {
+fn show(m: &Message, json: bool) {
     if json {
-        println!("{m}");
+        println!("{}", Json(m));
     } else {
         line(m);
+    }
+}
+
+/// A value as one line of JSON.
+struct Json<'a, T>(&'a T);
+
+impl<T: serde::Serialize> std::fmt::Display for Json<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string(self.0).map_err(|_| std::fmt::Error)?)
     }
 }
 
@@ -633,30 +656,23 @@ async fn guard(c: &RelayClient, me: &str, project: Option<&str>) -> Result<Outco
     if paths.is_empty() && unfit == 0 {
         return Ok(Outcome::Done);
     }
-    let url = format!("/api/reservations?project={}", enc(project.unwrap_or("")));
-    let list = c.json(c.http.get(c.url(&url))).await?;
+    let request = ListReservationsRequest {
+        project: Some(project.unwrap_or("").to_owned()),
+        holder: None,
+    };
+    let list = c.call(api::LIST_RESERVATIONS, &request).await?;
     let mut blocked = 0;
-    for r in list["reservations"].as_array().into_iter().flatten() {
-        let holder = r["holder"].as_str().unwrap_or("?");
-        if holder == me || r["exclusive"] != json!(true) {
-            continue;
-        }
+    for r in list.reservations.iter().filter(|r| r.holder != me && r.exclusive) {
         for path in &paths {
-            let covering = r["paths"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .find(|p| reservation::matches(p, path));
+            let covering = r.paths.iter().find(|p| reservation::matches(p, path));
             if let Some(pattern) = covering {
                 blocked += 1;
+                let reason = Some(r.reason.as_str()).filter(|s| !s.is_empty());
                 eprintln!(
-                    "{path}: held by {holder} ({pattern}, exclusive, until {}): {}",
-                    r["expires_at"].as_str().unwrap_or("?"),
-                    r["reason"]
-                        .as_str()
-                        .filter(|s| !s.is_empty())
-                        .unwrap_or("no reason given")
+                    "{path}: held by {} ({pattern}, exclusive, until {}): {}",
+                    r.holder,
+                    r.expires_at,
+                    reason.unwrap_or("no reason given")
                 );
             }
         }
@@ -774,13 +790,14 @@ async fn guard_command(
 /// `crosstalk send`.
 async fn send(
     c: &RelayClient,
-    channel: String,
+    channel: ChannelName,
     body: Option<String>,
     kind: Option<String>,
     to: Option<String>,
     reply_to: Option<u64>,
     sender: Option<String>,
 ) -> Result<Outcome, Failure> {
+    let kind = message_type(kind.as_deref())?;
     let body = match body.as_deref() {
         Some(b) if b != "-" => b.to_owned(),
         _ => {
@@ -789,13 +806,15 @@ async fn send(
             s.trim_end_matches('\n').to_owned()
         }
     };
-    let posted = c
-        .post(
-            &channel,
-            json!({"sender": me(sender), "type": kind, "body": body, "recipient": to, "reply_to": reply_to}),
-        )
-        .await?;
-    println!("{}", posted["id"]);
+    let message = NewMessage {
+        sender: me(sender),
+        kind,
+        body,
+        recipient: to,
+        reply_to,
+        ..NewMessage::default()
+    };
+    println!("{}", c.post(&channel, message).await?.id);
     Ok(Outcome::Done)
 }
 
@@ -947,17 +966,11 @@ async fn webhooks(
 
 /// `crosstalk channels`.
 async fn channels(c: &RelayClient, json: bool) -> Result<Outcome, Failure> {
-    let list = c.json(c.http.get(c.url("/api/channels"))).await?;
-    for ch in list.as_array().into_iter().flatten() {
+    for ch in c.call(api::LIST_CHANNELS, &ListRequest::default()).await? {
         if json {
-            println!("{ch}");
+            println!("{}", Json(&ch));
         } else {
-            println!(
-                "{:<24} {:>8} messages, last #{}",
-                ch["channel"].as_str().unwrap_or("?"),
-                ch["message_count"].as_u64().or(ch["count"].as_u64()).unwrap_or(0),
-                ch["last_id"]
-            );
+            println!("{:<24} {:>8} messages, last #{}", ch.channel, ch.count, ch.last_id);
         }
     }
     Ok(Outcome::Done)
@@ -966,7 +979,7 @@ async fn channels(c: &RelayClient, json: bool) -> Result<Outcome, Failure> {
 /// `crosstalk wait`.
 async fn wait(
     c: &RelayClient,
-    channel: String,
+    channel: ChannelName,
     since: Option<u64>,
     timeout: Span,
     who: Option<String>,
@@ -998,20 +1011,21 @@ async fn wait(
 /// `crosstalk ask`.
 async fn ask(
     c: &RelayClient,
-    channel: String,
+    channel: ChannelName,
     question: String,
     timeout: Span,
     sender: Option<String>,
 ) -> Result<Outcome, Failure> {
     // Post the question first, so the asker sees its id before blocking; then wait for
     // the ANSWER that replies to it.
-    let asked = c
-        .post(
-            &channel,
-            json!({"sender": me(sender), "type": "QUESTION", "body": question, "recipient": "any-human"}),
-        )
-        .await?;
-    let id = asked["id"].as_u64().unwrap_or(0);
+    let asking = NewMessage {
+        sender: me(sender),
+        kind: Some(Meaning::Question.into()),
+        body: question,
+        recipient: Some(ANY_HUMAN.to_owned()),
+        ..NewMessage::default()
+    };
+    let id = c.post(&channel, asking).await?.id;
     eprintln!(
         "asked question #{id} on {channel}; waiting up to {timeout} for an answer \
              (answer it with: crosstalk answer {channel} {id} \"…\")"
@@ -1024,10 +1038,9 @@ async fn ask(
             .as_secs_f64();
         let messages = wait_once(c, &channel, since, left.min(WAIT_SLICE), None).await?;
         for m in &messages {
-            since = since.max(m["id"].as_u64().unwrap_or(0));
-            let is_answer = m["type"].as_str().is_some_and(|t| t.eq_ignore_ascii_case("answer"));
-            if is_answer && m["reply_to"].as_u64() == Some(id) {
-                println!("{}", m["body"].as_str().unwrap_or(""));
+            since = since.max(m.id);
+            if m.kind.is(Meaning::Answer) && m.reply_to == Some(id) {
+                println!("{}", m.body);
                 return Ok(Outcome::Done);
             }
         }
@@ -1041,81 +1054,72 @@ async fn ask(
 /// `crosstalk answer`.
 async fn answer(
     c: &RelayClient,
-    channel: String,
+    channel: ChannelName,
     id: u64,
     text: String,
     sender: Option<String>,
 ) -> Result<Outcome, Failure> {
-    let path = format!("/api/channels/{}/messages/{id}", enc(&channel));
-    let r = c
-        .auth(c.http.get(c.url(&path)))
-        .send()
-        .await
-        .map_err(|e| c.unreachable(&e))?;
-    if r.status() == reqwest::StatusCode::NOT_FOUND {
+    let asked = MessageId {
+        channel: channel.clone(),
+        message_id: id,
+    };
+    let Some(question) = c.call_found(api::GET_MESSAGE, &asked).await? else {
         return Err(Failure(format!("there is no message #{id} in {channel}"), 2));
-    }
-    if !r.status().is_success() {
-        return Err(c.refused(r).await);
-    }
-    let question: Value = r.json().await.unwrap_or(Value::Null);
-    let kind = question["type"].as_str().unwrap_or("message");
-    let permission = kind.eq_ignore_ascii_case("permission");
+    };
+    let permission = question.kind.is(Meaning::Permission);
     if permission && !["allow", "deny"].contains(&text.trim().to_ascii_lowercase().as_str()) {
         return Err(Failure(
             format!("#{id} in {channel} asks for a permission: answer allow or deny"),
             2,
         ));
     }
-    if !kind.eq_ignore_ascii_case("question") && !permission {
+    if !question.kind.asks() {
         return Err(Failure(
             format!(
-                "#{id} in {channel} is a {kind}, not a question: reply to it with \
-                     `crosstalk send {channel} \"…\" --reply-to {id}`"
+                "#{id} in {channel} is a {}, not a question: reply to it with \
+                     `crosstalk send {channel} \"…\" --reply-to {id}`",
+                question.kind
             ),
             2,
         ));
     }
-    if question["status"] == "answered" {
+    if question.status.as_deref() == Some(STATUS_ANSWERED) {
         let what = if permission { "permission" } else { "question" };
         return Err(Failure(format!("{what} #{id} in {channel} is already answered"), 2));
     }
-    let posted = c
-        .post(
-            &channel,
-            json!({"sender": me(sender), "type": "ANSWER", "body": text, "reply_to": id}),
-        )
-        .await?;
-    println!("{}", posted["id"]);
+    let answering = NewMessage {
+        sender: me(sender),
+        kind: Some(Meaning::Answer.into()),
+        body: text,
+        reply_to: Some(id),
+        ..NewMessage::default()
+    };
+    println!("{}", c.post(&channel, answering).await?.id);
     Ok(Outcome::Done)
 }
 
 /// `crosstalk questions`.
 async fn questions(
     c: &RelayClient,
-    channel: String,
+    channel: ChannelName,
     recipient: Option<String>,
     json: bool,
 ) -> Result<Outcome, Failure> {
-    let mut path = format!("/api/channels/{}/directives", enc(&channel));
-    if let Some(r) = &recipient {
-        path.push_str(&format!("?recipient={}", enc(r)));
-    }
-    let list = c.json(c.http.get(c.url(&path))).await?;
-    let open: Vec<&Value> = list
-        .as_array()
+    let request = DirectivesRequest {
+        channel: channel.clone(),
+        recipient,
+        since_id: 0,
+    };
+    let open: Vec<Message> = c
+        .call(api::DIRECTIVES, &request)
+        .await?
         .into_iter()
-        .flatten()
-        .filter(|m| {
-            m["type"]
-                .as_str()
-                .is_some_and(|t| t.eq_ignore_ascii_case("question") || t.eq_ignore_ascii_case("permission"))
-        })
+        .filter(|m| m.kind.asks())
         .collect();
     if open.is_empty() && !json {
         eprintln!("no open questions on {channel}");
     }
-    for m in open {
+    for m in &open {
         show(m, json);
     }
     Ok(Outcome::Done)
@@ -1123,20 +1127,24 @@ async fn questions(
 
 /// `crosstalk inbox`.
 async fn inbox(c: &RelayClient, who: String, session: Option<String>, json: bool) -> Result<Outcome, Failure> {
-    let path = format!("/api/inbox?instance_id={}", enc(&who));
-    let mut req = c.http.get(c.url(&path));
-    if let Some(s) = &session {
-        req = req.header("X-Crosstalk-Session", s);
-    }
-    let messages = listed(&c.json(req).await?);
+    let request = InboxRequest {
+        instance_id: Some(who.clone()),
+        limit: None,
+    };
+    let messages = c
+        .call_with(api::INBOX, &request, |req| match &session {
+            Some(s) => req.header("X-Crosstalk-Session", s),
+            None => req,
+        })
+        .await?;
     if messages.is_empty() && !json {
         eprintln!("nothing new for {who}");
     }
     for m in &messages {
         if json {
-            println!("{m}");
+            println!("{}", Json(m));
         } else {
-            print!("{:<16} ", m["channel"].as_str().unwrap_or(""));
+            print!("{:<16} ", m.channel);
             line(m);
         }
     }
@@ -1145,7 +1153,7 @@ async fn inbox(c: &RelayClient, who: String, session: Option<String>, json: bool
 
 /// Follows the channel's SSE stream, resuming after drops with `Last-Event-ID`, so nothing is
 /// missed or shown twice. Ends only with the process (or a refusal).
-async fn tail(c: &RelayClient, channel: &str, since: Option<u64>, json: bool) -> Result<Outcome, Failure> {
+async fn tail(c: &RelayClient, channel: &ChannelName, since: Option<u64>, json: bool) -> Result<Outcome, Failure> {
     let since = match since {
         Some(s) => s,
         None => {

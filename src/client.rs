@@ -2,8 +2,14 @@
 //! relay is (`--relay`/`--token`, `CROSSTALK_URL`/`CROSSTALK_TOKEN`), JSON calls whose error
 //! answers become one line, and following a channel's SSE stream across drops and restarts.
 
+use crate::api::{self, Route, Verb, Wire};
+use crate::ops::channels::ListRequest;
+use crate::ops::messages::PostRequest;
+use crate::ops::Operation;
 use clap::Args;
+use crosstalk_schema::{ChannelName, Message, NewMessage};
 use futures_util::StreamExt;
+use serde::Serialize;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -72,6 +78,7 @@ impl RelayArgs {
 }
 
 /// A failure worth one line: the message, and the exit status.
+#[derive(Debug)]
 pub struct Failure(pub String, pub i32);
 
 impl<E: std::fmt::Display> From<E> for Failure {
@@ -218,7 +225,7 @@ pub enum Followed {
     /// The stream is open (again).
     Connected,
     /// A message after the last one reported, in id order, never twice.
-    Message(Value),
+    Message(Box<Message>),
     /// The stream dropped; it is being reopened.
     Dropped,
 }
@@ -333,31 +340,151 @@ impl RelayClient {
         Failure(format!("the relay answered 401 Unauthorized: {why}"), 2)
     }
 
-    pub async fn post(&self, channel: &str, body: Value) -> Result<Value, Failure> {
-        let path = format!("/api/channels/{}/messages", enc(channel));
-        self.json(self.http.post(self.url(&path)).json(&body)).await
+    /// Calls `route` with `request`, answering the route's answer as a client reads it
+    /// ([`Wire`]); an error answer is a one-line failure.
+    pub async fn call<O, A>(&self, route: Route<O, A>, request: &O::Request) -> Result<<A as Wire>::Read, Failure>
+    where
+        O: Operation,
+        O::Request: Serialize,
+        A: Wire,
+    {
+        self.call_with(route, request, |r| r).await
+    }
+
+    /// [`RelayClient::call`], with `extra` adding to the request (a header).
+    pub async fn call_with<O, A>(
+        &self,
+        route: Route<O, A>,
+        request: &O::Request,
+        extra: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<<A as Wire>::Read, Failure>
+    where
+        O: Operation,
+        O::Request: Serialize,
+        A: Wire,
+    {
+        let req = extra(self.request(route, request)?);
+        let r = self.auth(req).send().await.map_err(|e| self.unreachable(&e))?;
+        self.answer(route, r).await
+    }
+
+    /// `route`'s answer `r`, read as a client reads it; an error answer is a one-line failure.
+    async fn answer<O: Operation, A: Wire>(
+        &self,
+        route: Route<O, A>,
+        r: reqwest::Response,
+    ) -> Result<A::Read, Failure> {
+        if !r.status().is_success() {
+            return Err(self.refused(r).await);
+        }
+        let bytes = r.bytes().await.map_err(|e| self.unreachable(&e))?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Failure(
+                format!(
+                    "the relay's answer to {} {} is not what this client reads: {e}",
+                    route.verb.as_str(),
+                    route.path
+                ),
+                2,
+            )
+        })
+    }
+
+    /// [`RelayClient::call`] for a route that answers 404 when what it names does not exist:
+    /// `None` then.
+    pub async fn call_found<O, A>(
+        &self,
+        route: Route<O, A>,
+        request: &O::Request,
+    ) -> Result<Option<<A as Wire>::Read>, Failure>
+    where
+        O: Operation,
+        O::Request: Serialize,
+        A: Wire,
+    {
+        let r = self
+            .auth(self.request(route, request)?)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        if r.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        self.answer(route, r).await.map(Some)
+    }
+
+    /// The HTTP request for `route` with `request`: the request's fields that the path names
+    /// go in the path, the others in the query (GET, DELETE) or in the JSON body (POST).
+    pub fn request<O, A>(&self, route: Route<O, A>, request: &O::Request) -> Result<reqwest::RequestBuilder, Failure>
+    where
+        O: Operation,
+        O::Request: Serialize,
+    {
+        let Value::Object(mut fields) = serde_json::to_value(request)? else {
+            return Err(Failure(format!("{} takes an object", route.path), 2));
+        };
+        fields.retain(|_, v| !v.is_null());
+        let mut path = String::with_capacity(route.path.len() + 32);
+        let mut rest = route.path;
+        while let Some(open) = rest.find('{') {
+            let close = rest[open..].find('}').map_or(rest.len(), |c| open + c);
+            let name = &rest[open + 1..close];
+            let value = match fields.remove(name) {
+                Some(Value::String(s)) => s,
+                Some(other) => other.to_string(),
+                None => return Err(Failure(format!("{} needs {name}", route.path), 2)),
+            };
+            path.push_str(&rest[..open]);
+            path.push_str(&segment(&value));
+            rest = &rest[(close + 1).min(rest.len())..];
+        }
+        path.push_str(rest);
+        let url = self.url(&path);
+        Ok(match route.verb {
+            Verb::Post => self.http.post(url).json(&fields),
+            verb => {
+                let query = serde_urlencoded::to_string(&fields)?;
+                let url = if query.is_empty() {
+                    url
+                } else {
+                    format!("{url}?{query}")
+                };
+                match verb {
+                    Verb::Delete => self.http.delete(url),
+                    _ => self.http.get(url),
+                }
+            }
+        })
+    }
+
+    /// Posts `message` to `channel`.
+    pub async fn post(&self, channel: &ChannelName, message: NewMessage) -> Result<Message, Failure> {
+        let request = PostRequest {
+            channel: channel.clone(),
+            message,
+        };
+        self.call(api::POST, &request).await
     }
 
     /// The id of the channel's newest message (0 for an empty or unknown channel).
-    pub async fn newest(&self, channel: &str) -> Result<u64, Failure> {
-        let list = self.json(self.http.get(self.url("/api/channels"))).await?;
+    pub async fn newest(&self, channel: &ChannelName) -> Result<u64, Failure> {
+        let list = self.call(api::LIST_CHANNELS, &ListRequest::default()).await?;
         Ok(list
-            .as_array()
-            .and_then(|l| l.iter().find(|c| c["channel"] == channel))
-            .and_then(|c| c["last_id"].as_u64())
-            .unwrap_or(0))
+            .iter()
+            .find(|c| c.channel == channel.as_str())
+            .map_or(0, |c| c.last_id))
     }
 
     /// Follows `channel`'s SSE stream from after `since`, reconnecting with `Last-Event-ID`
     /// (backoff 0.2 s doubling to 5 s) so nothing is missed or reported twice. Ends only with
     /// its caller, or with a refusal (4xx), or if the very first connection cannot be made.
-    pub async fn follow(&self, channel: &str, since: u64, mut on: impl FnMut(Followed)) -> Result<(), Failure> {
+    pub async fn follow(&self, channel: &ChannelName, since: u64, mut on: impl FnMut(Followed)) -> Result<(), Failure> {
         use eventsource_stream::Eventsource;
         let mut last = since;
         let mut backoff = Duration::from_millis(200);
         let mut connected = false;
         loop {
-            let path = format!("/api/channels/{}/stream?since_id={last}", enc(channel));
+            let path = format!("/api/channels/{}/stream?since_id={last}", segment(channel.as_str()));
             let req = self
                 .auth(self.http.get(self.url(&path)))
                 .header("Last-Event-ID", last.to_string());
@@ -371,15 +498,14 @@ impl RelayClient {
                         if ev.event != "message" {
                             continue;
                         }
-                        let Ok(m) = serde_json::from_str::<Value>(&ev.data) else {
+                        let Ok(m) = serde_json::from_str::<Message>(&ev.data) else {
                             continue;
                         };
-                        let id = m["id"].as_u64().unwrap_or(0);
-                        if id <= last {
+                        if m.id <= last {
                             continue;
                         }
-                        last = id;
-                        on(Followed::Message(m));
+                        last = m.id;
+                        on(Followed::Message(Box::new(m)));
                     }
                     on(Followed::Dropped);
                 }
@@ -441,14 +567,99 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
-/// `s` as one URL path segment or query value.
+/// `s` as one URL query value.
 pub fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// `s` as one URL path segment: every byte but letters, digits and `-._~` escaped (the relay
+/// decodes `%2F`, `%25` and `%2B` in a parameter itself, so none of them can split it).
+pub fn segment(s: &str) -> String {
+    const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::public;
+
+    mod typed {
+        use crate::api;
+        use crate::client::RelayClient;
+        use crate::ops::messages::{PostRequest, RoleArg, WaitRequest};
+        use crate::ops::shared::GetDataRequest;
+        use crosstalk_schema::{ChannelName, NewMessage};
+
+        fn client() -> RelayClient {
+            RelayClient::at("http://127.0.0.1:9", None).unwrap_or_else(|f| panic!("{}", f.0))
+        }
+
+        /// A GET puts the fields the path names in the path (escaped, so a `/` or `%` in a
+        /// key cannot split it), the others in the query, and leaves out what is not set.
+        #[test]
+        fn a_get_fills_the_path_and_the_query() {
+            let request = WaitRequest {
+                channel: ChannelName::parse("dev").unwrap(),
+                since_id: 7,
+                limit: None,
+                timeout_s: Some(2.5),
+                instance_id: Some("a b&c".into()),
+                role: RoleArg::default(),
+                exclude_self: None,
+            };
+            let built = client().request(api::WAIT, &request).unwrap().build().unwrap();
+            assert_eq!(built.method(), reqwest::Method::GET);
+            assert_eq!(built.url().path(), "/api/channels/dev/wait");
+            let mut query: Vec<(String, String)> = built.url().query_pairs().into_owned().collect();
+            query.sort();
+            let want = [
+                ("instance_id", "a b&c"),
+                ("role", "active"),
+                ("since_id", "7"),
+                ("timeout_s", "2.5"),
+            ];
+            assert_eq!(
+                query,
+                want.map(|(k, v)| (k.to_owned(), v.to_owned())).to_vec(),
+                "{}",
+                built.url()
+            );
+            let key = GetDataRequest {
+                key: "plans/v1%+x".into(),
+                version: None,
+            };
+            let built = client().request(api::GET_DATA, &key).unwrap().build().unwrap();
+            assert_eq!(built.url().path(), "/api/data/plans%2Fv1%25%2Bx");
+            assert_eq!(built.url().query(), None);
+        }
+
+        /// A POST puts the fields the path names in the path and the others in a JSON body.
+        #[test]
+        fn a_post_fills_the_path_and_the_body() {
+            let request = PostRequest {
+                channel: ChannelName::parse("ops").unwrap(),
+                message: NewMessage {
+                    sender: "ci".into(),
+                    body: "green".into(),
+                    reply_to: Some(3),
+                    ..NewMessage::default()
+                },
+            };
+            let built = client().request(api::POST, &request).unwrap().build().unwrap();
+            assert_eq!(built.method(), reqwest::Method::POST);
+            assert_eq!(built.url().as_str(), "http://127.0.0.1:9/api/channels/ops/messages");
+            let body: serde_json::Value =
+                serde_json::from_slice(built.body().and_then(|b| b.as_bytes()).unwrap()).unwrap();
+            assert_eq!(
+                body,
+                serde_json::json!({"sender": "ci", "body": "green", "reply_to": 3})
+            );
+        }
+    }
 
     /// The filter as a table: every special-purpose block of both registries, the embedded
     /// IPv4 forms, and public addresses on either side of each edge. No connection is made.

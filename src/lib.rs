@@ -1,6 +1,7 @@
 //! The `crosstalk` binary's library: configuration and the faces (REST, long-poll, SSE, MCP) that
 //! translate HTTP into messages to the relay's actors and back. No business rules live here.
 
+pub mod api;
 pub mod auth;
 pub mod bridge;
 pub mod cc;

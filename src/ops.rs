@@ -73,6 +73,12 @@ impl Limit {
     }
 }
 
+impl Serialize for Limit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
 impl<'de> Deserialize<'de> for Limit {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Limit::new(usize::deserialize(d)?).map_err(serde::de::Error::custom)

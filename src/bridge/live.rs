@@ -6,7 +6,7 @@
 //! poll-only, and whether each stream is connected now.
 
 use crate::client::{Followed, RelayClient};
-use crosstalk_schema::Meaning;
+use crosstalk_schema::{ChannelName, Meaning, Message, NewMessage};
 use parking_lot::Mutex;
 use rmcp::model::{CustomNotification, ServerNotification};
 use rmcp::{Peer, RoleServer};
@@ -117,20 +117,20 @@ impl Live {
                 return Ok(json!({"channel": channel, "listening": true, "already": true}));
             }
         }
-        let since = self.rest.newest(channel).await.map_err(|f| f.0)?;
+        let since = self.rest.newest(&name).await.map_err(|f| f.0)?;
         let stream = Arc::new(Mutex::new(Stream {
             channel: channel.to_owned(),
             last_id: since,
             ..Stream::default()
         }));
-        let (me, name, s) = (self.clone(), channel.to_owned(), stream.clone());
+        let (me, name, s) = (self.clone(), name.clone(), stream.clone());
         let task = tokio::spawn(async move {
             let result = me
                 .rest
                 .follow(&name, since, |event| match event {
                     Followed::Connected => s.lock().connected = true,
                     Followed::Dropped => s.lock().connected = false,
-                    Followed::Message(m) => me.arrived(&name, &s, m),
+                    Followed::Message(m) => me.arrived(name.as_str(), &s, *m),
                 })
                 .await;
             let mut st = s.lock();
@@ -176,7 +176,8 @@ impl Live {
             tracing::warn!("a permission request without request_id was ignored");
             return;
         }
-        let Some(channel) = self.listeners.lock().keys().next().cloned() else {
+        let listened = self.listeners.lock().keys().next().cloned();
+        let Some(channel) = listened.and_then(|c| ChannelName::parse(&c).ok()) else {
             tracing::warn!(request = %request_id, "a permission prompt arrived, but no channel is listened: only the host decides it");
             return;
         };
@@ -189,20 +190,22 @@ impl Live {
         // As the identity this session registered; else as its participant token's (the relay
         // fills the sender in), else as claude-code.
         let me = self.me.lock().clone();
-        let mut message =
-            json!({"type": "PERMISSION", "body": body, "recipient": crosstalk_schema::message::ANY_HUMAN});
-        if let Some(me) = &me {
-            message["sender"] = me.clone().into();
-        }
+        let mut message = NewMessage {
+            sender: me.clone().unwrap_or_default(),
+            kind: Some(Meaning::Permission.into()),
+            body,
+            recipient: Some(crosstalk_schema::message::ANY_HUMAN.to_owned()),
+            ..NewMessage::default()
+        };
         let mut posted = self.rest.post(&channel, message.clone()).await;
         if posted.is_err() && me.is_none() {
-            message["sender"] = "claude-code".into();
+            message.sender = "claude-code".into();
             posted = self.rest.post(&channel, message).await;
         }
         if let Err(e) = &posted {
             tracing::warn!(request = %request_id, error = %e.0, "the permission prompt could not be posted");
         }
-        if let Some(id) = posted.ok().and_then(|m| m["id"].as_u64()) {
+        if let Ok(id) = posted.map(|m| m.id) {
             tracing::info!(request = %request_id, channel = %channel, message = id, "permission prompt relayed");
             let mut pending = self.permissions.lock();
             pending.insert(id, request_id);
@@ -212,15 +215,11 @@ impl Live {
         }
     }
 
-    fn arrived(&self, channel: &str, stream: &Mutex<Stream>, m: Value) {
-        let id = m["id"].as_u64().unwrap_or(0);
+    fn arrived(&self, channel: &str, stream: &Mutex<Stream>, m: Message) {
         // A human's verdict on a prompt this session relayed goes back to the host, once.
-        if m["type"]
-            .as_str()
-            .is_some_and(|t| Meaning::of_word(t) == Meaning::Answer)
-        {
-            if let Some(request_id) = m["reply_to"].as_u64().and_then(|q| self.permissions.lock().remove(&q)) {
-                let behavior = m["body"].as_str().unwrap_or("").trim().to_ascii_lowercase();
+        if m.kind.is(Meaning::Answer) {
+            if let Some(request_id) = m.reply_to.and_then(|q| self.permissions.lock().remove(&q)) {
+                let behavior = m.body.trim().to_ascii_lowercase();
                 if crosstalk_schema::message::VERDICTS.contains(&behavior.as_str()) {
                     let params = json!({"request_id": request_id, "behavior": behavior});
                     let _ = self
@@ -230,24 +229,22 @@ impl Live {
             }
         }
         let mut st = stream.lock();
-        st.last_id = st.last_id.max(id);
-        let sender = m["sender"].as_str().unwrap_or("").to_owned();
-        if self.me.lock().as_deref() == Some(sender.as_str()) {
+        st.last_id = st.last_id.max(m.id);
+        if self.me.lock().as_deref() == Some(m.sender.as_str()) {
             return;
         }
-        let text = |k: &str| m[k].as_str().map(str::to_owned);
         let mut meta = serde_json::Map::new();
         meta.insert("channel".into(), channel.into());
-        meta.insert("sender".into(), sender.into());
-        meta.insert("message_id".into(), id.to_string().into());
-        meta.insert("type".into(), text("type").unwrap_or_else(|| "message".into()).into());
-        if let Some(to) = text("recipient") {
+        meta.insert("sender".into(), m.sender.into());
+        meta.insert("message_id".into(), m.id.to_string().into());
+        meta.insert("type".into(), m.kind.as_str().into());
+        if let Some(to) = m.recipient {
             meta.insert("recipient".into(), to.into());
         }
-        if let Some(parent) = m["reply_to"].as_u64() {
+        if let Some(parent) = m.reply_to {
             meta.insert("reply_to".into(), parent.to_string().into());
         }
-        let params = json!({"content": m["body"].as_str().unwrap_or(""), "meta": meta});
+        let params = json!({"content": m.body, "meta": meta});
         if self
             .outbox
             .send(CustomNotification::new(CHANNEL_NOTIFICATION, Some(params)))

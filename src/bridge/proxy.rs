@@ -535,7 +535,10 @@ fn wrong_token(url: &str) -> String {
 /// refused the token, or (the REST face answering) the MCP session failed for `mcp_error`;
 /// and whether it refused the token.
 async fn diagnose(rest: &RelayClient, url: &str, mcp_error: String) -> (String, bool) {
-    let probe = rest.http.get(rest.url("/api/channels"));
+    let probe = match rest.request(crate::api::LIST_CHANNELS, &Default::default()) {
+        Ok(probe) => probe,
+        Err(f) => return (f.0, false),
+    };
     let refused = |why: String| (why, true);
     match rest.auth(probe).send().await {
         Err(e) => (

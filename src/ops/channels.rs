@@ -16,7 +16,7 @@ pub const DEFAULT_SEARCH_LIMIT: usize = 20;
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct NoArgs {}
 
-#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
 pub struct ListRequest {
     /// Page size (default: all).
     pub limit: Option<Limit>,

@@ -439,7 +439,7 @@ pub struct Reply {
     pub last_id: u64,
     /// messages, timeout, superseded, speak_first, done, shutting_down.
     pub outcome: WaitOutcome,
-    pub hint: &'static str,
+    pub hint: std::borrow::Cow<'static, str>,
     /// The channel waited on and for how long, for the tool's text.
     #[serde(skip)]
     pub channel: String,

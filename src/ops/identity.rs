@@ -193,7 +193,7 @@ impl Operation for ListInstances {
     }
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct InboxRequest {
     /// Whose inbox (default: yours).
     pub instance_id: Option<String>,

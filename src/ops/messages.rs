@@ -8,6 +8,7 @@ use futures_util::future::Either;
 use futures_util::FutureExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +26,7 @@ pub type Messages = Vec<Arc<Posted>>;
 
 /// A post: the channel and the message. Read by hand (the schema is derived) so that an error
 /// in the message names its field: serde's `flatten` would lose the path.
-#[derive(Debug, JsonSchema)]
+#[derive(Debug, Serialize, JsonSchema)]
 pub struct PostRequest {
     /// Channel name (created on first post).
     pub channel: ChannelName,
@@ -141,7 +142,7 @@ fn decide(
 
 // ---- get_messages
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ReadRequest {
     pub channel: ChannelName,
     /// Messages with id > since_id.
@@ -212,7 +213,7 @@ impl Operation for Read {
 // ---- wait_for_message
 
 /// How a waiting party takes part in mutual-wait detection.
-#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RoleArg {
     /// A normal party: when every active party waits, one is told to speak first.
@@ -224,7 +225,7 @@ pub enum RoleArg {
     Parked,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct WaitRequest {
     pub channel: ChannelName,
     /// The largest id you have seen.
@@ -243,11 +244,13 @@ pub struct WaitRequest {
     pub exclude_self: Option<bool>,
 }
 
+// `M`: a message as the relay holds it; as a client reads it, `crosstalk_schema::Message`.
 /// What a wait returns.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct Waited {
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "Waited")]
+pub struct Waited<M = Arc<Posted>> {
     pub channel: ChannelName,
-    pub messages: Messages,
+    pub messages: Vec<M>,
     /// Pass as since_id next time.
     pub next_since_id: u64,
     pub has_more: bool,
@@ -256,7 +259,7 @@ pub struct Waited {
     /// Why the wait returned: messages, timeout, superseded, speak_first, done, shutting_down.
     pub outcome: WaitOutcome,
     /// What to do next.
-    pub hint: &'static str,
+    pub hint: Cow<'static, str>,
     /// The wait had an identity (crosstalk-mcp's anonymous long-poll answers a bare list).
     #[serde(skip)]
     pub identified: bool,
@@ -318,7 +321,7 @@ impl Operation for Wait {
                 messages: w.messages,
                 next_since_id,
                 has_more,
-                hint: w.outcome.hint(),
+                hint: Cow::Borrowed(w.outcome.hint()),
                 outcome: w.outcome,
                 identified,
             })
@@ -336,7 +339,7 @@ pub struct MessageRef {
     pub limit: Option<Limit>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct MessageId {
     pub channel: ChannelName,
     #[serde(alias = "id")]

@@ -70,7 +70,7 @@ fn record_of(id: &str) -> Result<&str, OpError> {
 }
 
 /// A reservation as the API shows it.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ReservationView {
     pub id: String,
     pub holder: String,
@@ -503,7 +503,7 @@ async fn check(
 
 // ---- list
 
-#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
 pub struct ListReservationsRequest {
     /// Only this project's.
     pub project: Option<String>,
@@ -511,7 +511,7 @@ pub struct ListReservationsRequest {
     pub holder: Option<String>,
 }
 
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ReservationList {
     pub reservations: Vec<ReservationView>,
 }

@@ -132,7 +132,7 @@ impl Operation for EndSession {
     }
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct DirectivesRequest {
     pub channel: ChannelName,
     /// Whose directives: a participant id (none: everyone's).

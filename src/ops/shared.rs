@@ -70,7 +70,7 @@ async fn count_against(cx: &Ctx, principal: &Principal, key: &str) -> Result<boo
         .await
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct GetDataRequest {
     pub key: String,
     /// A given version (default: the current one).

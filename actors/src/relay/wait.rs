@@ -25,7 +25,7 @@ pub struct WaitOptions {
 }
 
 /// Why a wait returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitOutcome {
     Messages,
