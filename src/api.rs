@@ -7,18 +7,22 @@
 //! build a path, a query or a body the relay does not take, and a field it reads is a field the
 //! relay writes.
 
+use crate::ops::channels::NoArgs;
 use crate::ops::channels::{self, ChannelList, FoundChannels, Present, SearchResults};
 use crate::ops::identity::{self, Instances};
 use crate::ops::messages::{self, MessageList, Messages, Page, Waited};
+use crate::ops::oauth::{ClientQuery, GrantId, GrantList, InviteRequest, NewInvite, Revoked};
 use crate::ops::reservations::{self, ReservationList};
 use crate::ops::sessions::{self, DirectivesView};
 use crate::ops::shared::{self, SharedList};
+use crate::ops::webhooks::{NewWebhook, WebhookId, WebhookList, WebhookView};
 use crate::ops::Operation;
 use crosstalk_actors::Posted;
 use crosstalk_schema::{ChannelSummary, Message};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// An HTTP method of the API.
@@ -91,6 +95,70 @@ impl<O: Operation, A> Route<O, A> {
     }
 }
 
+/// A route of an admin face (the OAuth and webhook routes, `/api/oauth/…`, `/api/webhooks`):
+/// not an operation of the table, typed alike. It takes `R` (path fields, then query or body,
+/// as a [`Route`]) and answers `A`; `()` for an empty answer (204).
+pub struct Admin<R, A> {
+    pub verb: Verb,
+    pub path: &'static str,
+    types: PhantomData<fn(R) -> A>,
+}
+
+impl<R, A> Clone for Admin<R, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R, A> Copy for Admin<R, A> {}
+
+const fn admin<R, A>(verb: Verb, path: &'static str) -> Admin<R, A> {
+    Admin {
+        verb,
+        path,
+        types: PhantomData,
+    }
+}
+
+/// What a client needs of a route: where it is, what it sends, and what it reads back.
+pub trait Call: Copy {
+    type Request: Serialize;
+    type Read: DeserializeOwned;
+    fn verb(&self) -> Verb;
+    fn path(&self) -> &'static str;
+}
+
+impl<O, A> Call for Route<O, A>
+where
+    O: Operation,
+    O::Request: Serialize,
+    A: Wire,
+{
+    type Request = O::Request;
+    type Read = A::Read;
+
+    fn verb(&self) -> Verb {
+        self.verb
+    }
+
+    fn path(&self) -> &'static str {
+        self.path
+    }
+}
+
+impl<R: Serialize, A: DeserializeOwned> Call for Admin<R, A> {
+    type Request = R;
+    type Read = A;
+
+    fn verb(&self) -> Verb {
+        self.verb
+    }
+
+    fn path(&self) -> &'static str {
+        self.path
+    }
+}
+
 /// How a client reads what the relay answers: the type that deserializes what the answer's
 /// own type serializes (itself, where it can be read back).
 pub trait Wire {
@@ -114,7 +182,7 @@ macro_rules! read_as_itself {
     };
 }
 
-read_as_itself!(ChannelSummary, ReservationList);
+read_as_itself!(ChannelSummary, ReservationList, shared::SharedEntry);
 
 impl Wire for Waited {
     type Read = Waited<Message>;
@@ -215,3 +283,11 @@ pub const RENEW_RESERVATION: Route<reservations::RenewReservation, reservations:
     Route::whole(Post, "/api/reservations/{id}/renew", 200);
 pub const RELEASE_RESERVATION: Route<reservations::ReleaseReservation, reservations::Released> =
     Route::whole(Delete, "/api/reservations/{id}", 200);
+
+pub const MINT_INVITE: Admin<InviteRequest, NewInvite> = admin(Post, "/api/oauth/invites");
+pub const LIST_CLIENTS: Admin<NoArgs, GrantList> = admin(Get, "/api/oauth/clients");
+pub const REVOKE_CLIENT: Admin<ClientQuery, Revoked> = admin(Delete, "/api/oauth/clients");
+pub const REVOKE_GRANT: Admin<GrantId, ()> = admin(Delete, "/api/oauth/clients/{grant}");
+pub const ADD_WEBHOOK: Admin<NewWebhook, WebhookView> = admin(Post, "/api/webhooks");
+pub const LIST_WEBHOOKS: Admin<NoArgs, WebhookList> = admin(Get, "/api/webhooks");
+pub const REMOVE_WEBHOOK: Admin<WebhookId, ()> = admin(Delete, "/api/webhooks/{id}");

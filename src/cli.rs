@@ -7,18 +7,21 @@
 use anstream::println;
 use anstyle::{AnsiColor, Style};
 use clap::Subcommand;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::io::Read;
 use std::time::Duration;
 
 use crate::api;
-use crate::client::{enc, served, shell_quote, Followed, RelayClient};
+use crate::api::Call;
+use crate::client::{served, shell_quote, Followed, RelayClient};
 pub use crate::client::{Failure, RelayArgs};
-use crate::ops::channels::ListRequest;
+use crate::ops::channels::{ListRequest, NoArgs};
 use crate::ops::identity::InboxRequest;
 use crate::ops::messages::{MessageId, RoleArg, WaitRequest};
+use crate::ops::oauth::{ClientQuery, GrantId, InviteRequest};
 use crate::ops::reservations::ListReservationsRequest;
 use crate::ops::sessions::DirectivesRequest;
+use crate::ops::webhooks::{NewWebhook, WebhookId};
 use crosstalk_schema::message::{ANY_HUMAN, STATUS_ANSWERED};
 use crosstalk_schema::{ChannelName, Meaning, Message, MessageType, NewMessage};
 
@@ -321,9 +324,14 @@ async fn wait_once(
 }
 
 /// A DELETE that must find what it names (`missing` says so when it does not).
-async fn delete(c: &RelayClient, path: &str, missing: &str) -> Result<(), Failure> {
+async fn delete<C: Call<Read = ()>>(
+    c: &RelayClient,
+    route: C,
+    request: &C::Request,
+    missing: &str,
+) -> Result<(), Failure> {
     let r = c
-        .auth(c.http.delete(c.url(path)))
+        .auth(c.request(route, request)?)
         .send()
         .await
         .map_err(|e| c.unreachable(&e))?;
@@ -337,10 +345,7 @@ async fn delete(c: &RelayClient, path: &str, missing: &str) -> Result<(), Failur
             _ => Failure(missing.to_owned(), 2),
         });
     }
-    if !r.status().is_success() {
-        return Err(c.refused(r).await);
-    }
-    Ok(())
+    c.answer(route, r).await
 }
 
 /// One message as a line for a person: `#id time sender [type] body`.
@@ -825,22 +830,22 @@ async fn invite(
     expires: Option<Span>,
     note: Option<String>,
 ) -> Result<Outcome, Failure> {
-    let body = json!({
-        "as": me,
+    let request = InviteRequest {
+        identity: me,
         // Whole seconds, rounded up: `0.5` is a second, not a refused zero.
-        "expires_in_s": expires.map(|d| d.0.as_secs() + u64::from(d.0.subsec_nanos() > 0)),
-        "note": note,
-    });
-    let invite = c.json(c.http.post(c.url("/api/oauth/invites")).json(&body)).await?;
+        expires_in_s: expires.map(|d| d.0.as_secs() + u64::from(d.0.subsec_nanos() > 0)),
+        note,
+    };
+    let invite = c.call(api::MINT_INVITE, &request).await?;
     eprintln!(
         "invite {} for {}, good once until {}; type it into the relay's consent page:",
-        invite["invite_id"].as_str().unwrap_or("?"),
-        invite["as"]
-            .as_str()
+        invite.invite_id,
+        invite
+            .identity
             .map_or("anyone (not the admin)".to_owned(), |a| format!("{a:?}")),
-        invite["expires_at"].as_str().unwrap_or("?"),
+        invite.expires_at,
     );
-    println!("{}", invite["code"].as_str().unwrap_or_default());
+    println!("{}", invite.code);
     Ok(Outcome::Done)
 }
 
@@ -853,40 +858,31 @@ async fn clients(
 ) -> Result<Outcome, Failure> {
     match (revoke, revoke_client) {
         (Some(g), _) => {
-            delete(
-                c,
-                &format!("/api/oauth/clients/{}", enc(&g)),
-                &format!("there is no connection {g:?} (see crosstalk clients)"),
-            )
-            .await?;
+            let missing = format!("there is no connection {g:?} (see crosstalk clients)");
+            delete(c, api::REVOKE_GRANT, &GrantId { grant: g.clone() }, &missing).await?;
             eprintln!("revoked {g}: its tokens are refused from now on");
         }
         (None, Some(id)) => {
-            let r = c
-                .json(
-                    c.http
-                        .delete(c.url(&format!("/api/oauth/clients?client_id={}", enc(&id)))),
-                )
-                .await?;
-            eprintln!("revoked {} connection(s) of {id}", r["revoked"]);
+            let query = ClientQuery { client_id: id.clone() };
+            let r = c.call(api::REVOKE_CLIENT, &query).await?;
+            eprintln!("revoked {} connection(s) of {id}", r.revoked);
         }
         (None, None) => {
-            let list = c.json(c.http.get(c.url("/api/oauth/clients"))).await?;
-            let all = list["clients"].as_array().cloned().unwrap_or_default();
+            let all = c.call(api::LIST_CLIENTS, &NoArgs {}).await?.clients;
             if all.is_empty() && !json {
                 eprintln!("no OAuth connections (mint an invite with crosstalk invite)");
             }
-            for g in all {
+            for g in &all {
                 if json {
-                    println!("{g}");
+                    println!("{}", Json(g));
                 } else {
                     println!(
                         "{:<14} {:<28} as {:<16} via {:<24} since {}",
-                        g["grant"].as_str().unwrap_or("?"),
-                        g["client_name"].as_str().unwrap_or("?"),
-                        g["as"].as_str().unwrap_or("anyone"),
-                        g["redirect_host"].as_str().unwrap_or("?"),
-                        g["created_at"].as_str().unwrap_or("?"),
+                        g.grant,
+                        g.client_name,
+                        g.identity.as_deref().unwrap_or("anyone"),
+                        g.redirect_host,
+                        g.created_at,
                     );
                 }
             }
@@ -906,58 +902,65 @@ async fn webhooks(
     json: bool,
 ) -> Result<Outcome, Failure> {
     if let Some(url) = add {
-        let body = json!({"url": url, "channel": channel, "types": types, "format": format});
-        let hook = c.json(c.http.post(c.url("/api/webhooks")).json(&body)).await?;
+        let format = match format.as_deref() {
+            None => None,
+            Some(f) => Some(
+                serde_json::from_value(Value::String(f.to_ascii_lowercase()))
+                    .map_err(|_| Failure(format!("--format {f:?}: use json or slack"), 2))?,
+            ),
+        };
+        let Some(channel) = channel else {
+            return Err(Failure("name the channel to follow: --channel CH".into(), 2));
+        };
+        let hook = c
+            .call(
+                api::ADD_WEBHOOK,
+                &NewWebhook {
+                    channel,
+                    url,
+                    types,
+                    format,
+                },
+            )
+            .await?;
         eprintln!(
             "webhook {} follows {}; it signs each delivery with this secret (shown once):",
-            hook["id"].as_str().unwrap_or("?"),
-            hook["channel"].as_str().unwrap_or("?")
+            hook.id, hook.channel
         );
-        println!("{}", hook["secret"].as_str().unwrap_or_default());
+        println!("{}", hook.secret.unwrap_or_default());
         return Ok(Outcome::Done);
     }
     if let Some(id) = remove {
-        delete(
-            c,
-            &format!("/api/webhooks/{}", enc(&id)),
-            &format!("there is no webhook {id:?} (see crosstalk webhooks)"),
-        )
-        .await?;
+        let missing = format!("there is no webhook {id:?} (see crosstalk webhooks)");
+        delete(c, api::REMOVE_WEBHOOK, &WebhookId { id: id.clone() }, &missing).await?;
         eprintln!("removed webhook {id}");
         return Ok(Outcome::Done);
     }
-    let list = c.json(c.http.get(c.url("/api/webhooks"))).await?;
-    let all = list["webhooks"].as_array().cloned().unwrap_or_default();
+    let all = c.call(api::LIST_WEBHOOKS, &NoArgs {}).await?.webhooks;
     if all.is_empty() && !json {
         eprintln!("no webhooks (add one with crosstalk webhooks --add URL --channel CH)");
     }
-    for h in all {
+    for h in &all {
         if json {
-            println!("{h}");
+            println!("{}", Json(h));
             continue;
         }
-        let d = &h["delivery"];
-        let state = match d["last_error"].as_str() {
-            Some(e) => format!("FAILING ({} attempts): {e}", d["attempts"]),
-            None => format!("ok, {} delivered", d["delivered"]),
+        let d = &h.delivery;
+        let state = match &d.last_error {
+            Some(e) => format!("FAILING ({} attempts): {e}", d.attempts),
+            None => format!("ok, {} delivered", d.delivered),
         };
-        let types: Vec<&str> = h["types"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
         println!(
             "{:<14} #{:<16} {:<8} {:<28} {} — {}",
-            h["id"].as_str().unwrap_or("?"),
-            h["channel"].as_str().unwrap_or("?"),
-            h["format"].as_str().unwrap_or("?"),
-            if types.is_empty() {
+            h.id,
+            h.channel,
+            h.format.as_str(),
+            if h.types.is_empty() {
                 "all types".to_owned()
             } else {
-                types.join(",")
+                h.types.join(",")
             },
-            h["url"].as_str().unwrap_or("?"),
+            h.url,
             state
         );
     }

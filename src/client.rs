@@ -2,14 +2,12 @@
 //! relay is (`--relay`/`--token`, `CROSSTALK_URL`/`CROSSTALK_TOKEN`), JSON calls whose error
 //! answers become one line, and following a channel's SSE stream across drops and restarts.
 
-use crate::api::{self, Route, Verb, Wire};
+use crate::api::{self, Call, Verb};
 use crate::ops::channels::ListRequest;
 use crate::ops::messages::PostRequest;
-use crate::ops::Operation;
 use clap::Args;
 use crosstalk_schema::{ChannelName, Message, NewMessage};
 use futures_util::StreamExt;
-use serde::Serialize;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -341,67 +339,26 @@ impl RelayClient {
     }
 
     /// Calls `route` with `request`, answering the route's answer as a client reads it
-    /// ([`Wire`]); an error answer is a one-line failure.
-    pub async fn call<O, A>(&self, route: Route<O, A>, request: &O::Request) -> Result<<A as Wire>::Read, Failure>
-    where
-        O: Operation,
-        O::Request: Serialize,
-        A: Wire,
-    {
+    /// ([`crate::api::Wire`]); an error answer is a one-line failure.
+    pub async fn call<C: Call>(&self, route: C, request: &C::Request) -> Result<C::Read, Failure> {
         self.call_with(route, request, |r| r).await
     }
 
     /// [`RelayClient::call`], with `extra` adding to the request (a header).
-    pub async fn call_with<O, A>(
+    pub async fn call_with<C: Call>(
         &self,
-        route: Route<O, A>,
-        request: &O::Request,
+        route: C,
+        request: &C::Request,
         extra: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
-    ) -> Result<<A as Wire>::Read, Failure>
-    where
-        O: Operation,
-        O::Request: Serialize,
-        A: Wire,
-    {
+    ) -> Result<C::Read, Failure> {
         let req = extra(self.request(route, request)?);
         let r = self.auth(req).send().await.map_err(|e| self.unreachable(&e))?;
         self.answer(route, r).await
     }
 
-    /// `route`'s answer `r`, read as a client reads it; an error answer is a one-line failure.
-    async fn answer<O: Operation, A: Wire>(
-        &self,
-        route: Route<O, A>,
-        r: reqwest::Response,
-    ) -> Result<A::Read, Failure> {
-        if !r.status().is_success() {
-            return Err(self.refused(r).await);
-        }
-        let bytes = r.bytes().await.map_err(|e| self.unreachable(&e))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            Failure(
-                format!(
-                    "the relay's answer to {} {} is not what this client reads: {e}",
-                    route.verb.as_str(),
-                    route.path
-                ),
-                2,
-            )
-        })
-    }
-
     /// [`RelayClient::call`] for a route that answers 404 when what it names does not exist:
     /// `None` then.
-    pub async fn call_found<O, A>(
-        &self,
-        route: Route<O, A>,
-        request: &O::Request,
-    ) -> Result<Option<<A as Wire>::Read>, Failure>
-    where
-        O: Operation,
-        O::Request: Serialize,
-        A: Wire,
-    {
+    pub async fn call_found<C: Call>(&self, route: C, request: &C::Request) -> Result<Option<C::Read>, Failure> {
         let r = self
             .auth(self.request(route, request)?)
             .send()
@@ -413,26 +370,47 @@ impl RelayClient {
         self.answer(route, r).await.map(Some)
     }
 
+    /// `route`'s answer `r`, read as a client reads it; an error answer is a one-line failure,
+    /// and an empty one reads as JSON's `null` (so as `()`).
+    pub async fn answer<C: Call>(&self, route: C, r: reqwest::Response) -> Result<C::Read, Failure> {
+        if !r.status().is_success() {
+            return Err(self.refused(r).await);
+        }
+        let bytes = r.bytes().await.map_err(|e| self.unreachable(&e))?;
+        let json: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"null"
+        } else {
+            &bytes
+        };
+        serde_json::from_slice(json).map_err(|e| {
+            Failure(
+                format!(
+                    "the relay's answer to {} {} is not what this client reads: {e}",
+                    route.verb().as_str(),
+                    route.path()
+                ),
+                2,
+            )
+        })
+    }
+
     /// The HTTP request for `route` with `request`: the request's fields that the path names
     /// go in the path, the others in the query (GET, DELETE) or in the JSON body (POST).
-    pub fn request<O, A>(&self, route: Route<O, A>, request: &O::Request) -> Result<reqwest::RequestBuilder, Failure>
-    where
-        O: Operation,
-        O::Request: Serialize,
-    {
+    pub fn request<C: Call>(&self, route: C, request: &C::Request) -> Result<reqwest::RequestBuilder, Failure> {
         let Value::Object(mut fields) = serde_json::to_value(request)? else {
-            return Err(Failure(format!("{} takes an object", route.path), 2));
+            return Err(Failure(format!("{} takes an object", route.path()), 2));
         };
         fields.retain(|_, v| !v.is_null());
-        let mut path = String::with_capacity(route.path.len() + 32);
-        let mut rest = route.path;
+        let template = route.path();
+        let mut path = String::with_capacity(template.len() + 32);
+        let mut rest = template;
         while let Some(open) = rest.find('{') {
             let close = rest[open..].find('}').map_or(rest.len(), |c| open + c);
             let name = &rest[open + 1..close];
             let value = match fields.remove(name) {
                 Some(Value::String(s)) => s,
                 Some(other) => other.to_string(),
-                None => return Err(Failure(format!("{} needs {name}", route.path), 2)),
+                None => return Err(Failure(format!("{template} needs {name}"), 2)),
             };
             path.push_str(&rest[..open]);
             path.push_str(&segment(&value));
@@ -440,7 +418,7 @@ impl RelayClient {
         }
         path.push_str(rest);
         let url = self.url(&path);
-        Ok(match route.verb {
+        Ok(match route.verb() {
             Verb::Post => self.http.post(url).json(&fields),
             verb => {
                 let query = serde_urlencoded::to_string(&fields)?;

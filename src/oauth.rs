@@ -8,8 +8,10 @@
 //! OAuth answers use RFC 6749's error shape (`{"error", "error_description"}`), not the
 //! relay's. Nothing here logs a code, token or invite.
 
+use crate::api;
+use crate::http::routes::at;
 use crate::http::Body;
-use crate::ops::oauth::{self, OAuth, OAuthError, Tokens};
+use crate::ops::oauth::{self, ClientQuery, GrantList, InviteRequest, OAuth, OAuthError, Revoked, Tokens};
 use crate::ops::Principal;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
@@ -319,10 +321,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             };
         }
     }
-    cfg.route("/api/oauth/invites", web::post().to(mint_invite));
-    cfg.route("/api/oauth/clients", web::get().to(list_clients));
-    cfg.route("/api/oauth/clients", web::delete().to(revoke_client));
-    cfg.route("/api/oauth/clients/{grant}", web::delete().to(revoke_grant));
+    cfg.route(api::MINT_INVITE.path, at(api::MINT_INVITE.verb).to(mint_invite));
+    cfg.route(api::LIST_CLIENTS.path, at(api::LIST_CLIENTS.verb).to(list_clients));
+    cfg.route(api::REVOKE_CLIENT.path, at(api::REVOKE_CLIENT.verb).to(revoke_client));
+    cfg.route(api::REVOKE_GRANT.path, at(api::REVOKE_GRANT.verb).to(revoke_grant));
 }
 
 /// A relay without `--oauth`: its `/api/oauth/…` routes answer 404 with how to turn OAuth on,
@@ -982,15 +984,6 @@ fn api_error(e: OAuthError) -> HttpResponse {
     crate::error::ApiError::new(status, code, e.description).error_response()
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InviteRequest {
-    #[serde(rename = "as")]
-    identity: Option<String>,
-    expires_in_s: Option<u64>,
-    note: Option<String>,
-}
-
 async fn mint_invite(req: HttpRequest) -> HttpResponse {
     if let Err(r) = admin(&req) {
         return *r;
@@ -1025,7 +1018,7 @@ async fn list_clients(req: HttpRequest) -> HttpResponse {
         return *r;
     }
     match oauth_of(&req).grants().await {
-        Ok(g) => HttpResponse::Ok().json(json!({ "clients": g })),
+        Ok(clients) => HttpResponse::Ok().json(GrantList { clients }),
         Err(e) => api_error(e),
     }
 }
@@ -1044,11 +1037,6 @@ async fn revoke_grant(req: HttpRequest, grant: web::Path<String>) -> HttpRespons
     }
 }
 
-#[derive(Deserialize)]
-struct ClientQuery {
-    client_id: String,
-}
-
 async fn revoke_client(req: HttpRequest) -> HttpResponse {
     if let Err(r) = admin(&req) {
         return *r;
@@ -1058,7 +1046,7 @@ async fn revoke_client(req: HttpRequest) -> HttpResponse {
             .error_response();
     };
     match oauth_of(&req).revoke_client(&q.client_id).await {
-        Ok(n) => HttpResponse::Ok().json(json!({ "revoked": n })),
+        Ok(revoked) => HttpResponse::Ok().json(Revoked { revoked }),
         Err(e) => api_error(e),
     }
 }

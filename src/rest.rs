@@ -4,11 +4,11 @@
 //! list. [`crate::http::routes`] mounts it; the same table generates `/openapi.json`
 //! (`crate::openapi`). Nothing here decides anything about messages, identities or sessions.
 
-use crate::api::{self, Route, Verb};
+use crate::api::{self, Route};
 use crate::http::caller;
 use crate::http::routes::{mount, route, Endpoint, RestFace};
 use crate::ops::Operation;
-use actix_web::http::{Method, StatusCode};
+use actix_web::http::StatusCode;
 use actix_web::web;
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -27,11 +27,7 @@ where
     O::Response: 'static,
     A: Serialize + JsonSchema + 'static,
 {
-    let method = match r.verb {
-        Verb::Get => Method::GET,
-        Verb::Post => Method::POST,
-        Verb::Delete => Method::DELETE,
-    };
+    let method = crate::http::routes::method(r.verb);
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
     route::<O, A>(REST, r.operation_id, method, r.path, status, r.answer)
 }

@@ -5,14 +5,15 @@
 //! nothing; on a cluster one node at a time delivers each webhook (its lease). The rules and
 //! records are [`crate::ops::webhooks`]'s. See docs/webhooks.md.
 
+use crate::api;
+use crate::http::routes::at;
 use crate::http::Body;
-use crate::ops::webhooks::{self, Webhooks};
+use crate::ops::webhooks::{self, NewWebhook, WebhookList, Webhooks};
 use crate::ops::{Ctx, Principal};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use crosstalk_schema::webhook::{Webhook, WebhookFormat};
 use crosstalk_schema::ChannelName;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -47,21 +48,9 @@ fn admin(req: &HttpRequest) -> Result<(), Box<HttpResponse>> {
 }
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/api/webhooks", web::post().to(create));
-    cfg.route("/api/webhooks", web::get().to(list));
-    cfg.route("/api/webhooks/{id}", web::delete().to(remove));
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateRequest {
-    channel: String,
-    url: String,
-    /// Message types to send (QUESTION, PERMISSION, DIRECTIVE, …; `*` or none: all).
-    #[serde(default)]
-    types: Vec<String>,
-    #[serde(default)]
-    format: Option<WebhookFormat>,
+    cfg.route(api::ADD_WEBHOOK.path, at(api::ADD_WEBHOOK.verb).to(create));
+    cfg.route(api::LIST_WEBHOOKS.path, at(api::LIST_WEBHOOKS.verb).to(list));
+    cfg.route(api::REMOVE_WEBHOOK.path, at(api::REMOVE_WEBHOOK.verb).to(remove));
 }
 
 /// A client for `url`: http(s), no user or password, and (by [`crate::client::pinned`]) to a
@@ -86,7 +75,7 @@ async fn create(req: HttpRequest, s: web::Data<Settings>, cx: web::Data<Ctx>) ->
         return *r;
     }
     let body = Body::take(&req).unwrap_or_default();
-    let r: CreateRequest = match serde_json::from_slice(&body) {
+    let r: NewWebhook = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
             return error(
@@ -122,7 +111,7 @@ async fn list(req: HttpRequest, s: web::Data<Settings>) -> HttpResponse {
         return *r;
     }
     match s.hooks.list().await {
-        Ok(v) => HttpResponse::Ok().json(json!({ "webhooks": v })),
+        Ok(webhooks) => HttpResponse::Ok().json(WebhookList { webhooks }),
         Err(e) => stored(e),
     }
 }

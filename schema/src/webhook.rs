@@ -13,6 +13,16 @@ pub enum WebhookFormat {
     Slack,
 }
 
+impl WebhookFormat {
+    /// Its name, as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookFormat::Json => "json",
+            WebhookFormat::Slack => "slack",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Webhook {
     pub id: String,

@@ -103,6 +103,20 @@ where
     }
 }
 
+/// An actix route for `verb`.
+pub fn at(verb: crate::api::Verb) -> actix_web::Route {
+    web::route().method(method(verb))
+}
+
+/// The HTTP method of `verb`.
+pub fn method(verb: crate::api::Verb) -> Method {
+    match verb {
+        crate::api::Verb::Get => Method::GET,
+        crate::api::Verb::Post => Method::POST,
+        crate::api::Verb::Delete => Method::DELETE,
+    }
+}
+
 /// Mounts a route table.
 pub fn mount(cfg: &mut web::ServiceConfig, table: &'static [Endpoint]) {
     let mut paths: Vec<&'static str> = Vec::new();

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_SEARCH_LIMIT: usize = 20;
 
 /// No arguments.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
 pub struct NoArgs {}
 
 #[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]

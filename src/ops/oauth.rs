@@ -18,7 +18,7 @@ use crosstalk_actors::records::{Kind, RecordStore};
 use crosstalk_actors::RelayError;
 use crosstalk_schema::oauth::{AuthCode, Grant, Invite, OAuthClient, TokenKind, TokenRef};
 use crosstalk_schema::{codec, Timestamp};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -139,8 +139,43 @@ pub struct Tokens {
     pub scope: String,
 }
 
+/// What `POST /api/oauth/invites` takes: who the invite's tokens act as, how long it lasts, and
+/// a note for the admin.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InviteRequest {
+    #[serde(rename = "as")]
+    pub identity: Option<String>,
+    pub expires_in_s: Option<u64>,
+    pub note: Option<String>,
+}
+
+/// The connections `GET /api/oauth/clients` lists.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GrantList {
+    pub clients: Vec<GrantView>,
+}
+
+/// Which client `DELETE /api/oauth/clients` revokes every connection of.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ClientQuery {
+    pub client_id: String,
+}
+
+/// How many connections a revocation ended.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Revoked {
+    pub revoked: usize,
+}
+
+/// Which connection `DELETE /api/oauth/clients/{grant}` revokes.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GrantId {
+    pub grant: String,
+}
+
 /// A new invite: the code (shown once) and what it grants.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NewInvite {
     /// Type it into the consent page. Shown once; the relay keeps only its hash.
     pub code: String,
@@ -152,7 +187,7 @@ pub struct NewInvite {
 }
 
 /// A grant as `crosstalk clients` lists it.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GrantView {
     pub grant: String,
     pub client_id: String,

@@ -78,7 +78,7 @@ pub struct GetDataRequest {
 }
 
 /// One version of a shared entry, with its content.
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct SharedEntry {
     pub key: String,
     pub owner: String,

@@ -11,7 +11,7 @@ use crosstalk_actors::records::{Kind, RecordStore};
 use crosstalk_actors::{RelayError, StoreError};
 use crosstalk_schema::webhook::{Delivery, Lease, Webhook, WebhookFormat};
 use crosstalk_schema::{codec, ChannelName, Timestamp};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,8 +22,34 @@ pub const LEASE: Duration = Duration::from_secs(30);
 /// Longest pause between attempts at a failing delivery.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
+/// What `POST /api/webhooks` takes: the channel to follow, where to send, which message types
+/// (none or `*`: all) and the body's format.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewWebhook {
+    pub channel: String,
+    pub url: String,
+    /// Message types to send (QUESTION, PERMISSION, DIRECTIVE, …; `*` or none: all).
+    #[serde(default)]
+    pub types: Vec<String>,
+    #[serde(default)]
+    pub format: Option<WebhookFormat>,
+}
+
+/// The webhooks `GET /api/webhooks` lists.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WebhookList {
+    pub webhooks: Vec<WebhookView>,
+}
+
+/// Which webhook `DELETE /api/webhooks/{id}` removes.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WebhookId {
+    pub id: String,
+}
+
 /// A webhook as the admin sees it: its settings (its secret only when created) and delivery.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WebhookView {
     pub id: String,
     pub channel: String,
