@@ -15,6 +15,7 @@ use crate::ops::oauth::{ClientQuery, GrantId, GrantList, InviteRequest, NewInvit
 use crate::ops::reservations::{self, ReservationList};
 use crate::ops::sessions::{self, DirectivesView};
 use crate::ops::shared::{self, SharedList};
+use crate::ops::wake::{self, Pending, WakeList, WakeView};
 use crate::ops::webhooks::{NewWebhook, WebhookId, WebhookList, WebhookView};
 use crate::ops::Operation;
 use crosstalk_actors::Posted;
@@ -182,7 +183,11 @@ macro_rules! read_as_itself {
     };
 }
 
-read_as_itself!(ChannelSummary, ReservationList, shared::SharedEntry);
+read_as_itself!(ChannelSummary, ReservationList, shared::SharedEntry, WakeView, WakeList);
+
+impl Wire for Pending {
+    type Read = Pending<Message>;
+}
 
 impl Wire for Waited {
     type Read = Waited<Message>;
@@ -283,6 +288,11 @@ pub const RENEW_RESERVATION: Route<reservations::RenewReservation, reservations:
     Route::whole(Post, "/api/reservations/{id}/renew", 200);
 pub const RELEASE_RESERVATION: Route<reservations::ReleaseReservation, reservations::Released> =
     Route::whole(Delete, "/api/reservations/{id}", 200);
+pub const WAKE_LEASE: Route<wake::WakeLeaseOp, WakeView> = Route::whole(Post, "/api/wake/{identity}/lease", 200);
+pub const WAKE_RELEASE: Route<wake::WakeRelease, WakeView> = Route::whole(Delete, "/api/wake/{identity}/lease", 200);
+pub const WAKE_PENDING: Route<wake::WakePending, Pending> = Route::whole(Get, "/api/wake/{identity}/pending", 200);
+pub const WAKE_TURN: Route<wake::WakeTurn, WakeView> = Route::whole(Post, "/api/wake/{identity}/turn", 200);
+pub const WAKE_LIST: Route<wake::WakeListOp, WakeList> = Route::whole(Get, "/api/wake", 200);
 
 pub const MINT_INVITE: Admin<InviteRequest, NewInvite> = admin(Post, "/api/oauth/invites");
 pub const LIST_CLIENTS: Admin<NoArgs, GrantList> = admin(Get, "/api/oauth/clients");

@@ -13,6 +13,7 @@ mod admin;
 mod command;
 mod guard;
 mod local;
+mod wake;
 
 pub use command::{ClientCommand, Span};
 
@@ -209,6 +210,33 @@ pub async fn run(cmd: ClientCommand) -> Result<Outcome, Failure> {
         ClientCommand::Tail {
             channel, since, json, ..
         } => tail(&c, &channel, since, json).await,
+        ClientCommand::Wake {
+            me,
+            listen,
+            turn_timeout,
+            retries,
+            loop_guard,
+            max_turns_per_hour,
+            post_output,
+            log_dir,
+            grace,
+            command,
+            ..
+        } => {
+            let settings = wake::Settings {
+                me,
+                listen,
+                command,
+                turn_timeout: turn_timeout.into(),
+                retries,
+                loop_guard,
+                max_turns_per_hour,
+                post_output,
+                log_dir,
+                grace: grace.into(),
+            };
+            wake::wake(c, settings).await
+        }
     }
 }
 

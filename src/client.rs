@@ -228,6 +228,7 @@ pub enum Followed {
     Dropped,
 }
 
+#[derive(Clone)]
 pub struct RelayClient {
     pub http: reqwest::Client,
     pub base: String,

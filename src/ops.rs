@@ -26,6 +26,7 @@ pub mod reservations;
 pub mod sessions;
 pub mod shared;
 pub mod tasks;
+pub mod wake;
 pub mod webhooks;
 
 use crosstalk_actors::{RelayError, StoreError};

@@ -66,6 +66,11 @@ pub static ENDPOINTS: LazyLock<Vec<Endpoint>> = LazyLock::new(|| {
         endpoint(api::RESERVE),
         endpoint(api::RENEW_RESERVATION),
         endpoint(api::RELEASE_RESERVATION),
+        endpoint(api::WAKE_LIST),
+        endpoint(api::WAKE_LEASE),
+        endpoint(api::WAKE_RELEASE),
+        endpoint(api::WAKE_PENDING),
+        endpoint(api::WAKE_TURN),
     ]
 });
 

@@ -41,10 +41,11 @@ pub enum Kind {
     Tasks,
     /// Path reservations, one record per project (every reservation of it).
     Reservations,
+    Wake,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Invites,
         Kind::Clients,
         Kind::Codes,
@@ -54,6 +55,7 @@ impl Kind {
         Kind::Deliveries,
         Kind::Tasks,
         Kind::Reservations,
+        Kind::Wake,
     ];
 
     /// The one-byte prefix of its keys in a relay's own store, and its bucket's suffix on a
@@ -69,6 +71,7 @@ impl Kind {
             Kind::Deliveries => (b'd', "WEBHOOK_DELIVERIES"),
             Kind::Tasks => (b'k', "MCP_TASKS"),
             Kind::Reservations => (b'r', "RESERVATIONS"),
+            Kind::Wake => (b'z', "WAKE"),
         }
     }
 }

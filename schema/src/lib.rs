@@ -10,6 +10,7 @@ pub mod reservation;
 pub mod state;
 pub mod task;
 pub mod time;
+pub mod wake;
 pub mod webhook;
 
 pub use channel::{ChannelMeta, ChannelName, ChannelSummary, IdFloor, Position};

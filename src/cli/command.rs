@@ -227,6 +227,46 @@ pub enum ClientCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run an agent's turn whenever a message for it arrives: its command once per turn, the
+    /// new messages in its prompt, one turn at a time, each message handed once (see
+    /// docs/wake.md).  Example: crosstalk wake --as reviewer --listen dev -- claude -p -c "{prompt}"
+    Wake {
+        #[command(flatten)]
+        relay: RelayArgs,
+        /// The identity it runs turns for [env: CROSSTALK_AS]
+        #[arg(long = "as", env = "CROSSTALK_AS", hide_env = true)]
+        me: String,
+        /// Also wake on every message (from someone else) on this channel; repeatable.
+        #[arg(long, value_parser = channel_name)]
+        listen: Vec<ChannelName>,
+        /// A turn that runs longer is stopped and counts as failed.
+        #[arg(long, default_value = "10m")]
+        turn_timeout: Span,
+        /// Times a failed turn is tried again (with backoff) before a person is asked.
+        #[arg(long, default_value_t = 3)]
+        retries: u32,
+        /// Turns in a row that only agents' messages woke, per channel, before waking stops for
+        /// it and a person is asked (0: no guard).
+        #[arg(long, default_value_t = 6)]
+        loop_guard: u32,
+        /// Turns an hour, across every channel, before waking stops and a person is asked (0: no
+        /// budget).
+        #[arg(long, default_value_t = 30)]
+        max_turns_per_hour: u32,
+        /// Post the command's stdout as a message from the identity on the channel that woke it
+        /// (for agents without crosstalk tools).
+        #[arg(long)]
+        post_output: bool,
+        /// Where each identity's turn log goes [default: the local relay's folder, wake/]
+        #[arg(long)]
+        log_dir: Option<std::path::PathBuf>,
+        /// On SIGTERM, how long a running turn has to finish before it is stopped.
+        #[arg(long, default_value = "30s")]
+        grace: Span,
+        /// The agent's command; `{prompt}` in it is the prompt, else the prompt is its stdin.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 /// A span of time on the command line: a number of seconds (`90`, `0.5`) or a span with its
@@ -265,6 +305,7 @@ impl ClientCommand {
             | ClientCommand::Answer { relay, .. }
             | ClientCommand::Questions { relay, .. }
             | ClientCommand::Inbox { relay, .. }
+            | ClientCommand::Wake { relay, .. }
             | ClientCommand::Invite { relay, .. }
             | ClientCommand::Clients { relay, .. }
             | ClientCommand::Webhooks { relay, .. }

@@ -34,4 +34,5 @@ mod sse;
 mod stdio;
 mod stored;
 mod tasks;
+mod wake;
 mod webhooks;

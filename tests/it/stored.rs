@@ -20,6 +20,7 @@ use crosstalk_schema::codec::{self, Stored};
 use crosstalk_schema::oauth::{AuthCode, Grant, Invite, OAuthClient, TokenRef};
 use crosstalk_schema::reservation::ReservationSet;
 use crosstalk_schema::task::TaskRecord;
+use crosstalk_schema::wake::WakeState;
 use crosstalk_schema::webhook::{Delivery, Lease, Webhook};
 use crosstalk_schema::{
     ChannelMeta, ChannelState, CutState, IdFloor, Instance, Overlay, Position, Record, SharedData, StreamEntry,
@@ -382,6 +383,27 @@ fn every_stored_type_reads_its_committed_bytes_in_every_layout() {
             node: "node-a".into(),
             until: 7,
         }],
+        vec![],
+    );
+    c.stored(
+        vec![
+            from_json::<WakeState>(json!({
+                "identity": "reviewer",
+                "lease": {"holder": "h-1", "host": "laptop", "pid": 42, "until_ms": 9},
+                "handled": {"dev": 12, "ops": 3},
+                "activity": {"Working": {"since_ms": 8, "channels": ["dev"]}},
+                "turns": [{"started_ms": 1, "ended_ms": 2, "channels": ["dev"], "messages": 2,
+                           "outcome": "exit 1", "attempt": 2}]
+            })),
+            from_json::<WakeState>(json!({
+                "identity": "builder", "lease": null, "handled": {},
+                "activity": {"Paused": {"channel": "dev", "why": "the loop guard", "question": 14}},
+                "turns": []
+            })),
+            from_json::<WakeState>(json!({
+                "identity": "idle", "lease": null, "handled": {}, "activity": "Listening", "turns": []
+            })),
+        ],
         vec![],
     );
 

@@ -1,0 +1,578 @@
+//! What `crosstalk wake` asks of the relay for an identity it runs turns for: a lease, so one
+//! wake process at a time holds it (`wake_lease`, `wake_release`); the messages that wake it,
+//! waited for and not yet handled (`wake_pending`); and the end of each turn, which moves
+//! where the identity has handled up to (`wake_turn`). `wake_list` shows every woken
+//! identity's state. The state is a record of the relay's ([`WakeState`]), so it holds across
+//! restarts of the process and of the relay, and on a cluster across nodes.
+
+use super::{Caller, Ctx, ErrorKind, Limit, OpError, Operation};
+use crosstalk_actors::records::{Kind, RecordStore};
+use crosstalk_actors::{Posted, RelayError, StoreError};
+use crosstalk_schema::wake::{Activity, Turn, WakeLease, WakeState, TURNS_KEPT};
+use crosstalk_schema::{codec, ChannelName, InstanceKind, Timestamp};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest lease a wake process may ask for; it renews well before.
+pub const MAX_LEASE_S: u64 = 300;
+/// How often a waiting `wake_pending` looks at the channels again.
+const PENDING_POLL: Duration = Duration::from_millis(50);
+/// Messages one `wake_pending` answers at most.
+const PENDING_MOST: usize = 200;
+
+fn now_ms() -> i64 {
+    Timestamp::now().millis()
+}
+
+fn damaged(e: impl std::fmt::Display) -> RelayError {
+    RelayError::Store(StoreError::Corrupt(format!("a stored wake state is damaged: {e}")))
+}
+
+/// An identity's wake state in the records store, changed by compare-and-set.
+struct Store {
+    records: Arc<dyn RecordStore>,
+}
+
+impl Store {
+    fn new(cx: &Ctx) -> Self {
+        Store {
+            records: cx.relay.records(),
+        }
+    }
+
+    async fn read(&self, who: &str) -> Result<(Option<WakeState>, Option<Vec<u8>>), RelayError> {
+        match self.records.get(Kind::Wake, who.to_owned()).await? {
+            Some(bytes) => Ok((Some(codec::decode(&bytes).map_err(damaged)?), Some(bytes))),
+            None => Ok((None, None)),
+        }
+    }
+
+    /// Changes `who`'s state with `change` (which sees it, or `None`), retried while another
+    /// writer comes first. `change` answers what to report and the state to write, if any.
+    async fn update<T>(
+        &self,
+        who: &str,
+        mut change: impl FnMut(Option<WakeState>, i64) -> Result<(T, Option<WakeState>), OpError>,
+    ) -> Result<T, OpError> {
+        for _ in 0..16 {
+            let (state, bytes) = self.read(who).await?;
+            let (answer, write) = change(state, now_ms())?;
+            let Some(new) = write else {
+                return Ok(answer);
+            };
+            let encoded = codec::encode(&new);
+            if self
+                .records
+                .swap(Kind::Wake, who.to_owned(), bytes, Some(encoded))
+                .await?
+            {
+                return Ok(answer);
+            }
+        }
+        Err(OpError::new(
+            ErrorKind::Unavailable,
+            "the wake state kept changing under this request; try again",
+        ))
+    }
+}
+
+/// `state`'s lease, if it is held now.
+fn held(state: &WakeState, now: i64) -> Option<&WakeLease> {
+    state.lease.as_ref().filter(|l| l.until_ms > now)
+}
+
+/// Refuses a request from a holder that does not hold the lease (it lapsed and another took
+/// it, or it never had it).
+fn check_holder(state: &WakeState, holder: &str, now: i64) -> Result<(), OpError> {
+    match held(state, now) {
+        Some(l) if l.holder == holder => Ok(()),
+        Some(l) => Err(taken(&state.identity, l)),
+        None => Err(OpError::new(
+            ErrorKind::Conflict,
+            format!(
+                "this wake process does not hold {}'s lease (it lapsed); take it again",
+                state.identity
+            ),
+        )),
+    }
+}
+
+fn taken(who: &str, l: &WakeLease) -> OpError {
+    OpError::new(
+        ErrorKind::Conflict,
+        format!(
+            "{who} is already woken by another crosstalk wake (pid {} on {}, holding it until {}): \
+             only one runs turns for an identity; stop that one, or wait for it",
+            l.pid,
+            l.host,
+            Timestamp::from_millis(l.until_ms).to_rfc3339()
+        ),
+    )
+}
+
+/// A woken identity as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WakeView {
+    pub identity: String,
+    /// `listening (wakes on messages)`, `working`, `paused by the loop guard`, … while a wake
+    /// process holds the identity; `not woken` when none does.
+    pub state: String,
+    /// Whether a wake process holds the identity now.
+    pub woken: bool,
+    /// The process holding it: `pid@host`.
+    pub held_by: Option<String>,
+    /// Per channel, the newest message id handled (or passed over).
+    pub handled: BTreeMap<String, u64>,
+    /// Why it is paused, and the question that asks a person, while it is.
+    pub paused: Option<Paused>,
+    /// The last turns, newest last.
+    pub turns: Vec<TurnView>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Paused {
+    /// The channel it stopped waking for (none: every channel).
+    pub channel: Option<String>,
+    pub why: String,
+    /// The QUESTION that asks a person to resume it.
+    pub question: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TurnView {
+    pub started_at: String,
+    pub seconds: f64,
+    pub channels: Vec<String>,
+    pub messages: u32,
+    pub outcome: String,
+    pub attempt: u32,
+}
+
+impl WakeView {
+    fn of(state: &WakeState, now: i64) -> WakeView {
+        let lease = held(state, now);
+        let (text, paused) = match (&state.activity, lease) {
+            (_, None) => ("not woken".to_owned(), None),
+            (Activity::Listening, _) => ("listening (wakes on messages)".to_owned(), None),
+            (Activity::Working { .. }, _) => ("working".to_owned(), None),
+            (Activity::Paused { channel, why, question }, _) => (
+                format!("paused by {why}"),
+                Some(Paused {
+                    channel: channel.clone(),
+                    why: why.clone(),
+                    question: *question,
+                }),
+            ),
+        };
+        WakeView {
+            identity: state.identity.clone(),
+            state: text,
+            woken: lease.is_some(),
+            held_by: lease.map(|l| format!("{}@{}", l.pid, l.host)),
+            handled: state.handled.clone(),
+            paused,
+            turns: state
+                .turns
+                .iter()
+                .map(|t| TurnView {
+                    started_at: Timestamp::from_millis(t.started_ms).to_rfc3339(),
+                    seconds: (t.ended_ms - t.started_ms).max(0) as f64 / 1000.0,
+                    channels: t.channels.clone(),
+                    messages: t.messages,
+                    outcome: t.outcome.clone(),
+                    attempt: t.attempt,
+                })
+                .collect(),
+        }
+    }
+}
+
+// ---- wake_lease
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct LeaseRequest {
+    /// The identity woken.
+    pub identity: String,
+    /// The wake process's own random id.
+    pub holder: String,
+    pub host: String,
+    pub pid: u32,
+    /// Seconds it holds the identity unless renewed (at most 300).
+    pub ttl_s: u64,
+}
+
+pub struct WakeLeaseOp;
+
+impl Operation for WakeLeaseOp {
+    const NAME: &'static str = "wake_lease";
+    const DESCRIPTION: &'static str = "Take or renew the lease that lets one crosstalk wake process run an \
+        identity's turns; refused while another holds it.";
+    const READ_ONLY: bool = false;
+    type Request = LeaseRequest;
+    type Response = WakeView;
+
+    async fn run(cx: &Ctx, caller: Caller, r: LeaseRequest) -> Result<WakeView, OpError> {
+        let who = caller.claim(&r.identity)?;
+        if r.ttl_s == 0 || r.ttl_s > MAX_LEASE_S {
+            return Err(OpError::invalid(format!("ttl_s must be 1 to {MAX_LEASE_S}")));
+        }
+        if r.holder.trim().is_empty() {
+            return Err(OpError::invalid("holder is required"));
+        }
+        // Where a new identity starts: every channel's newest message now, so a first start
+        // hands out nothing that was posted before it.
+        let channels = cx.relay.list_channels()?;
+        Store::new(cx)
+            .update(&who, |state, now| {
+                let mut state = state.unwrap_or_else(|| WakeState {
+                    identity: who.clone(),
+                    handled: channels
+                        .iter()
+                        .map(|(name, meta)| (name.to_string(), meta.last_id))
+                        .collect(),
+                    ..WakeState::default()
+                });
+                if let Some(l) = held(&state, now).filter(|l| l.holder != r.holder) {
+                    return Err(taken(&who, l));
+                }
+                let fresh = held(&state, now).is_none();
+                state.lease = Some(WakeLease {
+                    holder: r.holder.clone(),
+                    host: r.host.clone(),
+                    pid: r.pid,
+                    until_ms: now + (r.ttl_s as i64) * 1000,
+                });
+                if fresh {
+                    // A new holder starts listening; a pause stands until a person lifts it.
+                    if matches!(state.activity, Activity::Working { .. }) {
+                        state.activity = Activity::Listening;
+                    }
+                }
+                Ok((WakeView::of(&state, now), Some(state)))
+            })
+            .await
+    }
+}
+
+// ---- wake_release
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct HolderRequest {
+    pub identity: String,
+    pub holder: String,
+}
+
+pub struct WakeRelease;
+
+impl Operation for WakeRelease {
+    const NAME: &'static str = "wake_release";
+    const DESCRIPTION: &'static str = "Give up the wake lease of an identity (crosstalk wake does as it stops).";
+    const READ_ONLY: bool = false;
+    type Request = HolderRequest;
+    type Response = WakeView;
+
+    async fn run(cx: &Ctx, caller: Caller, r: HolderRequest) -> Result<WakeView, OpError> {
+        let who = caller.claim(&r.identity)?;
+        Store::new(cx)
+            .update(&who, |state, now| {
+                let Some(mut state) = state else {
+                    return Err(OpError::not_found(format!("{who} was never woken")));
+                };
+                match &state.lease {
+                    Some(l) if l.holder == r.holder => {}
+                    _ => return Ok((WakeView::of(&state, now), None)),
+                }
+                state.lease = None;
+                if matches!(state.activity, Activity::Working { .. }) {
+                    state.activity = Activity::Listening;
+                }
+                Ok((WakeView::of(&state, now), Some(state)))
+            })
+            .await
+    }
+}
+
+// ---- wake_pending
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct PendingRequest {
+    pub identity: String,
+    pub holder: String,
+    /// Channels any message of which (from someone else) wakes the identity,
+    /// comma-separated.
+    pub listen: Option<String>,
+    /// Seconds to wait for one (default 30).
+    #[schemars(range(min = 0))]
+    pub timeout_s: Option<f64>,
+    pub limit: Option<Limit>,
+}
+
+/// A message that wakes the identity, and whether a person wrote it.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "Waking")]
+pub struct Waking<M = Arc<Posted>> {
+    pub message: M,
+    /// Its sender is registered as a human.
+    pub human: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "Pending")]
+pub struct Pending<M = Arc<Posted>> {
+    /// The messages that wake the identity, by channel, then id.
+    pub messages: Vec<Waking<M>>,
+    /// Per channel, how far this answer looked: the turn that handles `messages` marks the
+    /// channels handled up to here.
+    pub scanned: BTreeMap<String, u64>,
+}
+
+pub struct WakePending;
+
+impl Operation for WakePending {
+    const NAME: &'static str = "wake_pending";
+    const DESCRIPTION: &'static str = "Wait for the messages that wake an identity (addressed to it on any \
+        channel, or on a listened channel), after what its turns handled; moves nothing.";
+    const READ_ONLY: bool = true;
+    const WAITS: bool = true;
+    type Request = PendingRequest;
+    type Response = Pending;
+
+    async fn run(cx: &Ctx, caller: Caller, r: PendingRequest) -> Result<Pending, OpError> {
+        let who = caller.claim(&r.identity)?;
+        let listen: BTreeSet<ChannelName> = r
+            .listen
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(ChannelName::parse)
+            .collect::<Result<_, _>>()?;
+        let most = Limit::or(r.limit, PENDING_MOST).min(PENDING_MOST);
+        let wait = caller.timeout(r.timeout_s, Duration::from_secs(30))?;
+        let deadline = tokio::time::Instant::now() + wait;
+        let store = Store::new(cx);
+        loop {
+            let (state, _) = store.read(&who).await?;
+            let Some(state) = state else {
+                return Err(OpError::not_found(format!("{who} is not woken: take its lease first")));
+            };
+            check_holder(&state, &r.holder, now_ms())?;
+            let found = scan(cx, &who, &state, &listen, most).await?;
+            if !found.messages.is_empty() {
+                return Ok(found);
+            }
+            // Nothing wakes it in what was looked at: that is handled, so the next look
+            // starts after it.
+            if found.scanned.iter().any(|(c, id)| state.handled.get(c) < Some(id)) {
+                let scanned = found.scanned.clone();
+                store
+                    .update(&who, |state, now| {
+                        let Some(mut state) = state else { return Ok(((), None)) };
+                        if check_holder(&state, &r.holder, now).is_err() {
+                            return Ok(((), None));
+                        }
+                        for (c, id) in &scanned {
+                            let at = state.handled.entry(c.clone()).or_default();
+                            *at = (*at).max(*id);
+                        }
+                        Ok(((), Some(state)))
+                    })
+                    .await?;
+            }
+            if tokio::time::Instant::now() + PENDING_POLL >= deadline {
+                return Ok(Pending {
+                    messages: Vec::new(),
+                    scanned: BTreeMap::new(),
+                });
+            }
+            tokio::time::sleep(PENDING_POLL).await;
+        }
+    }
+}
+
+/// The messages after `state.handled` that wake `who`: from someone else, and addressed to
+/// it (its recipient, or a reply to one of its messages) or on a listened channel.
+async fn scan(
+    cx: &Ctx,
+    who: &str,
+    state: &WakeState,
+    listen: &BTreeSet<ChannelName>,
+    most: usize,
+) -> Result<Pending, OpError> {
+    let mut out = Pending {
+        messages: Vec::new(),
+        scanned: BTreeMap::new(),
+    };
+    let mut channels = cx.relay.list_channels()?;
+    channels.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, meta) in channels {
+        let from = state.handled.get(name.as_str()).copied().unwrap_or(0);
+        if meta.last_id <= from || out.messages.len() >= most {
+            continue;
+        }
+        let page = cx.relay.read(&name, from, most - out.messages.len(), None).await?;
+        let Some(last) = page.last() else { continue };
+        out.scanned.insert(name.to_string(), last.message.id);
+        for p in page {
+            let m = &p.message;
+            if m.sender == who {
+                continue;
+            }
+            let addressed = m.recipient.as_deref() == Some(who)
+                || match m.reply_to {
+                    Some(parent) => cx
+                        .relay
+                        .message(&name, parent)
+                        .await?
+                        .is_some_and(|q| q.message.sender == who),
+                    None => false,
+                };
+            if addressed || listen.contains(&name) {
+                let human = cx
+                    .relay
+                    .list_instances()
+                    .iter()
+                    .any(|i| i.instance_id == m.sender && i.kind == InstanceKind::Human);
+                out.messages.push(Waking { message: p, human });
+            }
+        }
+    }
+    Ok(out)
+}
+
+// ---- wake_turn
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct TurnRequest {
+    pub identity: String,
+    pub holder: String,
+    /// `listening`, `working` or `paused`.
+    pub activity: String,
+    /// The channels a turn works for (`working`), or the one it paused for (`paused`; none:
+    /// every channel).
+    #[serde(default)]
+    pub channels: Vec<String>,
+    /// Why it paused (`paused`).
+    pub why: Option<String>,
+    /// The question that asks a person to resume it (`paused`).
+    pub question: Option<u64>,
+    /// Per channel, how far is handled now (never moves back).
+    #[serde(default)]
+    pub handled: BTreeMap<String, u64>,
+    /// The turn that ended, if one did.
+    pub turn: Option<TurnRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TurnRecord {
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    pub channels: Vec<String>,
+    pub messages: u32,
+    pub outcome: String,
+    pub attempt: u32,
+}
+
+pub struct WakeTurn;
+
+impl Operation for WakeTurn {
+    const NAME: &'static str = "wake_turn";
+    const DESCRIPTION: &'static str = "Record what a woken identity does now (listening, working, paused) and \
+        what its turn handled.";
+    const READ_ONLY: bool = false;
+    type Request = TurnRequest;
+    type Response = WakeView;
+
+    async fn run(cx: &Ctx, caller: Caller, r: TurnRequest) -> Result<WakeView, OpError> {
+        let who = caller.claim(&r.identity)?;
+        let activity = match r.activity.as_str() {
+            "listening" => Activity::Listening,
+            "working" => Activity::Working {
+                since_ms: now_ms(),
+                channels: r.channels.clone(),
+            },
+            "paused" => Activity::Paused {
+                channel: r.channels.first().cloned(),
+                why: r.why.clone().unwrap_or_else(|| "the loop guard".into()),
+                question: r.question,
+            },
+            other => {
+                return Err(OpError::invalid(format!(
+                    "activity {other:?}: use listening, working or paused"
+                )))
+            }
+        };
+        Store::new(cx)
+            .update(&who, |state, now| {
+                let Some(mut state) = state else {
+                    return Err(OpError::not_found(format!("{who} is not woken: take its lease first")));
+                };
+                check_holder(&state, &r.holder, now)?;
+                for (c, id) in &r.handled {
+                    let at = state.handled.entry(c.clone()).or_default();
+                    *at = (*at).max(*id);
+                }
+                state.activity = activity.clone();
+                if let Some(t) = &r.turn {
+                    state.turns.push(Turn {
+                        started_ms: t.started_ms,
+                        ended_ms: t.ended_ms,
+                        channels: t.channels.clone(),
+                        messages: t.messages,
+                        outcome: t.outcome.clone(),
+                        attempt: t.attempt,
+                    });
+                    let over = state.turns.len().saturating_sub(TURNS_KEPT);
+                    state.turns.drain(..over);
+                }
+                Ok((WakeView::of(&state, now), Some(state)))
+            })
+            .await
+    }
+}
+
+// ---- wake_list
+
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
+pub struct WakeListRequest {}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct WakeList {
+    /// Every identity a wake process holds now, by name.
+    pub woken: Vec<WakeView>,
+}
+
+pub struct WakeListOp;
+
+impl Operation for WakeListOp {
+    const NAME: &'static str = "wake_list";
+    const DESCRIPTION: &'static str = "The identities crosstalk wake runs turns for, with what each is doing \
+        and its last turns.";
+    const READ_ONLY: bool = true;
+    type Request = WakeListRequest;
+    type Response = WakeList;
+
+    async fn run(cx: &Ctx, _: Caller, _: WakeListRequest) -> Result<WakeList, OpError> {
+        Ok(WakeList {
+            woken: woken(cx).await?,
+        })
+    }
+}
+
+/// Every identity a wake process holds now.
+pub async fn woken(cx: &Ctx) -> Result<Vec<WakeView>, OpError> {
+    let now = now_ms();
+    let mut out = Vec::new();
+    for (_, bytes) in Store::new(cx).records.list(Kind::Wake).await? {
+        let state: WakeState = codec::decode(&bytes).map_err(damaged)?;
+        if held(&state, now).is_some() {
+            out.push(WakeView::of(&state, now));
+        }
+    }
+    out.sort_by(|a, b| a.identity.cmp(&b.identity));
+    Ok(out)
+}
