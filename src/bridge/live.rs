@@ -255,6 +255,26 @@ impl Live {
     }
 
     /// What is pushed and what is not, and whether each stream is connected now.
+    /// [`Live::status`], and what `crosstalk wake` does for this session's identity, if it runs
+    /// its turns: `wake` is its state (`listening (wakes on messages)`, `working`, `paused by
+    /// …`), or null.
+    pub async fn status_and_wake(&self) -> Value {
+        let mut status = self.status();
+        let me = self.me.lock().clone();
+        let mut wake = Value::Null;
+        if let Some(me) = me {
+            let all = crate::ops::wake::WakeListRequest {};
+            let list = self.rest.call(crate::api::WAKE_LIST, &all);
+            if let Ok(Ok(list)) = tokio::time::timeout(std::time::Duration::from_secs(2), list).await {
+                if let Some(w) = list.woken.into_iter().find(|w| w.identity == me) {
+                    wake = json!({"state": w.state, "held_by": w.held_by, "paused": w.paused});
+                }
+            }
+        }
+        status["wake"] = wake;
+        status
+    }
+
     pub fn status(&self) -> Value {
         let pushed: Vec<Stream> = self
             .listeners

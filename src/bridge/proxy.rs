@@ -663,7 +663,8 @@ fn own_tools() -> Vec<Tool> {
         Tool::new("stop_listening", "Stop pushing a channel's messages.", schema(channel)).with_annotations(switch),
         Tool::new(
             "delivery_status",
-            "Which channels are pushed live, which are poll-only, and whether each stream is connected now.",
+            "Which channels are pushed live, which are poll-only, whether each stream is connected now, and whether \
+             crosstalk wake runs this identity's turns.",
             schema(json!({"type": "object", "properties": {}})),
         )
         .with_annotations(
@@ -863,7 +864,7 @@ impl ServerHandler for Bridge {
             }),
             ("stop_listening", Some(ch)) => Ok(answer(self.live.stop(&ch), false)),
             ("listen_live" | "stop_listening", None) => Ok(answer(json!({"error": "channel is required"}), true)),
-            ("delivery_status", _) => Ok(answer(self.live.status(), false)),
+            ("delivery_status", _) => Ok(answer(self.live.status_and_wake().await, false)),
             (name, channel) => {
                 let name = name.to_owned();
                 if let Some(ch) = channel {

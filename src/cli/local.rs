@@ -1,7 +1,9 @@
 //! The relay on this machine: `crosstalk status` and `crosstalk stop`.
 
 use super::{Failure, Outcome, RelayArgs};
+use crate::api;
 use crate::client::{served, shell_quote, RelayClient};
+use crate::ops::wake::WakeListRequest;
 use anstream::println;
 use serde_json::Value;
 use std::time::Duration;
@@ -96,6 +98,18 @@ pub(super) async fn status(relay: &RelayArgs, data_dir: Option<std::path::PathBu
     if !code.is_success() {
         println!("  why: {}", health["reason"].as_str().unwrap_or("no reason given"));
         return Ok(Outcome::TimedOut);
+    }
+    // Who crosstalk wake runs turns for, and what each does now (a token that may not list
+    // them leaves this out).
+    if let Ok(wake) = c.call(api::WAKE_LIST, &WakeListRequest {}).await {
+        for w in wake.woken {
+            println!(
+                "  woken: {} {} (crosstalk wake, pid {})",
+                w.identity,
+                w.state,
+                w.held_by.as_deref().unwrap_or("?")
+            );
+        }
     }
     Ok(Outcome::Done)
 }

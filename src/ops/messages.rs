@@ -378,6 +378,11 @@ pub struct Readers {
     /// Everyone else on the channel: its recipient until it reads it, whoever posted there
     /// or is present without having read this far.
     pub not_yet: Vec<String>,
+    /// Of those, the identities `crosstalk wake` runs turns for, with what each does now
+    /// (`listening (wakes on messages)`, `working`, `paused by …`); a turn that handled the
+    /// message counts as reading it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub woken: std::collections::BTreeMap<String, String>,
 }
 
 /// Messages whose senders count as on the channel for [`GetReaders`] (the newest ones):
@@ -406,14 +411,28 @@ impl Operation for GetReaders {
         on.extend(m.message.recipient.iter().cloned());
         on.insert(m.message.sender.clone());
         on.retain(|who| !who.is_empty());
-        let (read_by, not_yet) = on
+        let woken = super::wake::woken(cx).await?;
+        let handled = |who: &str| {
+            woken
+                .iter()
+                .find(|w| w.identity == who)
+                .and_then(|w| w.handled.get(name.as_str()))
+                .is_some_and(|upto| *upto >= r.message_id)
+        };
+        let (read_by, not_yet) = on.iter().cloned().partition(|who| {
+            *who == m.message.sender || cursors.get(who).is_some_and(|upto| *upto >= r.message_id) || handled(who)
+        });
+        let woken = woken
             .into_iter()
-            .partition(|who| *who == m.message.sender || cursors.get(who).is_some_and(|upto| *upto >= r.message_id));
+            .filter(|w| on.contains(&w.identity))
+            .map(|w| (w.identity, w.state))
+            .collect();
         Ok(Readers {
             channel: name,
             message_id: r.message_id,
             read_by,
             not_yet,
+            woken,
         })
     }
 }

@@ -721,10 +721,13 @@ $("me").addEventListener("change", () => {
 async function refreshPresence() {
   const { channel, lastId: newest } = state;
   if (!channel) return;
-  const [present, instances] = await Promise.all([
+  const [present, instances, wake] = await Promise.all([
     api(`/api/channels/${enc(channel)}/presence`),
     api("/api/instances").catch(() => []),
+    api("/api/wake").catch(() => ({ woken: [] })),
   ]);
+  // Identities crosstalk wake runs turns for: what each does now.
+  const woken = new Map(wake.woken.map((w) => [w.identity, w]));
   const here = new Set(present.map((p) => p.id));
   // Registered identities that are offline count as on this channel only if they used it: the
   // relay's own list of who is on a channel (a read position there, a post among its newest
@@ -745,7 +748,11 @@ async function refreshPresence() {
     li.append(el("span", "dot online"), el("span", "", p.display_name || p.id));
     // An agent blocked on a person: what it asked, in amber.
     const asked = [...state.questions.values()].filter((q) => q.sender === p.id).pop();
-    if (asked) {
+    const w = woken.get(p.id);
+    if (w) {
+      li.append(wakeState(w));
+      woken.delete(p.id);
+    } else if (asked) {
       li.className = "waiting-on-you";
       li.append(el("span", "activity", `waiting on you: ${asked.body.split("\n")[0].slice(0, 120)}`));
     } else {
@@ -753,12 +760,35 @@ async function refreshPresence() {
     }
     list.append(li);
   }
+  // Woken identities that are not present: crosstalk wake listens for them.
+  for (const w of woken.values()) {
+    const li = el("li");
+    li.append(el("span", "dot online"), el("span", "", w.identity), wakeState(w));
+    list.append(li);
+  }
   for (const i of away) {
-    if (!used.has(i.instance_id)) continue;
+    if (!used.has(i.instance_id) || woken.has(i.instance_id)) continue;
     const li = el("li");
     li.append(el("span", "dot"), el("span", "", i.instance_id), el("span", "activity", `${i.kind}, offline`));
     list.append(li);
   }
+}
+
+// A woken identity's state (listening, working, paused: waiting on you), its last turns on a
+// click.
+function wakeState(w) {
+  const span = el("span", "activity wake", w.paused ? `waiting on you: ${w.state}` : w.state);
+  if (w.paused) span.classList.add("waiting-on-you");
+  span.title = "crosstalk wake: click for its last turns";
+  span.addEventListener("click", () => {
+    const ol = el("ol");
+    for (const t of w.turns.slice().reverse()) {
+      ol.append(el("li", "", `${t.started_at.slice(11, 19)} · ${t.messages} message(s) on ${t.channels.join(", ")} · ${t.outcome} (attempt ${t.attempt}, ${t.seconds.toFixed(1)} s)`));
+    }
+    if (!w.turns.length) ol.append(el("li", "", "no turn yet"));
+    detail(`${w.identity} (crosstalk wake, held by ${w.held_by})`, [el("p", "", w.state), ol]);
+  });
+  return span;
 }
 
 // The open channel's session, asked for only while its row in the channel list says one runs
@@ -807,8 +837,11 @@ async function showThread(m) {
 async function showReaders(m) {
   try {
     const r = await api(`/api/channels/${enc(state.channel)}/messages/${m.id}/readers`);
-    const read = el("p", "", `Read by: ${r.read_by.length ? r.read_by.join(", ") : "nobody yet"}`);
-    const not = el("p", r.not_yet.length ? "pending" : "", `Not yet: ${r.not_yet.length ? r.not_yet.join(", ") : "nobody"}`);
+    // An identity crosstalk wake runs turns for says what it does now.
+    const woken = r.woken || {};
+    const name = (who) => (woken[who] ? `${who} (${woken[who]})` : who);
+    const read = el("p", "", `Read by: ${r.read_by.length ? r.read_by.map(name).join(", ") : "nobody yet"}`);
+    const not = el("p", r.not_yet.length ? "pending" : "", `Not yet: ${r.not_yet.length ? r.not_yet.map(name).join(", ") : "nobody"}`);
     detail(`Delivery of #${m.id}`, [read, not]);
   } catch (e) {
     report(e);

@@ -353,6 +353,37 @@ if (!process.env.CROSSTALK_STORE) {
   check(!onChannel.some((t) => t.includes("ghost")), "on this channel: who used it, offline too, but not who never came", onChannel);
 }
 
+// crosstalk wake's identities in the member list: what each does now, "waiting on you" while
+// the loop guard holds it, and its last turns on a click. Their state is set through the API
+// wake itself uses.
+async function wakeCall(path, json) {
+  const r = await fetch(`${base}/api/wake/${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(json),
+  });
+  if (!r.ok) fail(`wake ${path} answered ${r.status}: ${await r.text()}`);
+  return r.json();
+}
+for (const who of ["rev-1", "rev-2"]) {
+  await wakeCall(`${who}/lease`, { identity: who, holder: `h-${who}`, host: "laptop", pid: 7, ttl_s: 120 });
+}
+await wakeCall("rev-1/turn", {
+  identity: "rev-1",
+  holder: "h-rev-1",
+  activity: "paused",
+  channels: ["team"],
+  why: "the loop guard",
+  turn: { started_ms: Date.now() - 2000, ended_ms: Date.now() - 1000, channels: ["team"], messages: 2, outcome: "ok", attempt: 1 },
+});
+await post("team", "alice", "wake check");
+const paused = presence.locator("li", { hasText: "rev-1" });
+await paused.getByText("waiting on you: paused by the loop guard").waitFor({ timeout: 10_000 });
+check((await presence.locator("li", { hasText: "rev-2" }).textContent()).includes("listening (wakes on messages)"), "the member list shows a woken identity listening", await presence.locator("li", { hasText: "rev-2" }).textContent());
+await paused.locator(".activity.wake").click();
+const turnsShown = await page.textContent("#detail-body");
+check(/2 message\(s\) on team · ok \(attempt 1/.test(turnsShown), "a woken identity's last turns show on a click", turnsShown);
+
 // Hostile bodies stay text.
 await post("team", "mallory", `<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2"> **bold**`);
 await list.getByText("window.__xss = 1", { exact: false }).waitFor({ timeout: 5_000 });

@@ -217,6 +217,21 @@ async fn a_directive_wakes_the_agent_within_a_second_with_the_message_in_its_pro
     );
     assert_eq!(t.who, "reviewer");
     assert!(!t.stdin, "{{prompt}} was in the arguments: stdin stays empty");
+    // "Read by" counts the turn that handled it, and says what wake does for the identity.
+    let readers = format!("/api/channels/dev/messages/{}/readers", m["id"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, r) = get_json(&c, &s.url(&readers)).await;
+        if r["read_by"].as_array().unwrap().iter().any(|w| w == "reviewer") {
+            assert_eq!(r["woken"]["reviewer"], "listening (wakes on messages)", "{r}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the handled directive never counted as read: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // A reply to one of its messages wakes it too.
     let mine = post(&c, &s, "ops", json!({"sender": "reviewer", "body": "done?"})).await;
     post(
@@ -230,6 +245,18 @@ async fn a_directive_wakes_the_agent_within_a_second_with_the_message_in_its_pro
     assert!(
         turns[1].prompt.contains("yes") && !turns[1].prompt.contains("review PR 7"),
         "{turns:?}"
+    );
+    // crosstalk status says who is woken, and what it does.
+    let out = Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+        .args(["status", "--relay", &s.url("")])
+        .env_remove("CROSSTALK_URL")
+        .env_remove("CROSSTALK_TOKEN")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("woken: reviewer listening (wakes on messages) (crosstalk wake, pid "),
+        "{said}"
     );
     let err = terminate(&mut w);
     assert!(err.contains("turns log to"), "{err}");
