@@ -86,10 +86,10 @@ struct Args {
 /// streams does not slow it down.
 const ALL: &[&str] = &[
     "post", "tail", "wake", "mcp", "fanout", "idle", "startup", "fsync", "channels", "waiters", "stdio", "cluster",
-    "search",
+    "search", "turns",
 ];
 /// Workloads of crosstalk alone: each starts a server of its own with the flags it measures.
-const OURS_ONLY: &[&str] = &["fsync", "channels", "waiters", "stdio", "cluster", "search"];
+const OURS_ONLY: &[&str] = &["fsync", "channels", "waiters", "stdio", "cluster", "search", "turns"];
 
 /// Raises the soft open-file limit to the hard one; returns the new soft limit.
 fn raise_nofile() -> usize {
@@ -277,6 +277,7 @@ async fn bench_one(
             "stdio" => workload::stdio::stdio(plan, launcher, &dir, rec).await,
             "cluster" => workload::cluster::cluster(plan, launcher, &dir, rec).await,
             "search" => workload::search::search(plan, launcher, &dir, rec).await,
+            "turns" => workload::turns::turns(plan, launcher, &dir, rec).await,
             _ => workload::scale::waiters(plan, launcher, &dir, rec).await,
         };
         record_outcome(rec, kind, name, outcome, &mut failed);

@@ -495,6 +495,24 @@ const ROWS: &[Row] = &[
         min_advantage: None,
         target_text: "recorded",
     },
+    Row {
+        key: "turn_start_p50_ms",
+        label: "15. crosstalk wake: post → turn start p50",
+        unit: "ms",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
+    Row {
+        key: "turn_start_p99_ms",
+        label: "15. crosstalk wake: post → turn start p99",
+        unit: "ms",
+        higher_is_better: false,
+        goal: Some(Goal::AtMost(1000.0)),
+        min_advantage: None,
+        target_text: "≤ 1 s",
+    },
 ];
 
 /// A figure for humans: thousands separated, sensible decimals.
@@ -842,6 +860,8 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
             p99 = crate::workload::cluster::SUSTAINED_P99_MS, r = p.wake_rounds),
         format!("14. Search: a server of its own, filled over HTTP (`--durability relaxed`, 64 connections) with {n} messages of 100 bytes on 16 channels, words drawn from a 5,000-word vocabulary with Zipf-like frequencies; the first search waits for the index to hold them all (indexing rate = messages ÷ that time); then six kinds of query (a common word, a rare word, a prefix, a phrase, a word with a transposed letter, two words), 200 times each one after another over one connection, `limit=20`: p50 and p95 of all (each kind's in `results.json`); the index's size on disk after a clean stop; the relay's RSS after the queries. crosstalk only.",
             n = p.search_messages),
+        format!("15. crosstalk wake: a server of its own; one `crosstalk wake --as bench-agent` process whose command is `sh -c 'date +%s.%N >> FILE'`; a REST post of a DIRECTIVE to bench-agent; time from just before the POST is sent until the time the command wrote (one clock), up to {r} rounds, each after the turn before it ended. crosstalk only.",
+            r = p.wake_rounds),
     ] {
         let _ = writeln!(s, "{line}");
     }

@@ -11,6 +11,7 @@ pub mod scale;
 pub mod search;
 pub mod startup;
 pub mod stdio;
+pub mod turns;
 pub mod wake;
 
 use crate::client::{RawConn, RawRequest};
