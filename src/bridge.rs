@@ -19,7 +19,8 @@ use rmcp::model::{InitializeResult, Prompt, ResourceTemplate, Tool};
 use std::path::PathBuf;
 
 /// Most bytes of JSON the bridge's `tools/list` may take with `--tools core` (the relay's core
-/// tools and the bridge's own three): what a host with a lean list puts in every turn.
+/// tools and the bridge's own three, outside a turn of `crosstalk wake`): what a host with a
+/// lean list puts in every turn.
 pub const CORE_TOOLS_LIST_BUDGET: usize = 5_500;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -64,6 +64,8 @@ const MAX_PENDING_PERMISSIONS: usize = 256;
 
 /// The longest a prompt's fields are copied into the PERMISSION message.
 const PREVIEW_CHARS: usize = 2000;
+/// How long `permission_prompt` waits for a person's verdict before it denies.
+pub const PERMISSION_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Live {
     pub fn new(rest: Arc<RelayClient>) -> Arc<Live> {
@@ -159,6 +161,103 @@ impl Live {
             l.task.abort();
         }
         json!({"channel": channel, "listening": false, "was_listening": was.is_some()})
+    }
+
+    /// Claude Code's `--permission-prompt-tool` (a headless turn cannot ask its terminal): a
+    /// PERMISSION to the humans on the turn's channel (`CROSSTALK_CHANNELS`' first, as
+    /// `crosstalk wake` sets it; else the first listened channel; else `permissions`), as this
+    /// session's identity (else `CROSSTALK_AS`, else `claude-code`); then the humans' verdict, in
+    /// the shape Claude Code reads: `{"behavior":"allow","updatedInput":…}` or
+    /// `{"behavior":"deny","message":…}`. Only a human's ANSWER decides it (the relay refuses
+    /// anyone else's); no verdict within [`PERMISSION_WAIT`] is a deny.
+    pub async fn permission_prompt(&self, args: &serde_json::Map<String, Value>) -> Value {
+        let deny = |why: String| json!({"behavior": "deny", "message": why});
+        let tool = args
+            .get("tool_name")
+            .and_then(Value::as_str)
+            .unwrap_or("a tool")
+            .to_owned();
+        let input = args.get("input").cloned().unwrap_or_else(|| json!({}));
+        let listened = self.listeners.lock().keys().next().cloned();
+        let channel = std::env::var("CROSSTALK_CHANNELS")
+            .ok()
+            .and_then(|c| c.split(',').map(str::trim).find(|c| !c.is_empty()).map(str::to_owned))
+            .or(listened)
+            .unwrap_or_else(|| "permissions".to_owned());
+        let Ok(channel) = ChannelName::parse(&channel) else {
+            return deny(format!(
+                "no channel to ask the humans on ({channel:?} is not a channel name)"
+            ));
+        };
+        let sender = self
+            .me
+            .lock()
+            .clone()
+            .or_else(|| std::env::var("CROSSTALK_AS").ok().filter(|s| !s.trim().is_empty()))
+            .unwrap_or_else(|| "claude-code".to_owned());
+        let mut preview = input.to_string();
+        if preview.chars().count() > PREVIEW_CHARS {
+            preview = preview.chars().take(PREVIEW_CHARS).collect::<String>() + "…";
+        }
+        let mut body = format!("Allow {tool}? {preview}");
+        if let Some(id) = args.get("tool_use_id").and_then(Value::as_str) {
+            body.push_str(&format!("\n(tool use {id})"));
+        }
+        let asking = NewMessage {
+            sender,
+            kind: Some(Meaning::Permission.into()),
+            body,
+            recipient: Some(crosstalk_schema::message::ANY_HUMAN.to_owned()),
+            ..NewMessage::default()
+        };
+        let asked = match self.rest.post(&channel, asking).await {
+            Ok(m) => m,
+            Err(f) => {
+                return deny(format!(
+                    "the permission request could not be posted to the relay: {}",
+                    f.0
+                ))
+            }
+        };
+        tracing::info!(channel = %channel, message = asked.id, tool = %tool, "permission prompt asked of the humans");
+        let deadline = tokio::time::Instant::now() + PERMISSION_WAIT;
+        let mut since = asked.id;
+        while tokio::time::Instant::now() < deadline {
+            let left = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .as_secs_f64();
+            let request = crate::ops::messages::WaitRequest {
+                channel: channel.clone(),
+                since_id: since,
+                limit: None,
+                timeout_s: Some(left.min(60.0)),
+                instance_id: None,
+                role: Default::default(),
+                exclude_self: None,
+            };
+            let messages = match self.rest.call(crate::api::WAIT, &request).await {
+                Ok(a) => a.messages(),
+                Err(f) => {
+                    tracing::warn!(error = %f.0, "waiting for a permission verdict failed; trying again");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            for m in messages {
+                since = since.max(m.id);
+                if m.kind.is(Meaning::Answer) && m.reply_to == Some(asked.id) {
+                    return match m.body.trim().to_ascii_lowercase().as_str() {
+                        "allow" => json!({"behavior": "allow", "updatedInput": input}),
+                        _ => deny(format!("{} denied it on the relay (#{} on {channel})", m.sender, m.id)),
+                    };
+                }
+            }
+        }
+        deny(format!(
+            "no person answered within {} minutes (#{} on {channel} stays open)",
+            PERMISSION_WAIT.as_secs() / 60,
+            asked.id
+        ))
     }
 
     /// The host asks whether its agent may use a tool: a PERMISSION message on the listened

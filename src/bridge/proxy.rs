@@ -637,14 +637,50 @@ impl Bridge {
     }
 }
 
+/// The tool Claude Code's `--permission-prompt-tool` names (`mcp__crosstalk__permission_prompt`).
+pub const PERMISSION_TOOL: &str = "permission_prompt";
+
 fn schema(v: Value) -> Arc<serde_json::Map<String, Value>> {
     Arc::new(v.as_object().cloned().unwrap_or_default())
 }
 
-/// The tools only the bridge has. Each acts on this session's delivery only, never on the
-/// relay's data nor beyond it, and says so, so that a host with an approval policy (Codex runs
-/// only tools that say they reach nothing outside) runs them without asking a person.
+/// The tools only the bridge has. Each acts on this session's delivery only, never beyond the
+/// relay, and says so, so that a host with an approval policy (Codex runs only tools that say
+/// they reach nothing outside) runs them without asking a person; `permission_prompt` asks the
+/// relay's humans.
 fn own_tools() -> Vec<Tool> {
+    let mut tools = session_tools();
+    // Only in a turn `crosstalk wake` runs (it sets CROSSTALK_CHANNELS): every byte of the
+    // list is in every turn's context, and only a headless turn needs it.
+    if std::env::var_os("CROSSTALK_CHANNELS").is_some() {
+        tools.push(permission_tool());
+    }
+    tools
+}
+
+/// `permission_prompt`, for Claude Code's `--permission-prompt-tool`.
+fn permission_tool() -> Tool {
+    Tool::new(
+        PERMISSION_TOOL,
+        "For claude --permission-prompt-tool mcp__crosstalk__permission_prompt: asks the humans on the \
+             relay whether a tool may run, waits for their allow or deny, and answers in Claude Code's shape.",
+        schema(json!({"type": "object", "properties": {
+                "tool_name": {"type": "string"},
+                "input": {"type": "object"},
+                "tool_use_id": {"type": "string"}
+            }, "required": ["tool_name", "input"]})),
+    )
+    .with_annotations(
+        ToolAnnotations::new()
+            .read_only(false)
+            .destructive(false)
+            .idempotent(false)
+            .open_world(false),
+    )
+}
+
+/// The tools every session of the bridge has.
+fn session_tools() -> Vec<Tool> {
     let channel = json!({"type": "object", "properties": {"channel": {"type": "string", "description": "The channel."}}, "required": ["channel"]});
     // Turning a push on or off changes what this session is sent, nothing else; twice is once.
     let switch = ToolAnnotations::new()
@@ -865,6 +901,13 @@ impl ServerHandler for Bridge {
             ("stop_listening", Some(ch)) => Ok(answer(self.live.stop(&ch), false)),
             ("listen_live" | "stop_listening", None) => Ok(answer(json!({"error": "channel is required"}), true)),
             ("delivery_status", _) => Ok(answer(self.live.status_and_wake().await, false)),
+            // Claude Code reads the verdict from the text: the JSON it expects, alone.
+            (PERMISSION_TOOL, _) => {
+                let verdict = self.live.permission_prompt(&args).await;
+                let mut r = CallToolResult::success(vec![ContentBlock::text(verdict.to_string())]);
+                r.structured_content = Some(verdict);
+                Ok(CallToolResponse::from(r))
+            }
             (name, channel) => {
                 let name = name.to_owned();
                 if let Some(ch) = channel {

@@ -1224,3 +1224,112 @@ async fn on_a_relay_without_tokens_a_registered_agent_decides_nothing() {
     let (st, e) = request(&c, "POST", &s.url("/api/channels/ops/messages"), Some(body), None).await;
     assert_eq!((st, e["type"].as_str()), (200, Some("answer")), "{e}");
 }
+
+/// Claude Code's `--permission-prompt-tool mcp__crosstalk__permission_prompt`, as a headless
+/// turn of `crosstalk wake` calls it: the request goes to the humans on the turn's channel, a
+/// person's allow or deny comes back in the shape Claude Code reads, and no agent decides it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_permission_prompt_tool_asks_the_humans_and_answers_in_claude_codes_shape() {
+    let s = Server::start();
+    let c = client();
+    let url = s.url("");
+    let env = [("CROSSTALK_CHANNELS", "ops,dev"), ("CROSSTALK_AS", "reviewer")];
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url], &env));
+    let tools = tokio::task::block_in_place(|| b.request("tools/list", json!({})));
+    assert!(
+        tools["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "permission_prompt"),
+        "{tools}"
+    );
+    // Asked on the turn's first channel, as its identity, of any human; the call blocks.
+    let ask = |mut b: Bridge, command: &'static str| {
+        std::thread::spawn(move || {
+            let r = b.call(
+                "permission_prompt",
+                json!({"tool_name": "Bash", "input": {"command": command}, "tool_use_id": "tu-1"}),
+            );
+            (b, r)
+        })
+    };
+    let asked_of = |c: reqwest::Client, url: String, command: &'static str| async move {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, list) = get_json(&c, &format!("{url}/api/channels/ops/messages?since_id=0")).await;
+            if let Some(q) = list.as_array().and_then(|l| {
+                l.iter()
+                    .find(|m| m["type"] == "PERMISSION" && m["body"].as_str().unwrap().contains(command))
+            }) {
+                return q.clone();
+            }
+            assert!(Instant::now() < deadline, "no PERMISSION on ops: {list}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let waiting = ask(b, "rm -rf build");
+    let q = asked_of(c.clone(), url.clone(), "rm -rf build").await;
+    assert_eq!(
+        (q["sender"].as_str(), q["recipient"].as_str()),
+        (Some("reviewer"), Some("any-human")),
+        "{q}"
+    );
+    assert!(q["body"].as_str().unwrap().starts_with("Allow Bash? "), "{q}");
+    // An agent cannot decide it; a person allows it.
+    let (status, reg) = request(
+        &c,
+        "POST",
+        &s.url("/api/register"),
+        Some(json!({"instance_id": "bot", "kind": "agent"})),
+        None,
+    )
+    .await;
+    assert!(status < 300, "{reg}");
+    let (status, _) = request(
+        &c,
+        "POST",
+        &s.url("/api/channels/ops/messages"),
+        Some(json!({"sender": "bot", "type": "ANSWER", "body": "allow", "reply_to": q["id"]})),
+        reg["session"].as_str(),
+    )
+    .await;
+    assert_eq!(status, 403);
+    post(
+        &c,
+        &s,
+        "ops",
+        json!({"sender": "pat", "type": "ANSWER", "body": "allow", "reply_to": q["id"]}),
+    )
+    .await;
+    let (b, r) = tokio::task::block_in_place(|| waiting.join().unwrap());
+    let verdict: Value = serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        verdict,
+        json!({"behavior": "allow", "updatedInput": {"command": "rm -rf build"}}),
+        "{r}"
+    );
+    // A person denies the next one with crosstalk answer.
+    let waiting = ask(b, "git push --force");
+    let q = asked_of(c.clone(), url.clone(), "git push --force").await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_crosstalk"))
+        .args([
+            "answer",
+            "ops",
+            &q["id"].to_string(),
+            "deny",
+            "--as",
+            "pat",
+            "--relay",
+            &url,
+        ])
+        .env_remove("CROSSTALK_URL")
+        .env_remove("CROSSTALK_TOKEN")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_b, r) = tokio::task::block_in_place(|| waiting.join().unwrap());
+    let verdict: Value = serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(verdict["behavior"], "deny", "{r}");
+    assert!(verdict["message"].as_str().unwrap().contains("pat denied it"), "{r}");
+}
