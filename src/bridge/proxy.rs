@@ -901,11 +901,11 @@ impl ServerHandler for Bridge {
             ("stop_listening", Some(ch)) => Ok(answer(self.live.stop(&ch), false)),
             ("listen_live" | "stop_listening", None) => Ok(answer(json!({"error": "channel is required"}), true)),
             ("delivery_status", _) => Ok(answer(self.live.status_and_wake().await, false)),
-            // Claude Code reads the verdict from the text: the JSON it expects, alone.
+            // Claude Code reads the verdict from one text block, the JSON it expects, and nothing
+            // else: with structured content beside it, it refuses the answer.
             (PERMISSION_TOOL, _) => {
                 let verdict = self.live.permission_prompt(&args).await;
-                let mut r = CallToolResult::success(vec![ContentBlock::text(verdict.to_string())]);
-                r.structured_content = Some(verdict);
+                let r = CallToolResult::success(vec![ContentBlock::text(verdict.to_string())]);
                 Ok(CallToolResponse::from(r))
             }
             (name, channel) => {

@@ -491,6 +491,15 @@ impl Waker {
         };
         #[cfg(unix)]
         cmd.process_group(0);
+        // Killed with wake, even by SIGKILL, which gives it no time to stop its turn.
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl(2) in the child between fork and exec, touching nothing of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => return Ran::Failed(format!("could not start {}: {e}", self.s.command[0])),

@@ -422,13 +422,14 @@ async fn scan(
             if m.sender == who {
                 continue;
             }
+            // A reply to one of its messages wakes it, but for the verdict on a PERMISSION it
+            // asked: that goes to the turn that asked (its permission-prompt tool), which waits
+            // for it.
             let addressed = m.recipient.as_deref() == Some(who)
                 || match m.reply_to {
-                    Some(parent) => cx
-                        .relay
-                        .message(&name, parent)
-                        .await?
-                        .is_some_and(|q| q.message.sender == who),
+                    Some(parent) => cx.relay.message(&name, parent).await?.is_some_and(|q| {
+                        q.message.sender == who && !q.message.kind.is(crosstalk_schema::Meaning::Permission)
+                    }),
                     None => false,
                 };
             if addressed || listen.contains(&name) {

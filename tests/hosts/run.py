@@ -371,6 +371,169 @@ class Suite:
         )
         self.check(p.returncode == 0, f"{label}: claude -p exits 0 with the model's answer", p.returncode)
 
+    def claude_woken(self):
+        """`crosstalk wake` with the real Claude Code as the agent: a directive wakes it, the
+        model answers on the channel through the relay's tools, and the reply to that answer
+        wakes it again; each turn a `claude -p` of its own, the new messages in its prompt."""
+        label = "crosstalk wake running claude -p"
+        channel, me = "hosts-wake", "claude-woken"
+        home = self.home("claude-wake")
+        server = {"type": "stdio", "command": self.args.crosstalk, "args": ["mcp", "--relay", self.relay.base]}
+        config = os.path.join(home, "mcp.json")
+        with open(config, "w") as f:
+            json.dump({"mcpServers": {"crosstalk": server}}, f)
+        script = "claude-woken"
+        self.model.script(
+            script,
+            [
+                Call("post_message", {"channel": channel, "sender": me, "body": "on it"}),
+                Say("answered"),
+            ],
+        )
+        argv = [self.args.crosstalk, "wake", "--relay", self.relay.base, "--as", me, "--log-dir", home, "--"]
+        argv += [self.args.claude, "-p", f"[script:{script}] {{prompt}}", "--mcp-config", config]
+        argv += ["--strict-mcp-config", "--allowedTools", "mcp__crosstalk"]
+        wake = subprocess.Popen(
+            argv, env=self.claude_env(home), cwd=home, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while not any(w["identity"] == me for w in self.relay.get("/api/wake")["woken"]):
+                if time.monotonic() > deadline or wake.poll() is not None:
+                    raise Failed(f"{label}: wake never held {me}")
+                time.sleep(0.1)
+            directive = {"sender": "lead", "type": "DIRECTIVE", "recipient": me, "body": "review the plan"}
+            asked = self.relay.post(f"/api/channels/{channel}/messages", directive)
+
+            def answers(n):
+                deadline = time.monotonic() + HOST_LIMIT_S
+                while True:
+                    mine = [m for m in self.relay.messages(channel) if m["sender"] == me]
+                    if len(mine) >= n:
+                        return mine
+                    if time.monotonic() > deadline or wake.poll() is not None:
+                        raise Failed(f"{label}: {len(mine)} answers from {me}, not {n}")
+                    time.sleep(0.2)
+
+            first = answers(1)[0]
+            self.check(
+                first["body"] == "on it" and first["id"] > asked["id"],
+                f"{label}: a directive woke the real host, which answered on the channel through the relay's tools",
+                first,
+            )
+            seen = self.model.seen.get(script, [])
+            self.check(
+                [s.tool for s in seen][:1] == ["post_message"] and not seen[0].error,
+                f"{label}: the model's post_message went through",
+                [(s.tool, s.text[:200]) for s in seen],
+            )
+            self.relay.post(
+                f"/api/channels/{channel}/messages",
+                {"sender": "lead", "body": "thanks; one more thing", "reply_to": first["id"]},
+            )
+            second = answers(2)[1]
+            self.check(second["id"] > first["id"], f"{label}: the reply to its answer woke it again", second)
+            # The turn that posted it ends (and is recorded) once claude -p exits.
+            deadline = time.monotonic() + 30
+            while True:
+                state = next(w for w in self.relay.get("/api/wake")["woken"] if w["identity"] == me)
+                if len(state["turns"]) >= 2 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            outcomes = [t["outcome"] for t in state["turns"]]
+            self.check(outcomes == ["ok", "ok"], f"{label}: two turns, each claude -p exiting 0", state)
+        finally:
+            wake.terminate()
+            try:
+                _, err = wake.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                wake.kill()
+                _, err = wake.communicate()
+        self.check(wake.returncode == 0, f"{label}: wake stops cleanly on SIGTERM", err[-1500:])
+
+    def claude_permission(self):
+        """A woken turn whose model wants a tool it was not allowed: Claude Code asks
+        `--permission-prompt-tool mcp__crosstalk__permission_prompt`, the bridge posts a
+        PERMISSION to the humans, a person allows it over REST, and the tool runs."""
+        label = "crosstalk wake, claude -p --permission-prompt-tool"
+        channel, me = "hosts-permission", "claude-asks"
+        home = self.home("claude-permission")
+        server = {"type": "stdio", "command": self.args.crosstalk, "args": ["mcp", "--relay", self.relay.base]}
+        config = os.path.join(home, "mcp.json")
+        with open(config, "w") as f:
+            json.dump({"mcpServers": {"crosstalk": server}}, f)
+        script = "claude-permission"
+        # A command that changes something: Claude Code asks before running it (an echo it
+        # would run unasked).
+        made = os.path.join(home, "permitted-by-a-person")
+        self.model.script(script, [Call("Bash", {"command": f"mkdir {made} && echo made"}), Say("ran it")])
+        argv = [self.args.crosstalk, "wake", "--relay", self.relay.base, "--as", me, "--log-dir", home, "--"]
+        argv += [self.args.claude, "-p", f"[script:{script}] {{prompt}}", "--mcp-config", config]
+        argv += ["--strict-mcp-config", "--allowedTools", "mcp__crosstalk"]
+        argv += ["--permission-prompt-tool", "mcp__crosstalk__permission_prompt"]
+        wake = subprocess.Popen(
+            argv, env=self.claude_env(home), cwd=home, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while not any(w["identity"] == me for w in self.relay.get("/api/wake")["woken"]):
+                if time.monotonic() > deadline or wake.poll() is not None:
+                    raise Failed(f"{label}: wake never held {me}")
+                time.sleep(0.1)
+            directive = {"sender": "lead", "type": "DIRECTIVE", "recipient": me, "body": "run the check"}
+            self.relay.post(f"/api/channels/{channel}/messages", directive)
+            deadline = time.monotonic() + 60
+            while True:
+                asks = [m for m in self.relay.messages(channel) if m["type"] == "PERMISSION"]
+                if asks:
+                    break
+                if time.monotonic() > deadline or wake.poll() is not None:
+                    raise Failed(f"{label}: no PERMISSION reached the relay; model saw {self.model.seen.get(script)}")
+                time.sleep(0.2)
+            ask = asks[0]
+            self.check(
+                ask["sender"] == me and ask["recipient"] == "any-human" and "Allow Bash?" in ask["body"],
+                f"{label}: Claude Code's permission request reached the humans on the turn's channel",
+                ask,
+            )
+            answer = {"sender": "pat", "type": "ANSWER", "body": "allow", "reply_to": ask["id"]}
+            self.relay.post(f"/api/channels/{channel}/messages", answer)
+            deadline = time.monotonic() + HOST_LIMIT_S
+            while not self.model.seen.get(script):
+                if time.monotonic() > deadline:
+                    raise Failed(f"{label}: the tool never ran after the allow")
+                time.sleep(0.2)
+            ran = self.model.seen[script][0]
+            self.check(
+                ran.tool == "Bash" and not ran.error and "made" in ran.text and os.path.isdir(made),
+                f"{label}: a person's allow let the tool run, and the model got its output",
+                (ran.tool, ran.error, ran.text[:300]),
+            )
+            # The turn ends (claude -p exits, its bridge closes its session) before wake stops.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                state = next(w for w in self.relay.get("/api/wake")["woken"] if w["identity"] == me)
+                if state["turns"]:
+                    break
+                time.sleep(0.1)
+            self.check(
+                [t["outcome"] for t in state["turns"]] == ["ok"],
+                f"{label}: the turn ended, claude -p exiting 0",
+                state,
+            )
+        finally:
+            wake.terminate()
+            try:
+                _, err = wake.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                wake.kill()
+                _, err = wake.communicate()
+        self.check(wake.returncode == 0, f"{label}: wake stops cleanly on SIGTERM", err[-1500:])
+        # The verdict went to the turn that asked; it woke nothing more.
+        self.check(len(state["turns"]) == 1, f"{label}: the verdict did not wake it again", state)
+
     def claude_mcp_list(self):
         home = self.home("claude-list")
         env = self.claude_env(home)
@@ -519,6 +682,10 @@ def main():
             suite.scenario(listed, suite.claude_mcp_list)
             down = "Claude Code through crosstalk mcp with its relay down: every tool offered, a call says why"
             suite.scenario(down, suite.claude_relay_down)
+            woken = "crosstalk wake: a directive wakes the real Claude Code, which answers, and the reply wakes it again"
+            suite.scenario(woken, suite.claude_woken)
+            asks = "crosstalk wake: a woken Claude Code's permission request decided by a person on the relay"
+            suite.scenario(asks, suite.claude_permission)
         if args.only in (None, "codex"):
             for transport in ("http", "stdio"):
                 suite.codex(transport)
