@@ -72,8 +72,10 @@ fn error_responses(e: &Endpoint) -> Map<String, Value> {
     add("401", "missing or wrong bearer token");
     add("403", "the token or session may not act as that identity");
     add("404", "what the request names does not exist");
-    if e.method != actix_web::http::Method::GET {
+    if e.method != actix_web::http::Method::GET || e.conflicts {
         add("409", "conflicts with the current state");
+    }
+    if e.method != actix_web::http::Method::GET {
         add("413", "the body is too large");
     }
     add(

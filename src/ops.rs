@@ -117,6 +117,8 @@ pub trait Operation: 'static {
     /// It blocks until something happens (a wait, an ask): a request made with an OAuth token
     /// is cut short when the token ends, rather than outliving it.
     const WAITS: bool = false;
+    /// Even as a read (a GET), it may answer 409: what it reads is held by someone else.
+    const CONFLICTS: bool = false;
     type Request: DeserializeOwned + JsonSchema + Send + 'static;
     type Response: Serialize + JsonSchema + Send + 'static;
 

@@ -44,6 +44,8 @@ pub struct Endpoint {
     pub name: &'static str,
     /// The OpenAPI `operationId` when it is not derived from the name and method.
     pub operation_id: Option<&'static str>,
+    /// A GET that may answer 409 ([`crate::ops::Operation::CONFLICTS`]).
+    pub conflicts: bool,
     pub description: &'static str,
     /// Schemas of the operation's request and of this route's answer.
     pub request: fn(&mut SchemaGenerator) -> Schema,
@@ -76,6 +78,7 @@ where
         status,
         name: O::NAME,
         operation_id,
+        conflicts: O::CONFLICTS,
         description: O::DESCRIPTION,
         request: schema::<O::Request>,
         response: schema::<P>,

@@ -337,6 +337,7 @@ impl Operation for WakePending {
         channel, or on a listened channel), after what its turns handled; moves nothing.";
     const READ_ONLY: bool = true;
     const WAITS: bool = true;
+    const CONFLICTS: bool = true;
     type Request = PendingRequest;
     type Response = Pending;
 

@@ -406,6 +406,24 @@ def scenario(c):
     delete(ONE, path={"id": rid}, query={"holder": "alice"}, session=sa)
     delete(ONE, path={"id": rid}, query={"holder": "alice"}, session=sa, expect=404)
 
+    # crosstalk wake's side: a lease, what wakes the identity, a turn's end, the list
+    LEASE, PENDING, TURN = "/api/wake/{identity}/lease", "/api/wake/{identity}/pending", "/api/wake/{identity}/turn"
+    who, never = {"identity": "woken-1"}, {"identity": "never-woken"}
+    lease = {"holder": "h-1", "host": "here", "pid": 1, "ttl_s": 60}
+    post(LEASE, lease, path=who)
+    post(LEASE, {**lease, "holder": "h-2"}, path=who, expect=409)
+    post(LEASE, {**lease, "ttl_s": 0}, path=who, expect=400)
+    post(LEASE, {**lease, "pid": "one"}, path=who, **BAD)
+    get(PENDING, path=who, query={"holder": "h-1", "timeout_s": 0})
+    get(PENDING, path=who, query={"holder": "h-2", "timeout_s": 0}, expect=409)
+    get(PENDING, path=never, query={"holder": "h", "timeout_s": 0}, expect=404)
+    get(PENDING, path=who, query={"holder": "h-1", "listen": "bad!", "timeout_s": 0}, expect=400)
+    post(TURN, {"holder": "h-1", "activity": "listening", "handled": {"general": 1}}, path=who)
+    post(TURN, {"holder": "h-1", "activity": "dancing"}, path=who, expect=400)
+    get("/api/wake")
+    delete(LEASE, path=who, query={"holder": "h-1"})
+    delete(LEASE, path=never, query={"holder": "h"}, expect=404)
+
     # the SSE stream, and presence while carol streams
     get(STREAM)
     get(STREAM, query={"since_id": 0, "participant_id": "carol", "display_name": "Carol", "kind": "human",
