@@ -1333,3 +1333,23 @@ async fn the_permission_prompt_tool_asks_the_humans_and_answers_in_claude_codes_
     assert_eq!(verdict["behavior"], "deny", "{r}");
     assert!(verdict["message"].as_str().unwrap().contains("pat denied it"), "{r}");
 }
+
+/// `delivery_status` says what `crosstalk wake` does for the session's identity: nothing
+/// before it holds it, its state while it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_status_names_the_wake_state_of_the_identity() {
+    let s = Server::start();
+    let c = client();
+    let url = s.url("");
+    let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url], &[]));
+    tokio::task::block_in_place(|| b.call("register", json!({"instance_id": "woken-agent"})));
+    let st = structured(&tokio::task::block_in_place(|| b.call("delivery_status", json!({}))));
+    assert_eq!(st["wake"], Value::Null, "{st}");
+    // A wake process takes the identity (as crosstalk wake does, through the same routes).
+    let lease = json!({"holder": "h-1", "host": "here", "pid": 7, "ttl_s": 60});
+    let (status, _) = request(&c, "POST", &s.url("/api/wake/woken-agent/lease"), Some(lease), None).await;
+    assert_eq!(status, 200);
+    let st = structured(&tokio::task::block_in_place(|| b.call("delivery_status", json!({}))));
+    assert_eq!(st["wake"]["state"], "listening (wakes on messages)", "{st}");
+    assert_eq!(st["wake"]["held_by"], "7@here", "{st}");
+}

@@ -31,6 +31,7 @@ case "${FAKE_MODE:-}" in
            --relay "$CROSSTALK_URL" > /dev/null ;;
 esac
 echo "end $(date +%s.%N)" >> "$t.meta"
+if [ -n "${FAKE_SAY:-}" ]; then echo "$FAKE_SAY"; fi
 "#;
 
 /// A fake agent's folder and script.
@@ -619,4 +620,36 @@ async fn bad_input_gets_a_clear_line_without_a_backtrace() {
         err.contains("cannot reach the relay") && err.contains("waiting for it"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_output_posts_the_turns_stdout_as_the_identity_on_the_channel_that_woke_it() {
+    let s = Server::start();
+    let c = client();
+    let agent = Agent::new();
+    let say = [("FAKE_SAY", "the agent says: done")];
+    let mut w = wake(&s, &agent, "scribe", &["--post-output"], &say, true);
+    until_woken(&s, "scribe").await;
+    post(&c, &s, "ops", directive("alice", "scribe", "write it up")).await;
+    agent.until_turns(1, Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, list) = get_json(&c, &s.url("/api/channels/ops/messages?since_id=0")).await;
+        let said: Vec<&Value> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["sender"] == "scribe")
+            .collect();
+        if let Some(m) = said.first() {
+            assert_eq!(m["body"], "the agent says: done", "{list}");
+            assert_eq!(said.len(), 1, "{list}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the turn's output was never posted: {list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Its own post wakes nothing.
+    quiet(&agent, 1, Duration::from_millis(500));
+    terminate(&mut w);
 }
