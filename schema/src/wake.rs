@@ -52,7 +52,7 @@ pub enum Activity {
 }
 
 /// One turn as it ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Turn {
     pub started_ms: i64,
     pub ended_ms: i64,

@@ -12,8 +12,9 @@
 use super::{Failure, Outcome, Span};
 use crate::api;
 use crate::client::RelayClient;
-use crate::ops::wake::{HolderRequest, LeaseRequest, PendingRequest, TurnRecord, TurnRequest, Waking};
+use crate::ops::wake::{ActivityArg, HolderRequest, LeaseRequest, PendingRequest, TurnRequest, Waking};
 use crosstalk_schema::message::ANY_HUMAN;
+use crosstalk_schema::wake::Turn;
 use crosstalk_schema::{ChannelName, Meaning, Message, NewMessage, Timestamp};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::io::Write;
@@ -142,7 +143,8 @@ enum Ran {
 
 impl Waker {
     async fn run(&mut self) -> Result<Outcome, Failure> {
-        self.tell("listening", &[], None, None, BTreeMap::new(), None).await;
+        self.tell(ActivityArg::Listening, &[], None, None, BTreeMap::new(), None)
+            .await;
         while !self.stop.load(Ordering::SeqCst) && !self.lost.load(Ordering::SeqCst) {
             let request = PendingRequest {
                 identity: self.s.me.clone(),
@@ -259,7 +261,7 @@ impl Waker {
                 let question = self.ask_humans(c, body).await;
                 self.paused.insert(c.clone(), question.unwrap_or(0));
                 self.tell(
-                    "paused",
+                    ActivityArg::Paused,
                     std::slice::from_ref(c),
                     Some("the loop guard"),
                     question,
@@ -289,8 +291,15 @@ impl Waker {
             self.budget_paused = true;
             self.budget_question = question;
             self.held.extend(batch);
-            self.tell("paused", &[], Some("the hourly budget"), question, scanned, None)
-                .await;
+            self.tell(
+                ActivityArg::Paused,
+                &[],
+                Some("the hourly budget"),
+                question,
+                scanned,
+                None,
+            )
+            .await;
             return Ok(());
         }
         if batch.is_empty() {
@@ -309,10 +318,11 @@ impl Waker {
         loop {
             attempt += 1;
             let started = Timestamp::now().millis();
-            self.tell("working", &channels, None, None, BTreeMap::new(), None).await;
+            self.tell(ActivityArg::Working, &channels, None, None, BTreeMap::new(), None)
+                .await;
             let ran = self.run_command(&prompt, &channels, attempt).await;
             let ended = Timestamp::now().millis();
-            let record = |outcome: &str| TurnRecord {
+            let record = |outcome: &str| Turn {
                 started_ms: started,
                 ended_ms: ended,
                 channels: channels.clone(),
@@ -329,8 +339,15 @@ impl Waker {
                     return Ok(());
                 }
                 Ran::Stopped => {
-                    self.tell("listening", &[], None, None, BTreeMap::new(), Some(record("stopped")))
-                        .await;
+                    self.tell(
+                        ActivityArg::Listening,
+                        &[],
+                        None,
+                        None,
+                        BTreeMap::new(),
+                        Some(record("stopped")),
+                    )
+                    .await;
                     return Ok(());
                 }
                 Ran::Failed(why) if attempt > self.s.retries => {
@@ -346,8 +363,15 @@ impl Waker {
                     return Ok(());
                 }
                 Ran::Failed(why) => {
-                    self.tell("listening", &[], None, None, BTreeMap::new(), Some(record(&why)))
-                        .await;
+                    self.tell(
+                        ActivityArg::Listening,
+                        &[],
+                        None,
+                        None,
+                        BTreeMap::new(),
+                        Some(record(&why)),
+                    )
+                    .await;
                     let backoff = Duration::from_secs(1 << attempt.min(6));
                     eprintln!("crosstalk wake: turn failed ({why}); again in {} s", backoff.as_secs());
                     if sleep_unless_stopped(backoff, &self.stop).await {
@@ -360,10 +384,10 @@ impl Waker {
 
     /// Records the state between turns (paused by the budget or the guard, else listening),
     /// what is handled, and the turn that ended, if one did.
-    async fn rest(&self, handled: BTreeMap<String, u64>, turn: Option<TurnRecord>) {
+    async fn rest(&self, handled: BTreeMap<String, u64>, turn: Option<Turn>) {
         if self.budget_paused {
             self.tell(
-                "paused",
+                ActivityArg::Paused,
                 &[],
                 Some("the hourly budget"),
                 self.budget_question,
@@ -374,7 +398,7 @@ impl Waker {
         } else if let Some((channel, question)) = self.paused.iter().next() {
             let question = Some(*question).filter(|q| *q > 0);
             self.tell(
-                "paused",
+                ActivityArg::Paused,
                 std::slice::from_ref(channel),
                 Some("the loop guard"),
                 question,
@@ -383,24 +407,24 @@ impl Waker {
             )
             .await;
         } else {
-            self.tell("listening", &[], None, None, handled, turn).await;
+            self.tell(ActivityArg::Listening, &[], None, None, handled, turn).await;
         }
     }
 
     /// Records what the identity does now, and what is handled, on the relay.
     async fn tell(
         &self,
-        activity: &str,
+        activity: ActivityArg,
         channels: &[String],
         why: Option<&str>,
         question: Option<u64>,
         handled: BTreeMap<String, u64>,
-        turn: Option<TurnRecord>,
+        turn: Option<Turn>,
     ) {
         let request = TurnRequest {
             identity: self.s.me.clone(),
             holder: self.holder.clone(),
-            activity: activity.to_owned(),
+            activity,
             channels: channels.to_vec(),
             why: why.map(str::to_owned),
             question,

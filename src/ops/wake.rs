@@ -354,6 +354,9 @@ impl Operation for WakePending {
             .collect::<Result<_, _>>()?;
         let most = Limit::or(r.limit, PENDING_MOST).min(PENDING_MOST);
         let wait = caller.timeout(r.timeout_s, Duration::from_secs(30))?;
+        // Each pending wait looks again every PENDING_POLL: counted against the caller's
+        // --max-waits-per-principal like every other wait.
+        let _held = cx.hold(&caller.principal)?;
         let deadline = tokio::time::Instant::now() + wait;
         let store = Store::new(cx);
         loop {
@@ -410,6 +413,8 @@ async fn scan(
     };
     let mut channels = cx.relay.list_channels()?;
     channels.sort_by(|a, b| a.0.cmp(&b.0));
+    // Asked for once a look, only when a message wakes it.
+    let mut humans: Option<BTreeSet<String>> = None;
     for (name, meta) in channels {
         let from = state.handled.get(name.as_str()).copied().unwrap_or(0);
         if meta.last_id <= from || out.messages.len() >= most {
@@ -434,11 +439,15 @@ async fn scan(
                     None => false,
                 };
             if addressed || listen.contains(&name) {
-                let human = cx
-                    .relay
-                    .list_instances()
-                    .iter()
-                    .any(|i| i.instance_id == m.sender && i.kind == InstanceKind::Human);
+                let humans = humans.get_or_insert_with(|| {
+                    cx.relay
+                        .list_instances()
+                        .into_iter()
+                        .filter(|i| i.kind == InstanceKind::Human)
+                        .map(|i| i.instance_id)
+                        .collect()
+                });
+                let human = humans.contains(&m.sender);
                 out.messages.push(Waking { message: p, human });
             }
         }
@@ -452,8 +461,7 @@ async fn scan(
 pub struct TurnRequest {
     pub identity: String,
     pub holder: String,
-    /// `listening`, `working` or `paused`.
-    pub activity: String,
+    pub activity: ActivityArg,
     /// The channels a turn works for (`working`), or the one it paused for (`paused`; none:
     /// every channel).
     #[serde(default)]
@@ -466,17 +474,16 @@ pub struct TurnRequest {
     #[serde(default)]
     pub handled: BTreeMap<String, u64>,
     /// The turn that ended, if one did.
-    pub turn: Option<TurnRecord>,
+    pub turn: Option<Turn>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct TurnRecord {
-    pub started_ms: i64,
-    pub ended_ms: i64,
-    pub channels: Vec<String>,
-    pub messages: u32,
-    pub outcome: String,
-    pub attempt: u32,
+/// What a woken identity does now, as a wake process tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ActivityArg {
+    Listening,
+    Working,
+    Paused,
 }
 
 pub struct WakeTurn;
@@ -491,22 +498,17 @@ impl Operation for WakeTurn {
 
     async fn run(cx: &Ctx, caller: Caller, r: TurnRequest) -> Result<WakeView, OpError> {
         let who = caller.claim(&r.identity)?;
-        let activity = match r.activity.as_str() {
-            "listening" => Activity::Listening,
-            "working" => Activity::Working {
+        let activity = match r.activity {
+            ActivityArg::Listening => Activity::Listening,
+            ActivityArg::Working => Activity::Working {
                 since_ms: now_ms(),
                 channels: r.channels.clone(),
             },
-            "paused" => Activity::Paused {
+            ActivityArg::Paused => Activity::Paused {
                 channel: r.channels.first().cloned(),
                 why: r.why.clone().unwrap_or_else(|| "the loop guard".into()),
                 question: r.question,
             },
-            other => {
-                return Err(OpError::invalid(format!(
-                    "activity {other:?}: use listening, working or paused"
-                )))
-            }
         };
         Store::new(cx)
             .update(&who, |state, now| {
@@ -520,14 +522,7 @@ impl Operation for WakeTurn {
                 }
                 state.activity = activity.clone();
                 if let Some(t) = &r.turn {
-                    state.turns.push(Turn {
-                        started_ms: t.started_ms,
-                        ended_ms: t.ended_ms,
-                        channels: t.channels.clone(),
-                        messages: t.messages,
-                        outcome: t.outcome.clone(),
-                        attempt: t.attempt,
-                    });
+                    state.turns.push(t.clone());
                     let over = state.turns.len().saturating_sub(TURNS_KEPT);
                     state.turns.drain(..over);
                 }

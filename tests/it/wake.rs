@@ -653,3 +653,32 @@ async fn post_output_posts_the_turns_stdout_as_the_identity_on_the_channel_that_
     quiet(&agent, 1, Duration::from_millis(500));
     terminate(&mut w);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_past_its_timeout_is_stopped_and_counts_as_failed() {
+    let s = Server::start();
+    let c = client();
+    let agent = Agent::new();
+    let flags = ["--turn-timeout", "1", "--retries", "0"];
+    let mut w = wake(&s, &agent, "slow", &flags, &[("FAKE_SLEEP", "5")], true);
+    until_woken(&s, "slow").await;
+    post(&c, &s, "dev", directive("alice", "slow", "take your time")).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let question = loop {
+        let (_, list) = get_json(&c, &s.url("/api/channels/dev/messages?since_id=0")).await;
+        if let Some(q) = list.as_array().unwrap().iter().find(|q| q["type"] == "QUESTION") {
+            break q.clone();
+        }
+        assert!(Instant::now() < deadline, "no question to a person: {list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        question["body"].as_str().unwrap().contains("timed out after 1 s"),
+        "{question}"
+    );
+    // Stopped, not left running: the script never reached its end.
+    let turns = agent.turns();
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert!(turns[0].end.is_none(), "{turns:?}");
+    terminate(&mut w);
+}
