@@ -85,6 +85,32 @@ impl<E: std::fmt::Display> From<E> for Failure {
     }
 }
 
+/// A call that failed: the relay's error `code` when it answered with one, and the line.
+#[derive(Debug)]
+pub struct CallError {
+    pub code: Option<String>,
+    pub failure: Failure,
+}
+
+impl CallError {
+    /// Whether the relay refused the call as conflicting with what it holds (409 `conflict`).
+    pub fn is_conflict(&self) -> bool {
+        self.code.as_deref() == Some("conflict")
+    }
+}
+
+impl From<Failure> for CallError {
+    fn from(failure: Failure) -> Self {
+        CallError { code: None, failure }
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.failure.0)
+    }
+}
+
 /// TLS for `https://` relays: rustls with ring, installed once per process.
 pub fn tls() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -323,8 +349,20 @@ impl RelayClient {
     /// An error answer from the relay, as one line. A 401 says how the command line sends a
     /// token (not the `Authorization` header a program would).
     pub async fn refused(&self, r: reqwest::Response) -> Failure {
-        if r.status() != reqwest::StatusCode::UNAUTHORIZED {
-            return refused(r).await;
+        self.refusal(r).await.failure
+    }
+
+    /// An error answer from the relay: its `code`, and the line to show.
+    pub async fn refusal(&self, r: reqwest::Response) -> CallError {
+        let status = r.status();
+        let body: Value = r.json().await.unwrap_or(Value::Null);
+        let code = body["code"].as_str().map(str::to_owned);
+        if status != reqwest::StatusCode::UNAUTHORIZED {
+            let why = body["error"].as_str().unwrap_or("no details");
+            return CallError {
+                code,
+                failure: Failure(format!("the relay answered {status}: {why}"), 2),
+            };
         }
         let why = match &self.token {
             None => "the relay needs a token: pass --token TOKEN, or set CROSSTALK_TOKEN (the relay's \
@@ -336,13 +374,30 @@ impl RelayClient {
                 self.token_origin
             ),
         };
-        Failure(format!("the relay answered 401 Unauthorized: {why}"), 2)
+        CallError {
+            code,
+            failure: Failure(format!("the relay answered 401 Unauthorized: {why}"), 2),
+        }
     }
 
     /// Calls `route` with `request`, answering the route's answer as a client reads it
     /// ([`crate::api::Wire`]); an error answer is a one-line failure.
     pub async fn call<C: Call>(&self, route: C, request: &C::Request) -> Result<C::Read, Failure> {
         self.call_with(route, request, |r| r).await
+    }
+
+    /// [`RelayClient::call`], telling an error answer's `code` apart (a `conflict` from
+    /// anything else) instead of reading it out of the line.
+    pub async fn try_call<C: Call>(&self, route: C, request: &C::Request) -> Result<C::Read, CallError> {
+        let r = self
+            .auth(self.request(route, request)?)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        if !r.status().is_success() {
+            return Err(self.refusal(r).await);
+        }
+        Ok(self.answer(route, r).await?)
     }
 
     /// [`RelayClient::call`], with `extra` adding to the request (a header).

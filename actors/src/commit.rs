@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 /// Longest anyone waits for a write's verdict ([`Ticket::durable`]). Past it the write is
 /// abandoned: never acknowledged, undone if it lands. Shorter than the faces' own timeout, so
@@ -267,6 +267,8 @@ impl Health {
 pub struct Committer {
     tx: mpsc::Sender<Job>,
     health: Arc<Health>,
+    /// Counts the rounds that ended: a reader that looks across every channel waits on it.
+    rounds: Arc<watch::Sender<u64>>,
 }
 
 impl Committer {
@@ -274,6 +276,8 @@ impl Committer {
         let (tx, rx) = mpsc::channel::<Job>();
         let health = Arc::new(Health::default());
         let h = health.clone();
+        let rounds = Arc::new(watch::Sender::new(0u64));
+        let ended = rounds.clone();
         std::thread::Builder::new()
             .name("crosstalk-commit".into())
             .spawn(move || {
@@ -309,9 +313,11 @@ impl Committer {
                     }
                     run_round(store.as_ref(), durability, &mut round, &h, &mut heal);
                     h.round_started.store(0, Ordering::Release);
+                    // After the round's hooks: what it made visible is there to read.
+                    ended.send_modify(|n| *n = n.wrapping_add(1));
                 }
             })?;
-        Ok(Committer { tx, health })
+        Ok(Committer { tx, health, rounds })
     }
 
     /// Queues `apply`; the ticket resolves once its writes are durable, or refused.
@@ -347,6 +353,12 @@ impl Committer {
 
     pub fn health(&self) -> &Arc<Health> {
         &self.health
+    }
+
+    /// A receiver that wakes after every round of writes (every channel's commits, and the
+    /// records'): what waits for something new anywhere waits on this instead of polling.
+    pub fn rounds(&self) -> watch::Receiver<u64> {
+        self.rounds.subscribe()
     }
 }
 

@@ -316,6 +316,13 @@ impl Relay {
         self.inner.max_shared_bytes
     }
 
+    /// A receiver that wakes after each round of this relay's writes: a reader looking for
+    /// something new on any channel waits on it (and looks again now and then besides, for
+    /// what reaches a cluster node some other way).
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.committer.rounds()
+    }
+
     pub fn open_channels(&self) -> usize {
         self.inner.directory.read().len()
     }

@@ -42,8 +42,9 @@ pub enum Activity {
     Listening,
     /// A turn runs, since `since_ms`, for messages of these channels.
     Working { since_ms: i64, channels: Vec<String> },
-    /// Waking stopped until a person answers or writes on `channel` (every channel: `None`):
-    /// the loop guard, the hourly budget, or a turn that kept failing asked `question` there.
+    /// Waking stopped until a person answers or writes: the loop guard stopped it for
+    /// `channel`, or the hourly budget for every channel (`channel` is then where it asked;
+    /// `None` in states written before it said). `question` asks a person there.
     Paused {
         channel: Option<String>,
         why: String,

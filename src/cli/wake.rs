@@ -12,7 +12,7 @@
 use super::{Failure, Outcome, Span};
 use crate::api;
 use crate::client::RelayClient;
-use crate::ops::wake::{ActivityArg, HolderRequest, LeaseRequest, PendingRequest, TurnRequest, Waking};
+use crate::ops::wake::{ActivityArg, HolderRequest, LeaseRequest, PendingRequest, TurnRequest, WakeView, Waking};
 use crosstalk_schema::message::ANY_HUMAN;
 use crosstalk_schema::wake::Turn;
 use crosstalk_schema::{ChannelName, Meaning, Message, NewMessage, Timestamp};
@@ -25,10 +25,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Why waking stopped, as the relay shows it ("paused by …").
+const GUARD: &str = "the loop guard";
+const BUDGET: &str = "the hourly budget";
 /// How long the lease lasts unless renewed; it is renewed every third of it.
 const LEASE_S: u64 = 30;
 /// A turn's log per identity is kept under this size (the older half goes to `.1`).
 const LOG_MAX_BYTES: u64 = 4 << 20;
+/// Of each of a turn's output streams, the last this many bytes are kept (for the log, and
+/// for `--post-output`).
+const OUTPUT_KEPT: usize = 1 << 20;
 /// The part of a turn's stdout `--post-output` posts, at most.
 const OUTPUT_MAX_BYTES: usize = 16 << 10;
 /// The longest a wait for messages lasts before it is asked again.
@@ -67,9 +73,9 @@ pub(super) async fn wake(c: RelayClient, s: Settings) -> Result<Outcome, Failure
     watch_signals(stop.clone());
     let holder = uuid::Uuid::new_v4().simple().to_string();
     wait_for_relay(&c, &stop).await?;
-    if !take_lease(&c, &s.me, &holder, &stop).await? {
+    let Some(taken) = take_lease(&c, &s.me, &holder, &stop).await? else {
         return Ok(Outcome::Done);
-    }
+    };
     let lost = Arc::new(AtomicBool::new(false));
     let renewer = tokio::spawn(renew(c.clone(), s.me.clone(), holder.clone(), lost.clone()));
     let listening = if s.listen.is_empty() {
@@ -93,11 +99,25 @@ pub(super) async fn wake(c: RelayClient, s: Settings) -> Result<Outcome, Failure
         lost,
         guard: HashMap::new(),
         paused: BTreeMap::new(),
-        held: Vec::new(),
         hour: VecDeque::new(),
         budget_paused: false,
         budget_question: None,
+        budget_asked_on: Vec::new(),
     };
+    // A pause stands across a restart until a person lifts it: the relay kept it.
+    if let Some(p) = taken.paused {
+        if p.why == BUDGET || p.channel.is_none() {
+            w.budget_paused = true;
+            w.budget_question = p.question;
+            w.budget_asked_on = p.channel.into_iter().collect();
+        } else if let Some(c) = p.channel {
+            w.paused.insert(c, p.question.unwrap_or(0));
+        }
+        eprintln!(
+            "crosstalk wake: {} is {}; a person's message lifts it",
+            w.s.me, taken.state
+        );
+    }
     let result = w.run().await;
     renewer.abort();
     let release = HolderRequest {
@@ -123,14 +143,15 @@ struct Waker {
     /// Per channel, turns in a row that only agents' messages woke.
     guard: HashMap<String, u32>,
     /// Channels the loop guard stopped waking for, with the question that asks a person.
+    /// Their messages stay unhandled on the relay until a person writes there.
     paused: BTreeMap<String, u64>,
-    /// Messages that arrived on a paused channel: handed to the turn after it resumes.
-    held: Vec<Message>,
     /// When the turns of the last hour started.
     hour: VecDeque<Instant>,
     budget_paused: bool,
     /// The question that asks a person to lift the budget's pause.
     budget_question: Option<u64>,
+    /// The channel that question is on.
+    budget_asked_on: Vec<String>,
 }
 
 /// How a turn's command ended.
@@ -143,8 +164,7 @@ enum Ran {
 
 impl Waker {
     async fn run(&mut self) -> Result<Outcome, Failure> {
-        self.tell(ActivityArg::Listening, &[], None, None, BTreeMap::new(), None)
-            .await;
+        self.rest(BTreeMap::new(), None).await;
         while !self.stop.load(Ordering::SeqCst) && !self.lost.load(Ordering::SeqCst) {
             let request = PendingRequest {
                 identity: self.s.me.clone(),
@@ -157,25 +177,32 @@ impl Waker {
                         .collect::<Vec<_>>()
                         .join(","),
                 ),
+                paused: if self.budget_paused {
+                    Some("*".to_owned())
+                } else {
+                    Some(self.paused.keys().cloned().collect::<Vec<_>>().join(","))
+                },
                 timeout_s: Some(PENDING_WAIT_S),
                 limit: None,
             };
-            let call = self.c.call(api::WAKE_PENDING, &request);
+            let call = self.c.try_call(api::WAKE_PENDING, &request);
             let answer = tokio::select! {
                 answer = call => answer,
                 () = stopped(&self.stop) => break,
             };
             let pending = match answer {
                 Ok(p) => p,
-                Err(f) => {
+                Err(e) => {
                     if self.stop.load(Ordering::SeqCst) {
                         break;
                     }
-                    eprintln!("crosstalk wake: {}; trying again", f.0);
-                    if f.0.contains("does not hold") || f.0.contains("already woken") {
+                    // A conflict here is the lease: it lapsed, and another took it.
+                    if e.is_conflict() {
+                        eprintln!("crosstalk wake: {e}");
                         self.lost.store(true, Ordering::SeqCst);
                         break;
                     }
+                    eprintln!("crosstalk wake: {e}; trying again");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
@@ -204,7 +231,8 @@ impl Waker {
         for w in found {
             by_channel.entry(w.message.channel.clone()).or_default().push(w);
         }
-        // A person's message resumes what the guard or the budget paused.
+        // A person's message resumes what the guard or the budget paused. The relay hands a
+        // paused channel's messages only with a person's, so all of them come now.
         let humans: BTreeSet<String> = by_channel
             .iter()
             .filter(|(_, ms)| ms.iter().any(|w| w.human))
@@ -220,22 +248,15 @@ impl Waker {
             self.budget_paused = false;
             self.hour.clear();
         }
-        let mut batch: Vec<Message> = std::mem::take(&mut self.held)
-            .into_iter()
-            .filter(|m| !self.paused.contains_key(&m.channel))
-            .collect();
+        let mut scanned = scanned;
+        let mut batch: Vec<Message> = Vec::new();
         for (c, ms) in by_channel {
-            let messages = ms.into_iter().map(|w| w.message);
+            let messages: Vec<Message> = ms.into_iter().map(|w| w.message).collect();
             if self.paused.contains_key(&c) || self.budget_paused {
-                self.held.extend(messages);
+                hold_back(&mut scanned, &messages);
             } else {
                 batch.extend(messages);
             }
-        }
-        if batch.is_empty() {
-            // Held back: handled for now, handed on once a person resumes waking.
-            self.rest(scanned, None).await;
-            return Ok(());
         }
         // The loop guard: turns in a row that only agents woke, per channel.
         let channels: BTreeSet<String> = batch.iter().map(|m| m.channel.clone()).collect();
@@ -263,7 +284,7 @@ impl Waker {
                 self.tell(
                     ActivityArg::Paused,
                     std::slice::from_ref(c),
-                    Some("the loop guard"),
+                    Some(GUARD),
                     question,
                     BTreeMap::new(),
                     None,
@@ -271,10 +292,9 @@ impl Waker {
                 .await;
             }
         }
-        let (kept, held): (Vec<Message>, Vec<Message>) =
+        let (batch, held): (Vec<Message>, Vec<Message>) =
             batch.into_iter().partition(|m| !self.paused.contains_key(&m.channel));
-        self.held.extend(held);
-        let batch = kept;
+        hold_back(&mut scanned, &held);
         // The hourly budget, across every channel.
         let hour_ago = Instant::now().checked_sub(Duration::from_secs(3600));
         while self.hour.front().is_some_and(|t| Some(*t) < hour_ago) {
@@ -290,11 +310,12 @@ impl Waker {
             let question = self.ask_humans(&c, body).await;
             self.budget_paused = true;
             self.budget_question = question;
-            self.held.extend(batch);
+            self.budget_asked_on = vec![c];
+            hold_back(&mut scanned, &batch);
             self.tell(
                 ActivityArg::Paused,
-                &[],
-                Some("the hourly budget"),
+                &self.budget_asked_on,
+                Some(BUDGET),
                 question,
                 scanned,
                 None,
@@ -388,8 +409,8 @@ impl Waker {
         if self.budget_paused {
             self.tell(
                 ActivityArg::Paused,
-                &[],
-                Some("the hourly budget"),
+                &self.budget_asked_on,
+                Some(BUDGET),
                 self.budget_question,
                 handled,
                 turn,
@@ -400,7 +421,7 @@ impl Waker {
             self.tell(
                 ActivityArg::Paused,
                 std::slice::from_ref(channel),
-                Some("the loop guard"),
+                Some(GUARD),
                 question,
                 handled,
                 turn,
@@ -433,16 +454,16 @@ impl Waker {
         };
         // A turn's end must reach the relay, or its messages would be handed again.
         for attempt in 0..30 {
-            match self.c.call(api::WAKE_TURN, &request).await {
+            match self.c.try_call(api::WAKE_TURN, &request).await {
                 Ok(_) => return,
-                Err(f) if f.0.contains("does not hold") || f.0.contains("already woken") => {
-                    eprintln!("crosstalk wake: {}", f.0);
+                Err(e) if e.is_conflict() => {
+                    eprintln!("crosstalk wake: {e}");
                     self.lost.store(true, Ordering::SeqCst);
                     return;
                 }
-                Err(f) => {
+                Err(e) => {
                     if attempt == 0 {
-                        eprintln!("crosstalk wake: recording the turn failed ({}); trying again", f.0);
+                        eprintln!("crosstalk wake: recording the turn failed ({e}); trying again");
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
@@ -538,20 +559,21 @@ impl Waker {
         }
         let mut out = child.stdout.take();
         let mut err = child.stderr.take();
+        // Each stream's last OUTPUT_KEPT bytes: a turn that writes without end costs no more.
         let collect = tokio::spawn(async move {
-            let (mut o, mut e) = (Vec::new(), Vec::new());
             let read_out = async {
-                if let Some(s) = out.as_mut() {
-                    let _ = s.read_to_end(&mut o).await;
+                match out.as_mut() {
+                    Some(s) => tail(s, OUTPUT_KEPT).await,
+                    None => Vec::new(),
                 }
             };
             let read_err = async {
-                if let Some(s) = err.as_mut() {
-                    let _ = s.read_to_end(&mut e).await;
+                match err.as_mut() {
+                    Some(s) => tail(s, OUTPUT_KEPT).await,
+                    None => Vec::new(),
                 }
             };
-            tokio::join!(read_out, read_err);
-            (o, e)
+            tokio::join!(read_out, read_err)
         });
         let started = Instant::now();
         let mut stopping: Option<Instant> = None;
@@ -603,23 +625,69 @@ impl Waker {
 
     /// Appends a turn's output to the identity's log, keeping it under [`LOG_MAX_BYTES`].
     fn write_log(&self, attempt: u32, out: &[u8], err: &[u8], outcome: &str) {
-        if std::fs::metadata(&self.log).is_ok_and(|m| m.len() > LOG_MAX_BYTES) {
-            let _ = std::fs::rename(&self.log, self.log.with_extension("log.1"));
-        }
-        let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&self.log) else {
-            return;
-        };
-        let _ = writeln!(
-            f,
-            "=== turn at {} (attempt {attempt}): {outcome}",
+        let mut entry = format!(
+            "=== turn at {} (attempt {attempt}): {outcome}\n",
             Timestamp::now().to_rfc3339()
-        );
-        let _ = f.write_all(out);
+        )
+        .into_bytes();
+        entry.extend_from_slice(out);
         if !err.is_empty() {
-            let _ = writeln!(f, "--- stderr");
-            let _ = f.write_all(err);
+            entry.extend_from_slice(b"--- stderr\n");
+            entry.extend_from_slice(err);
         }
-        let _ = writeln!(f);
+        entry.push(b'\n');
+        append_log(&self.log, LOG_MAX_BYTES, &entry);
+    }
+}
+
+/// Appends `entry` to the log at `path`; when that would take it past `max` bytes, the log
+/// becomes `<path>.1` first (replacing the one before), so the two together stay under twice
+/// `max` however many turns run.
+fn append_log(path: &Path, max: u64, entry: &[u8]) {
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    if len > 0 && len + entry.len() as u64 > max {
+        let _ = std::fs::rename(path, path.with_extension("log.1"));
+    }
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = f.write_all(entry);
+    }
+}
+
+/// Reads `r` to its end, keeping only its last `keep` bytes (and saying how much was cut).
+async fn tail(r: &mut (impl tokio::io::AsyncRead + Unpin), keep: usize) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut cut = 0u64;
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => kept.extend_from_slice(&chunk[..n]),
+        }
+        if kept.len() > 2 * keep {
+            let over = kept.len() - keep;
+            cut += over as u64;
+            kept.drain(..over);
+        }
+    }
+    if kept.len() > keep {
+        let over = kept.len() - keep;
+        cut += over as u64;
+        kept.drain(..over);
+    }
+    if cut > 0 {
+        let mut out = format!("[… {cut} earlier bytes not kept]\n").into_bytes();
+        out.extend_from_slice(&kept);
+        return out;
+    }
+    kept
+}
+
+/// Keeps `held`'s channels unhandled from their first held message on: the relay hands them
+/// again once a person lifts the pause, whatever happens to this process meanwhile.
+fn hold_back(scanned: &mut BTreeMap<String, u64>, held: &[Message]) {
+    for m in held {
+        let at = scanned.entry(m.channel.clone()).or_insert(m.id - 1);
+        *at = (*at).min(m.id - 1);
     }
 }
 
@@ -752,9 +820,9 @@ async fn wait_for_relay(c: &RelayClient, stop: &AtomicBool) -> Result<(), Failur
     }
 }
 
-/// Takes the identity's lease, waiting while another wake process holds it (saying which).
-/// `false` if asked to stop meanwhile.
-async fn take_lease(c: &RelayClient, me: &str, holder: &str, stop: &AtomicBool) -> Result<bool, Failure> {
+/// Takes the identity's lease, waiting while another wake process holds it (saying which):
+/// the identity's state as it took it, or `None` if asked to stop meanwhile.
+async fn take_lease(c: &RelayClient, me: &str, holder: &str, stop: &AtomicBool) -> Result<Option<WakeView>, Failure> {
     let request = LeaseRequest {
         identity: me.to_owned(),
         holder: holder.to_owned(),
@@ -764,18 +832,18 @@ async fn take_lease(c: &RelayClient, me: &str, holder: &str, stop: &AtomicBool) 
     };
     let mut said = false;
     loop {
-        match c.call(api::WAKE_LEASE, &request).await {
-            Ok(_) => return Ok(true),
-            Err(f) if f.0.contains("already woken") => {
+        match c.try_call(api::WAKE_LEASE, &request).await {
+            Ok(view) => return Ok(Some(view)),
+            Err(e) if e.is_conflict() => {
                 if !said {
-                    eprintln!("crosstalk wake: {}; waiting until it stops", f.0);
+                    eprintln!("crosstalk wake: {e}; waiting until it stops");
                     said = true;
                 }
             }
-            Err(f) => return Err(f),
+            Err(e) => return Err(e.failure),
         }
         if sleep_unless_stopped(Duration::from_secs(1), stop).await {
-            return Ok(false);
+            return Ok(None);
         }
     }
 }
@@ -791,9 +859,9 @@ async fn renew(c: RelayClient, me: String, holder: String, lost: Arc<AtomicBool>
     };
     loop {
         tokio::time::sleep(Duration::from_secs(LEASE_S / 3)).await;
-        if let Err(f) = c.call(api::WAKE_LEASE, &request).await {
-            if f.0.contains("already woken") {
-                eprintln!("crosstalk wake: {}", f.0);
+        if let Err(e) = c.try_call(api::WAKE_LEASE, &request).await {
+            if e.is_conflict() {
+                eprintln!("crosstalk wake: {e}");
                 lost.store(true, Ordering::SeqCst);
                 return;
             }
@@ -813,5 +881,39 @@ fn host() -> String {
 impl From<Span> for Duration {
     fn from(s: Span) -> Duration {
         s.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_stays_under_twice_its_limit_however_many_turns_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("reviewer.log");
+        let entry = vec![b'x'; 300];
+        for _ in 0..100 {
+            append_log(&log, 1000, &entry);
+        }
+        let now = std::fs::metadata(&log).unwrap().len();
+        let before = std::fs::metadata(log.with_extension("log.1")).unwrap().len();
+        assert!(now <= 1000 && before <= 1000, "{now} and {before}");
+        assert_eq!((now + before) % 300, 0, "no entry is split");
+        assert!(now > 0 && before > 0);
+        // One turn larger than the limit is still written whole, alone.
+        append_log(&log, 1000, &vec![b'y'; 2500]);
+        assert_eq!(std::fs::metadata(&log).unwrap().len(), 2500);
+    }
+
+    #[tokio::test]
+    async fn a_turns_output_keeps_its_last_bytes_only() {
+        let big: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+        let kept = tail(&mut big.as_slice(), 1 << 20).await;
+        let note = b"[\xe2\x80\xa6 3951424 earlier bytes not kept]\n";
+        assert!(kept.starts_with(note), "{:?}", String::from_utf8_lossy(&kept[..60]));
+        assert_eq!(&kept[note.len()..], &big[big.len() - (1 << 20)..]);
+        let small = b"short".to_vec();
+        assert_eq!(tail(&mut small.as_slice(), 1 << 20).await, small);
     }
 }

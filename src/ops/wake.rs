@@ -18,8 +18,6 @@ use std::time::Duration;
 
 /// Longest lease a wake process may ask for; it renews well before.
 pub const MAX_LEASE_S: u64 = 300;
-/// How often a waiting `wake_pending` looks at the channels again.
-const PENDING_POLL: Duration = Duration::from_millis(50);
 /// Messages one `wake_pending` answers at most.
 const PENDING_MOST: usize = 200;
 
@@ -139,6 +137,9 @@ pub struct Paused {
     pub why: String,
     /// The QUESTION that asks a person to resume it.
     pub question: Option<u64>,
+    /// Its first line, where the list of woken identities shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -164,6 +165,7 @@ impl WakeView {
                     channel: channel.clone(),
                     why: why.clone(),
                     question: *question,
+                    asked: None,
                 }),
             ),
         };
@@ -304,6 +306,10 @@ pub struct PendingRequest {
     /// Channels any message of which (from someone else) wakes the identity,
     /// comma-separated.
     pub listen: Option<String>,
+    /// Channels whose waking a person must resume (the loop guard stopped them),
+    /// comma-separated; `*`: every channel (the hourly budget). Their messages stay unhandled
+    /// here, on the relay, until a person writes there: then they come with the person's.
+    pub paused: Option<String>,
     /// Seconds to wait for one (default 30).
     #[schemars(range(min = 0))]
     pub timeout_s: Option<f64>,
@@ -329,6 +335,45 @@ pub struct Pending<M = Arc<Posted>> {
     pub scanned: BTreeMap<String, u64>,
 }
 
+/// The channels a person must resume.
+enum PausedSet {
+    Some(BTreeSet<ChannelName>),
+    Every,
+}
+
+impl PausedSet {
+    fn parse(text: Option<&str>) -> Result<PausedSet, OpError> {
+        match text.map(str::trim) {
+            Some("*") => Ok(PausedSet::Every),
+            other => Ok(PausedSet::Some(channel_list(other)?)),
+        }
+    }
+
+    fn has(&self, channel: &ChannelName) -> bool {
+        match self {
+            PausedSet::Some(set) => set.contains(channel),
+            PausedSet::Every => true,
+        }
+    }
+}
+
+/// A comma-separated list of channel names.
+fn channel_list(text: Option<&str>) -> Result<BTreeSet<ChannelName>, OpError> {
+    Ok(text
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(ChannelName::parse)
+        .collect::<Result<_, _>>()?)
+}
+
+/// How often a waiting `wake_pending` looks at the channels even without a commit of this
+/// relay's (what reaches a cluster node by another path), and checks its lease.
+const LOOK_ANYWAY: Duration = Duration::from_secs(1);
+/// Least time between two looks, however fast commits come: many commits are one look.
+const LOOK_SPACING: Duration = Duration::from_millis(5);
+
 pub struct WakePending;
 
 impl Operation for WakePending {
@@ -343,68 +388,92 @@ impl Operation for WakePending {
 
     async fn run(cx: &Ctx, caller: Caller, r: PendingRequest) -> Result<Pending, OpError> {
         let who = caller.claim(&r.identity)?;
-        let listen: BTreeSet<ChannelName> = r
-            .listen
-            .as_deref()
-            .unwrap_or("")
-            .split(',')
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .map(ChannelName::parse)
-            .collect::<Result<_, _>>()?;
+        let listen = channel_list(r.listen.as_deref())?;
+        let paused = PausedSet::parse(r.paused.as_deref())?;
         let most = Limit::or(r.limit, PENDING_MOST).min(PENDING_MOST);
         let wait = caller.timeout(r.timeout_s, Duration::from_secs(30))?;
-        // Each pending wait looks again every PENDING_POLL: counted against the caller's
-        // --max-waits-per-principal like every other wait.
+        // Counted against the caller's --max-waits-per-principal like every other wait.
         let _held = cx.hold(&caller.principal)?;
         let deadline = tokio::time::Instant::now() + wait;
         let store = Store::new(cx);
+        // Subscribed before the first look, so a commit between a look and the wait wakes it.
+        let mut commits = cx.relay.commits();
+        let mut look = Look::default();
+        let mut checked: Option<(tokio::time::Instant, BTreeMap<String, u64>)> = None;
         loop {
-            let (state, _) = store.read(&who).await?;
-            let Some(state) = state else {
-                return Err(OpError::not_found(format!("{who} is not woken: take its lease first")));
+            let now = tokio::time::Instant::now();
+            // The lease, and how far the turns handled, once a LOOK_ANYWAY.
+            let handled = match &checked {
+                Some((at, handled)) if now.duration_since(*at) < LOOK_ANYWAY => handled.clone(),
+                _ => {
+                    let (state, _) = store.read(&who).await?;
+                    let Some(state) = state else {
+                        return Err(OpError::not_found(format!("{who} is not woken: take its lease first")));
+                    };
+                    check_holder(&state, &r.holder, now_ms())?;
+                    checked = Some((now, state.handled.clone()));
+                    state.handled
+                }
             };
-            check_holder(&state, &r.holder, now_ms())?;
-            let found = scan(cx, &who, &state, &listen, most).await?;
+            let found = scan(cx, &who, &handled, &mut look, &listen, &paused, most).await?;
             if !found.messages.is_empty() {
                 return Ok(found);
             }
-            // Nothing wakes it in what was looked at: that is handled, so the next look
-            // starts after it.
-            if found.scanned.iter().any(|(c, id)| state.handled.get(c) < Some(id)) {
-                let scanned = found.scanned.clone();
-                store
-                    .update(&who, |state, now| {
-                        let Some(mut state) = state else { return Ok(((), None)) };
-                        if check_holder(&state, &r.holder, now).is_err() {
-                            return Ok(((), None));
-                        }
-                        for (c, id) in &scanned {
-                            let at = state.handled.entry(c.clone()).or_default();
-                            *at = (*at).max(*id);
-                        }
-                        Ok(((), Some(state)))
-                    })
-                    .await?;
-            }
-            if tokio::time::Instant::now() + PENDING_POLL >= deadline {
+            let waited = tokio::select! {
+                changed = commits.changed() => changed.is_ok(),
+                () = tokio::time::sleep(LOOK_ANYWAY) => true,
+                () = tokio::time::sleep_until(deadline) => false,
+            };
+            if !waited {
+                // Nothing woke it in what was looked at: that is handled, so the next wait
+                // starts after it (a paused channel's messages stay before it).
+                let scanned = found.scanned;
+                if scanned.iter().any(|(c, id)| handled.get(c) < Some(id)) {
+                    store
+                        .update(&who, |state, now| {
+                            let Some(mut state) = state else { return Ok(((), None)) };
+                            if check_holder(&state, &r.holder, now).is_err() {
+                                return Ok(((), None));
+                            }
+                            for (c, id) in &scanned {
+                                let at = state.handled.entry(c.clone()).or_default();
+                                *at = (*at).max(*id);
+                            }
+                            Ok(((), Some(state)))
+                        })
+                        .await?;
+                }
                 return Ok(Pending {
                     messages: Vec::new(),
                     scanned: BTreeMap::new(),
                 });
             }
-            tokio::time::sleep(PENDING_POLL).await;
+            tokio::time::sleep(LOOK_SPACING).await;
         }
     }
 }
 
-/// The messages after `state.handled` that wake `who`: from someone else, and addressed to
-/// it (its recipient, or a reply to one of its messages) or on a listened channel.
+/// What one `wake_pending` has looked at so far, per channel: where the next look starts, and
+/// for a paused channel, where its held messages begin.
+#[derive(Default)]
+struct Look {
+    seen: BTreeMap<String, u64>,
+    held_after: BTreeMap<String, u64>,
+    /// How far each channel was looked at with nothing found that wakes: what a wait that
+    /// ends empty marks handled.
+    scanned: BTreeMap<String, u64>,
+}
+
+/// The messages after `handled` that wake `who`: from someone else, and addressed to it (its
+/// recipient, or a reply to one of its messages) or on a listened channel. A paused channel
+/// wakes it only once a person writes there: then with every message it held.
 async fn scan(
     cx: &Ctx,
     who: &str,
-    state: &WakeState,
+    handled: &BTreeMap<String, u64>,
+    look: &mut Look,
     listen: &BTreeSet<ChannelName>,
+    paused: &PausedSet,
     most: usize,
 ) -> Result<Pending, OpError> {
     let mut out = Pending {
@@ -416,43 +485,101 @@ async fn scan(
     // Asked for once a look, only when a message wakes it.
     let mut humans: Option<BTreeSet<String>> = None;
     for (name, meta) in channels {
-        let from = state.handled.get(name.as_str()).copied().unwrap_or(0);
+        let key = name.to_string();
+        let done = handled.get(&key).copied().unwrap_or(0);
+        let from = look.seen.get(&key).copied().unwrap_or(done).max(done);
         if meta.last_id <= from || out.messages.len() >= most {
             continue;
         }
         let page = cx.relay.read(&name, from, most - out.messages.len(), None).await?;
-        let Some(last) = page.last() else { continue };
-        out.scanned.insert(name.to_string(), last.message.id);
+        let Some(last) = page.last().map(|p| p.message.id) else {
+            continue;
+        };
+        look.seen.insert(key.clone(), last);
+        let held = paused.has(&name);
+        let mut found = Vec::new();
         for p in page {
             let m = &p.message;
             if m.sender == who {
                 continue;
             }
-            // A reply to one of its messages wakes it, but for the verdict on a PERMISSION it
-            // asked: that goes to the turn that asked (its permission-prompt tool), which waits
-            // for it.
-            let addressed = m.recipient.as_deref() == Some(who)
-                || match m.reply_to {
-                    Some(parent) => cx.relay.message(&name, parent).await?.is_some_and(|q| {
-                        q.message.sender == who && !q.message.kind.is(crosstalk_schema::Meaning::Permission)
-                    }),
-                    None => false,
-                };
-            if addressed || listen.contains(&name) {
-                let humans = humans.get_or_insert_with(|| {
-                    cx.relay
-                        .list_instances()
-                        .into_iter()
-                        .filter(|i| i.kind == InstanceKind::Human)
-                        .map(|i| i.instance_id)
-                        .collect()
-                });
-                let human = humans.contains(&m.sender);
-                out.messages.push(Waking { message: p, human });
+            let wakes = addressed(cx, who, &name, m).await? || listen.contains(&name);
+            // On a channel the loop guard paused, any person's message resumes it.
+            let resumes = held && matches!(paused, PausedSet::Some(_));
+            if !wakes && !resumes {
+                continue;
+            }
+            let humans = humans.get_or_insert_with(|| registered_humans(cx));
+            let human = humans.contains(&m.sender);
+            if wakes || human {
+                found.push(Waking { message: p, human });
             }
         }
+        if !held {
+            look.scanned.insert(key.clone(), last);
+            out.scanned.insert(key, last);
+            out.messages.extend(found);
+            continue;
+        }
+        if found.iter().any(|w| w.human) {
+            // A person wrote: everything held since `done` comes with it.
+            let mut all = Vec::new();
+            let page = cx.relay.read(&name, done, most - out.messages.len(), None).await?;
+            let last = page.last().map_or(last, |p| p.message.id);
+            let humans = humans.get_or_insert_with(|| registered_humans(cx)).clone();
+            for p in page {
+                let m = &p.message;
+                if m.sender == who {
+                    continue;
+                }
+                let human = humans.contains(&m.sender);
+                if human || addressed(cx, who, &name, m).await? || listen.contains(&name) {
+                    all.push(Waking { message: p, human });
+                }
+            }
+            look.held_after.remove(&key);
+            out.scanned.insert(key, last);
+            out.messages.extend(all);
+            continue;
+        }
+        // Held: handled only up to the first message it holds.
+        if let Some(first) = found.first() {
+            look.held_after
+                .entry(key.clone())
+                .or_insert(first.message.message.id - 1);
+        }
+        let upto = look.held_after.get(&key).copied().unwrap_or(last);
+        look.scanned.insert(key.clone(), upto);
+    }
+    if out.messages.is_empty() {
+        out.scanned = look.scanned.clone();
     }
     Ok(out)
+}
+
+/// Whether `m` on `channel` is addressed to `who`: its recipient, or a reply to one of its
+/// messages. Not the verdict on a PERMISSION it asked: that goes to the turn that asked (its
+/// permission-prompt tool), which waits for it.
+async fn addressed(cx: &Ctx, who: &str, channel: &ChannelName, m: &crosstalk_schema::Message) -> Result<bool, OpError> {
+    if m.recipient.as_deref() == Some(who) {
+        return Ok(true);
+    }
+    let Some(parent) = m.reply_to else { return Ok(false) };
+    Ok(cx
+        .relay
+        .message(channel, parent)
+        .await?
+        .is_some_and(|q| q.message.sender == who && !q.message.kind.is(crosstalk_schema::Meaning::Permission)))
+}
+
+/// The identities registered as humans.
+fn registered_humans(cx: &Ctx) -> BTreeSet<String> {
+    cx.relay
+        .list_instances()
+        .into_iter()
+        .filter(|i| i.kind == InstanceKind::Human)
+        .map(|i| i.instance_id)
+        .collect()
 }
 
 // ---- wake_turn
@@ -462,8 +589,8 @@ pub struct TurnRequest {
     pub identity: String,
     pub holder: String,
     pub activity: ActivityArg,
-    /// The channels a turn works for (`working`), or the one it paused for (`paused`; none:
-    /// every channel).
+    /// The channels a turn works for (`working`), or the one it paused for (`paused`: the loop
+    /// guard's channel, or where the hourly budget asked).
     #[serde(default)]
     pub channels: Vec<String>,
     /// Why it paused (`paused`).
@@ -566,9 +693,21 @@ pub async fn woken(cx: &Ctx) -> Result<Vec<WakeView>, OpError> {
     let mut out = Vec::new();
     for (_, bytes) in Store::new(cx).records.list(Kind::Wake).await? {
         let state: WakeState = codec::decode(&bytes).map_err(damaged)?;
-        if held(&state, now).is_some() {
-            out.push(WakeView::of(&state, now));
+        if held(&state, now).is_none() {
+            continue;
         }
+        let mut view = WakeView::of(&state, now);
+        // What a paused identity asked, so a person sees it where the identity is listed.
+        if let Some(p) = view.paused.as_mut() {
+            if let (Some(channel), Some(id)) = (p.channel.as_deref(), p.question) {
+                if let Ok(name) = ChannelName::parse(channel) {
+                    if let Some(q) = cx.relay.message(&name, id).await? {
+                        p.asked = q.message.body.lines().next().map(|l| l.chars().take(200).collect());
+                    }
+                }
+            }
+        }
+        out.push(view);
     }
     out.sort_by(|a, b| a.identity.cmp(&b.identity));
     Ok(out)

@@ -777,7 +777,9 @@ async function refreshPresence() {
 // A woken identity's state (listening, working, paused: waiting on you), its last turns on a
 // click.
 function wakeState(w) {
-  const span = el("span", "activity wake", w.paused ? `waiting on you: ${w.state}` : w.state);
+  // Paused: what it asked a person, where the relay could find it, else why it paused.
+  const asked = w.paused && (w.paused.asked || w.state);
+  const span = el("span", "activity wake", w.paused ? `waiting on you: ${asked}` : w.state);
   if (w.paused) span.classList.add("waiting-on-you");
   span.title = "crosstalk wake: click for its last turns";
   span.addEventListener("click", () => {
@@ -786,7 +788,9 @@ function wakeState(w) {
       ol.append(el("li", "", `${t.started_at.slice(11, 19)} · ${t.messages} message(s) on ${t.channels.join(", ")} · ${t.outcome} (attempt ${t.attempt}, ${t.seconds.toFixed(1)} s)`));
     }
     if (!w.turns.length) ol.append(el("li", "", "no turn yet"));
-    detail(`${w.identity} (crosstalk wake, held by ${w.held_by})`, [el("p", "", w.state), ol]);
+    const said = [el("p", "", w.state)];
+    if (w.paused && w.paused.asked) said.push(el("p", "", `Asked${w.paused.channel ? ` on ${w.paused.channel}` : ""}: ${w.paused.asked}`));
+    detail(`${w.identity} (crosstalk wake, held by ${w.held_by})`, [...said, ol]);
   });
   return span;
 }

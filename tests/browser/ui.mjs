@@ -5,6 +5,7 @@
 //
 // Prints one line per check; exits 1 on the first failure, and by itself after 150 s.
 
+import { spawn } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
@@ -26,6 +27,39 @@ async function post(channel, sender, body, extra = {}, token) {
   });
   if (!r.ok) fail(`post answered ${r.status}: ${await r.text()}`);
   return r.json();
+}
+
+// `crosstalk mcp` (the stdio bridge) as a host runs it: newline-delimited JSON-RPC.
+function bridge(env) {
+  const p = spawn(bin, ["mcp", "--relay", base], { stdio: ["pipe", "pipe", "inherit"], env: { ...process.env, ...env } });
+  relay.onFail(() => p.kill("SIGKILL"));
+  const waiting = new Map();
+  let buf = "";
+  let next = 1;
+  p.stdout.on("data", (d) => {
+    buf += d;
+    for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
+      const line = buf.slice(0, i).trim();
+      buf = buf.slice(i + 1);
+      if (!line) continue;
+      const m = JSON.parse(line);
+      if (m.id !== undefined && waiting.has(m.id)) {
+        waiting.get(m.id)(m);
+        waiting.delete(m.id);
+      }
+    }
+  });
+  const send = (m) => p.stdin.write(JSON.stringify({ jsonrpc: "2.0", ...m }) + "\n");
+  return {
+    request: (method, params) =>
+      new Promise((resolve) => {
+        const id = next++;
+        waiting.set(id, resolve);
+        send({ id, method, params });
+      }),
+    notify: (method, params) => send({ method, params }),
+    close: () => p.kill(),
+  };
 }
 
 await relay.start(["--webhooks-allow-private"]);
@@ -215,6 +249,30 @@ await promptItem.getByRole("button", { name: "Allow" }).click();
 await list.locator(`li[data-id="${prompt.id}"] > .head > .status`).getByText("allowed by dana").waitFor({ timeout: 5_000 });
 ok("a person allows a permission prompt from the page");
 
+// A headless turn's permission prompt (`crosstalk mcp`'s permission_prompt tool, as Claude
+// Code's --permission-prompt-tool calls it under crosstalk wake), decided by a person on the
+// page: the tool answers allow, then deny, in the shape Claude Code reads.
+const turn = bridge({ CROSSTALK_CHANNELS: "team", CROSSTALK_AS: "rev-2" });
+await turn.request("initialize", { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "ui-test", version: "1" } });
+turn.notify("notifications/initialized", {});
+for (const [command, button, want] of [
+  ["make deploy", "Allow", { behavior: "allow", updatedInput: { command: "make deploy" } }],
+  ["rm -rf /srv", "Deny", { behavior: "deny" }],
+]) {
+  const answer = turn.request("tools/call", { name: "permission_prompt", arguments: { tool_name: "Bash", input: { command }, tool_use_id: `tu-${button}` } });
+  const item = page.locator("#question-list li", { hasText: command });
+  await item.getByRole("button", { name: button }).waitFor({ timeout: 10_000 });
+  await item.getByRole("button", { name: button }).click();
+  const r = await answer;
+  const verdict = JSON.parse(r.result?.content?.[0]?.text ?? "null");
+  check(
+    verdict && verdict.behavior === want.behavior && JSON.stringify(verdict.updatedInput) === JSON.stringify(want.updatedInput),
+    `a headless turn's permission prompt: ${button} on the page answers the tool ${want.behavior}`,
+    r,
+  );
+}
+turn.close();
+
 // Reload mid-stream: nothing missed, nothing doubled.
 const posted = [];
 const writer = (async () => {
@@ -368,21 +426,28 @@ async function wakeCall(path, json) {
 for (const who of ["rev-1", "rev-2"]) {
   await wakeCall(`${who}/lease`, { identity: who, holder: `h-${who}`, host: "laptop", pid: 7, ttl_s: 120 });
 }
+const guardAsked = await post("team", "rev-1", "crosstalk wake stopped waking rev-1 for #team: 6 turns in a row were woken only by agents\nAnswer this to let it go on.", {
+  type: "QUESTION",
+  recipient: "any-human",
+});
 await wakeCall("rev-1/turn", {
   identity: "rev-1",
   holder: "h-rev-1",
   activity: "paused",
   channels: ["team"],
   why: "the loop guard",
+  question: guardAsked.id,
   turn: { started_ms: Date.now() - 2000, ended_ms: Date.now() - 1000, channels: ["team"], messages: 2, outcome: "ok", attempt: 1 },
 });
 await post("team", "alice", "wake check");
 const paused = presence.locator("li", { hasText: "rev-1" });
-await paused.getByText("waiting on you: paused by the loop guard").waitFor({ timeout: 10_000 });
+await paused.getByText("waiting on you: crosstalk wake stopped waking rev-1 for #team: 6 turns").waitFor({ timeout: 10_000 });
+ok("a paused woken identity shows as waiting on you, with its question");
 check((await presence.locator("li", { hasText: "rev-2" }).textContent()).includes("listening (wakes on messages)"), "the member list shows a woken identity listening", await presence.locator("li", { hasText: "rev-2" }).textContent());
 await paused.locator(".activity.wake").click();
 const turnsShown = await page.textContent("#detail-body");
 check(/2 message\(s\) on team · ok \(attempt 1/.test(turnsShown), "a woken identity's last turns show on a click", turnsShown);
+check(/Asked on team: crosstalk wake stopped waking rev-1/.test(turnsShown), "and what it asked", turnsShown);
 
 // Hostile bodies stay text.
 await post("team", "mallory", `<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2"> **bold**`);

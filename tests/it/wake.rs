@@ -460,6 +460,35 @@ async fn the_loop_guard_stops_two_agents_answering_each_other_and_a_person_resum
     );
     quiet(&a, na, Duration::from_millis(800));
     assert_eq!(b.turns().len(), nb);
+    // A restart while paused keeps the pause, and what arrives meanwhile waits on the relay
+    // for the person, not in the process.
+    let first = terminate(&mut wa);
+    assert!(!first.contains("panicked"), "{first}");
+    let mut wa = wake(&s, &a, "agent-a", &flags, &reply, true);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = until_woken(&s, "agent-a").await;
+        if v["held_by"]
+            .as_str()
+            .is_some_and(|h| h.starts_with(&format!("{}@", wa.id())))
+        {
+            assert_eq!(v["state"], "paused by the loop guard", "{v}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restarted wake never took the lease: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    post(
+        &c,
+        &s,
+        "dev",
+        json!({"sender": "agent-c", "body": "held across a restart"}),
+    )
+    .await;
+    quiet(&a, na, Duration::from_millis(800));
     // A person writes on the channel: both wake again.
     let (status, reg) = common::request(
         &c,
@@ -480,9 +509,23 @@ async fn the_loop_guard_stops_two_agents_answering_each_other_and_a_person_resum
     )
     .await;
     assert_eq!(status, 200);
-    a.until_turns(na + 1, Duration::from_secs(10));
-    b.until_turns(nb + 1, Duration::from_secs(10));
-    terminate(&mut wa);
+    let turns = a.until_turns(na + 1, Duration::from_secs(10));
+    let resumed = &turns[na].prompt;
+    assert!(
+        resumed.contains("held across a restart") && resumed.contains("go on, once more"),
+        "{resumed}"
+    );
+    let turns = b.until_turns(nb + 1, Duration::from_secs(10));
+    assert!(
+        turns[nb].prompt.contains("held across a restart"),
+        "{}",
+        turns[nb].prompt
+    );
+    let err = terminate(&mut wa);
+    assert!(
+        err.contains("is paused by the loop guard; a person's message lifts it"),
+        "{err}"
+    );
     terminate(&mut wb);
 }
 

@@ -16,6 +16,7 @@ mod retention;
 mod services;
 mod state;
 mod stream;
+mod wake;
 
 use common::*;
 use crosstalk_testkit::nats::{Cluster as Nats, Single};
