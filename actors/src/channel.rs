@@ -266,6 +266,7 @@ impl ChannelActor {
         }
         self.pending.push(Pending {
             id,
+            logged: true,
             encoded: codec::encode(&record),
             posted: posted.clone(),
             idem,
@@ -277,6 +278,23 @@ impl ChannelActor {
         (id, posted)
     }
 
+    /// Folds a lone relay's change to the channel's state alone (a description, a session
+    /// start or end): it takes no id and is no event of the log; the state written with the
+    /// next batch keeps it ([`ChannelActor::when_noted`]).
+    fn note(&mut self, record: Record) {
+        self.state.replay(self.meta.last_id, &record);
+        self.meta.created_at.get_or_insert(record.at());
+        self.next_state_dirty = true;
+        self.pending.push(Pending {
+            id: 0,
+            logged: false,
+            encoded: Vec::new(),
+            posted: None,
+            idem: None,
+            done: Vec::new(),
+        });
+    }
+
     /// Refuses a write at once while the store is not answering, rather than queueing it.
     fn writable(&self) -> Result<(), RelayError> {
         self.config.cluster.health().map_err(RelayError::StoreUnavailable)?;
@@ -285,7 +303,7 @@ impl ChannelActor {
 
     fn reply_to_exists(&self, parent: u64) -> Result<bool, RelayError> {
         // Not yet committed: it exists if it is a message (not a session or description event).
-        if let Some(p) = self.uncommitted().find(|p| p.id == parent) {
+        if let Some(p) = self.uncommitted().find(|p| p.logged && p.id == parent) {
             return Ok(p.posted.is_some());
         }
         Ok(self.view.get(parent)?.is_some())
@@ -370,7 +388,9 @@ impl ChannelActor {
             Submitted::Folded(Folded::Stored(id, posted)) => Accepted::Once(id, Landed(Land::New(posted))),
             Submitted::Folded(Folded::Duplicate(id)) => Accepted::Once(id, Landed(Land::Retry(id, self.view.clone()))),
             Submitted::Folded(Folded::Rejected(e)) => return Err(e),
-            Submitted::Folded(Folded::Unchanged) => return Err(RelayError::Unavailable("not a message")),
+            Submitted::Folded(Folded::Unchanged | Folded::Noted) => {
+                return Err(RelayError::Unavailable("not a message"))
+            }
             Submitted::Proposed(verdict) => Accepted::Now(Landed(Land::Logged(verdict, self.view.clone()))),
         })
     }

@@ -22,6 +22,9 @@ pub enum Folded {
     Duplicate(u64),
     /// Nothing to change (ending a session that already ended, the same description).
     Unchanged,
+    /// Kept in the channel's state alone, under no id (a lone relay's description or session
+    /// change): durable once this receiver says so.
+    Noted,
     /// Refused; nothing stored.
     Rejected(RelayError),
 }

@@ -108,14 +108,24 @@ const TOO_LONG: &str = "must be at most 64 characters";
 pub struct ChannelMeta {
     /// Number of messages in the channel.
     pub count: u64,
-    /// Id of the newest message, 0 when there is none.
+    /// Id of the newest event of the channel's log, 0 when there is none. On a lone relay
+    /// only messages are events (a store written before that also has its description and
+    /// session events among them); on a cluster node every event of the shared log is.
     pub last_id: u64,
     /// When the newest message was stored.
     pub last_at: Option<Timestamp>,
-    /// When the channel's first event was stored.
+    /// When the channel's first event, or first change of state, was stored.
     pub created_at: Option<Timestamp>,
-    /// Id of the newest message (`last_id` counts session and description events too).
+    /// Id of the newest message.
     pub last_message_id: u64,
+}
+
+impl ChannelMeta {
+    /// Whether anything was ever written to the channel: an event, or a change of its state
+    /// (a description alone, on a lone relay).
+    pub fn written(&self) -> bool {
+        self.last_id > 0 || self.created_at.is_some()
+    }
 }
 
 /// The summary as release 0.1 stored it, before `last_message_id`.

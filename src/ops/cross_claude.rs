@@ -84,11 +84,11 @@ fn general() -> CcChannel {
 }
 
 /// Makes `general` exist, as it does on a fresh cross-claude server: the first time the
-/// cross-claude face is used (crosstalk's own faces do not see it until then). Once it has an
-/// event, this is one look at its last id.
+/// cross-claude face is used (crosstalk's own faces do not see it until then). Creating it
+/// takes no message id. Once it exists, this is one look at its summary.
 pub async fn ensure_general(cx: &Ctx) -> Result<(), OpError> {
     let name = general().0;
-    if cx.relay.channel_last_id(&name)? == 0 {
+    if !cx.relay.channel_exists(&name)? {
         cx.relay.create_channel(&name, DEFAULT_CHANNEL_DESCRIPTION).await?;
     }
     Ok(())

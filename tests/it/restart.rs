@@ -3,6 +3,7 @@
 
 use crate::common;
 use common::*;
+use serde_json::json;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -242,4 +243,79 @@ async fn search_is_rebuilt_from_the_log_when_its_index_is_missing_or_damaged() {
             "earlier index keys left in {space:?}"
         );
     }
+}
+
+/// Only messages take ids, as in crosstalk-mcp and cross-claude-mcp: creating a channel,
+/// describing it, starting and ending a session take none, so a fresh relay's first message is
+/// 1 and ids go up by one across the relay. What those changes did survives a SIGKILL, and ids
+/// go on from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_messages_take_ids_and_what_takes_none_survives_a_crash() {
+    let mut s = Server::process(&[]);
+    let c = client();
+    let (status, _) = request(
+        &c,
+        "POST",
+        &s.url("/api/channels"),
+        Some(json!({"name": "plans", "description": "the release plan"})),
+        None,
+    )
+    .await;
+    assert!(status < 300, "{status}");
+    let (status, _) = request(&c, "POST", &s.url("/api/channels/plans/session"), None, None).await;
+    assert_eq!(status, 200);
+    let first = post(&c, &s, "plans", msg("alice", "first")).await;
+    assert_eq!(first["id"], 1, "{first}");
+    let (status, _) = request(&c, "DELETE", &s.url("/api/channels/plans/session"), None, None).await;
+    assert_eq!(status, 200);
+    let (status, _) = request(
+        &c,
+        "POST",
+        &s.url("/api/channels"),
+        Some(json!({"name": "other", "description": "elsewhere"})),
+        None,
+    )
+    .await;
+    assert!(status < 300, "{status}");
+    let second = post(&c, &s, "other", msg("bob", "second")).await;
+    assert_eq!(second["id"], 2, "{second}");
+    // A channel with a description and no message is listed, and all of it survives a crash.
+    let (status, _) = request(
+        &c,
+        "POST",
+        &s.url("/api/channels"),
+        Some(json!({"name": "empty", "description": "nothing yet"})),
+        None,
+    )
+    .await;
+    assert!(status < 300, "{status}");
+    s.kill();
+    let dir = s.take_dir().unwrap();
+    let s2 = Server::start_in(dir.path(), &[]);
+    let (_, list) = get_json(&c, &s2.url("/api/channels")).await;
+    let described: std::collections::BTreeMap<String, String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["channel"].as_str().unwrap().to_owned(),
+                c["description"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        described.get("plans").map(String::as_str),
+        Some("the release plan"),
+        "{list}"
+    );
+    assert_eq!(
+        described.get("empty").map(String::as_str),
+        Some("nothing yet"),
+        "{list}"
+    );
+    let (status, st) = get_json(&c, &s2.url("/api/channels/plans/session")).await;
+    assert_eq!(status, 404, "the session stays ended: {st}");
+    let third = post(&c, &s2, "plans", msg("alice", "third")).await;
+    assert_eq!(third["id"], 3, "{third}");
 }

@@ -24,6 +24,10 @@ use tokio::sync::oneshot;
 /// An event accepted but not yet durable.
 pub(super) struct Pending {
     pub id: u64,
+    /// Whether it is an event of the log. A lone relay keeps a description or a session
+    /// start or end in the channel's state alone, under no id of its own (`id` 0): only
+    /// messages take ids there, as in the relays crosstalk replaces.
+    pub logged: bool,
     pub encoded: Vec<u8>,
     pub posted: Option<Arc<Posted>>,
     pub idem: Option<String>,
@@ -88,13 +92,30 @@ impl ChannelActor {
     pub(super) fn on_durable(&mut self, id: u64, done: Done) {
         // From the newest: a post's own event was accepted just now, so this finds it at once
         // however many are pending behind a slow store.
-        if let Some(p) = self.pending.iter_mut().rev().find(|p| p.id == id) {
+        if let Some(p) = self.pending.iter_mut().rev().find(|p| p.logged && p.id == id) {
             p.done.push(done);
-        } else if let Some(f) = self.in_flight.as_ref().filter(|f| f.events.iter().any(|p| p.id == id)) {
+        } else if let Some(f) = self
+            .in_flight
+            .as_ref()
+            .filter(|f| f.events.iter().any(|p| p.logged && p.id == id))
+        {
             f.answers.add(done);
         } else {
             done.send(Ok(()));
         }
+    }
+
+    /// A receiver told when the newest change kept in the state alone ([`ChannelActor::note`])
+    /// is durable; at once if none waits.
+    pub(super) fn when_noted(&mut self) -> oneshot::Receiver<Result<(), RelayError>> {
+        let (tx, rx) = oneshot::channel();
+        match self.pending.iter_mut().rev().find(|p| !p.logged) {
+            Some(p) => p.done.push(Done::Durable(tx)),
+            None => {
+                let _ = tx.send(Ok(()));
+            }
+        }
+        rx
     }
 
     /// The events accepted but not yet durable, oldest first.
@@ -112,7 +133,11 @@ impl ChannelActor {
             return;
         }
         let mut batch = std::mem::take(&mut self.pending);
-        let events: Vec<_> = batch.iter().map(|p| (p.id, p.encoded.clone())).collect();
+        let events: Vec<_> = batch
+            .iter()
+            .filter(|p| p.logged)
+            .map(|p| (p.id, p.encoded.clone()))
+            .collect();
         let overlays: Vec<(u64, crosstalk_schema::Overlay)> = std::mem::take(&mut self.next_overlays)
             .into_iter()
             .map(|id| (id, self.overlays.get(&id).copied().unwrap_or_default()))

@@ -67,7 +67,7 @@ impl Handler<CloseIfIdle> for ChannelActor {
         ctx.stop();
         tracing::debug!(channel = %name, "idle channel closed");
         Closed::Stopped {
-            written: self.view.last_id() > 0,
+            written: self.view.meta().written(),
         }
     }
 }

@@ -49,7 +49,9 @@ pub(super) async fn posted(
             metrics::histogram!("crosstalk_cluster_commit_wait_seconds").record(folded.elapsed());
             return Ok(posted);
         }
-        Folded::Stored(_, None) | Folded::Unchanged => return Err(RelayError::Unavailable("not a message")),
+        Folded::Stored(_, None) | Folded::Unchanged | Folded::Noted => {
+            return Err(RelayError::Unavailable("not a message"))
+        }
         Folded::Duplicate(id) => id,
     };
     durable(outcome.durable).await?;
@@ -150,6 +152,7 @@ impl ChannelActor {
     fn outcome(&mut self, folded: Folded) -> Outcome {
         let durable = match &folded {
             Folded::Stored(id, _) | Folded::Duplicate(id) => self.when_durable(*id),
+            Folded::Noted => self.when_noted(),
             Folded::Unchanged | Folded::Rejected(_) => {
                 let (tx, rx) = oneshot::channel();
                 let _ = tx.send(Ok(()));
@@ -222,6 +225,12 @@ impl ChannelActor {
                     || seq.is_none_or(|s| through >= s) =>
             {
                 Folded::Unchanged
+            }
+            // Ordered here (a lone relay): only messages take ids, so the change lives in the
+            // channel's state alone.
+            other if seq.is_none() => {
+                self.note(other);
+                Folded::Noted
             }
             other => {
                 let id = seq.unwrap_or_else(|| self.ids.next());

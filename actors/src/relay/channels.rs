@@ -106,7 +106,7 @@ impl Relay {
         for (name, handle) in self.inner.directory.read().iter() {
             metas.insert(name.clone(), handle.view.meta());
         }
-        let mut list: Vec<_> = metas.into_iter().filter(|(_, m)| m.last_id > 0).collect();
+        let mut list: Vec<_> = metas.into_iter().filter(|(_, m)| m.written()).collect();
         // Most recently active first; by name among equals, so pages are stable.
         list.sort_by(|(a, am), (b, bm)| {
             bm.last_message_id
@@ -165,6 +165,15 @@ impl Relay {
         match self.open_view(channel) {
             Some(v) => Ok(v.last_id()),
             None => Ok(self.inner.store.meta(channel)?.map_or(0, |m| m.last_id)),
+        }
+    }
+
+    /// Whether the channel was ever written: a message, or (a channel created with a
+    /// description alone, which takes no id on a lone relay) its state. Starts nothing.
+    pub fn channel_exists(&self, channel: &ChannelName) -> Result<bool, RelayError> {
+        match self.open_view(channel) {
+            Some(v) => Ok(v.meta().written()),
+            None => Ok(self.inner.store.meta(channel)?.is_some_and(|m| m.written())),
         }
     }
 
