@@ -3,7 +3,7 @@
 
 use crate::error::RelayError;
 use crate::store::EventStore;
-use crosstalk_schema::{codec, ChannelMeta, ChannelName, ChannelState, Meaning, Message, Overlay, Record};
+use crosstalk_schema::{codec, ChannelMeta, ChannelName, ChannelState, Message, Overlay, Record};
 use parking_lot::RwLock;
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -465,14 +465,6 @@ impl ChannelView {
             }
         }
         Ok(out)
-    }
-
-    /// The newest committed message not sent by `me`, if it is a `done` that `me` has not
-    /// answered since (only the recent window is consulted).
-    pub fn pending_done(&self, me: &str) -> Option<Arc<Posted>> {
-        let state = self.state.read();
-        let newest = state.recent.back()?;
-        (newest.message.sender != me && newest.message.kind.is(Meaning::Done)).then(|| newest.clone())
     }
 
     /// Makes a durable batch visible. Only the store thread calls this, with the hook the

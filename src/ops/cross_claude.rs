@@ -1,13 +1,18 @@
 //! cross-claude-mcp's operations, which the `/cc` REST routes and the `/cc/mcp` tools both
-//! run: cross-claude's arguments (`content`, `message_type`, `in_reply_to`, `after_id`, …) and
-//! answer shapes, and the rules that are cross-claude's own — a read without `after_id`
-//! starts at the reader's cursor ([`start`]), `subscribe` and `unsubscribe` join and leave a
-//! channel's share of the inbox, `get_messages` without `after_id` is the newest `limit`.
+//! run: cross-claude's arguments (`content`, `message_type`, `in_reply_to`, `after_id`, …),
+//! defaults and answer shapes, and the rules that are cross-claude's own:
+//! - a read without `after_id` is the channel's newest `limit` (20), whoever asks;
+//! - a read with `after_id` is everything after it (bounded by `--max-answer-bytes`), and with
+//!   `instance_id` too, without the instance's own messages and from no later than what it was
+//!   last shown ([`floor`]), so a message that crossed its own send is not skipped;
+//! - only what is shown to a named instance moves its read position, and only on the MCP
+//!   tools (`check_messages`, `wait_for_reply`); REST reads move nothing.
+//!
 //! Everything else is the operation it calls: who may post, what a wait returns, how ids
 //! are ordered.
 
 use super::channels::{self, NoArgs, SearchRequest};
-use super::identity::{self, InboxRequest, RegisterRequest};
+use super::identity::{self, RegisterRequest};
 use super::messages::{self, PostRequest, RoleArg, WaitRequest};
 use super::{Caller, Ctx, Limit, OpError, Operation};
 use crosstalk_actors::{InstanceView, Posted, SharedSummary, WaitOutcome};
@@ -28,6 +33,13 @@ pub const MESSAGE_TYPES: [&str; 6] = ["message", "request", "response", "status"
 pub const SENDERS_OF_CHANNELS: usize = 200;
 /// Messages per channel whose senders `active_senders` names.
 pub const SENDERS_OF_MESSAGES: usize = 100;
+/// How many of a channel's newest messages a read without `after_id` shows.
+pub const NEWEST_DEFAULT: usize = 20;
+/// What cross-claude's `check_messages` says after every list of messages.
+pub const REMINDER: &str = "Reminder: unless this session was launched channels-enabled (cc-listen / \
+    --channels), you only see messages when you poll. If this collaboration is ongoing, either block in \
+    wait_for_reply now or tell the user you'll check again next time they prompt you — do not claim to be \
+    \"listening\".";
 
 /// A channel name as cross-claude takes it: a name crosstalk accepts is kept as it is (so a
 /// channel made on `/api` is reachable from `/cc`); any other is normalized as cross-claude
@@ -133,19 +145,36 @@ fn cc(messages: &[Arc<Posted>]) -> Vec<CcMessage> {
     messages.iter().map(CcMessage::from).collect()
 }
 
-/// Where a read without `after_id` starts: after what the reader has read (its cursor), or,
-/// for an anonymous reader, `anonymous()`.
-async fn start(
+/// Where a read for `who` after `after_id` starts: no later than what `who` was last shown on
+/// the channel (its read position), as cross-claude takes the lower of the two. A client that
+/// polls from its own send's id would otherwise never see a message that crossed it and took
+/// a lower id. A read position of 0 is none (the client's `after_id` is trusted then).
+async fn floor(cx: &Ctx, name: &ChannelName, after_id: u64, who: &str) -> Result<u64, OpError> {
+    let shown = cx.relay.cursor(who, name).await?;
+    Ok(if shown == 0 { after_id } else { after_id.min(shown) })
+}
+
+/// Every message with id > `after`, oldest first, without `skip`'s own: cross-claude's read
+/// without a limit, bounded here by `--max-answer-bytes` and [`Limit::MAX`] messages (the
+/// answer's last id is where the next read goes on). Moves no read position.
+async fn everything_after(
     cx: &Ctx,
     name: &ChannelName,
-    after_id: Option<u64>,
-    reader: Option<&str>,
-    anonymous: impl FnOnce() -> Result<u64, OpError>,
-) -> Result<u64, OpError> {
-    match (after_id, reader) {
-        (Some(a), _) => Ok(a),
-        (None, Some(who)) => Ok(cx.relay.cursor(who, name).await?),
-        (None, None) => anonymous(),
+    after: u64,
+    skip: Option<&str>,
+) -> Result<Vec<Arc<Posted>>, OpError> {
+    let (page, _) = cx.relay.read_page(name, after, Limit::MAX, None).await?;
+    Ok(page
+        .into_iter()
+        .filter(|p| Some(p.message.sender.as_str()) != skip)
+        .collect())
+}
+
+/// The instance a call names, checked: a name live in another session is not this caller's.
+fn named(cx: &Ctx, caller: &Caller, instance_id: Option<&str>) -> Result<Option<String>, OpError> {
+    match instance_id.map(str::trim).filter(|w| !w.is_empty()) {
+        Some(w) => caller.act_as(cx, w).map(Some),
+        None => Ok(None),
     }
 }
 
@@ -165,6 +194,12 @@ pub struct CcRegistered {
     pub instance_id: String,
     /// crosstalk: the session the identity is bound to (`X-Crosstalk-Session`).
     pub session: String,
+    /// The channels with messages, for the tool's text.
+    #[serde(skip)]
+    pub active: Vec<CcChannelRow>,
+    /// The other instances online, with their descriptions, for the tool's text.
+    #[serde(skip)]
+    pub online: Vec<(String, Option<String>)>,
 }
 
 pub struct CcRegister;
@@ -189,10 +224,25 @@ impl Operation for CcRegister {
             },
         )
         .await?;
+        let me = done.registered.instance.instance_id.clone();
+        let active = rows(cx, None)
+            .await?
+            .into_iter()
+            .filter(|c| c.message_count > 0)
+            .collect();
+        let online = cx
+            .relay
+            .list_instances()
+            .into_iter()
+            .filter(|i| i.status == "online" && i.instance_id != me)
+            .map(|i| (i.instance_id, i.description))
+            .collect();
         Ok(CcRegistered {
             ok: true,
-            instance_id: done.registered.instance.instance_id.clone(),
+            instance_id: me,
             session: done.registered.session,
+            active,
+            online,
         })
     }
 }
@@ -236,6 +286,7 @@ impl Operation for SendMessage {
     type Response = Sent;
 
     async fn run(cx: &Ctx, caller: Caller, r: SendRequest) -> Result<Sent, OpError> {
+        ensure_general(cx).await?;
         if let Some(t) = r.message_type.as_deref().filter(|t| !MESSAGE_TYPES.contains(t)) {
             return Err(OpError::invalid(format!(
                 "message_type must be one of: {} (got {:?})",
@@ -278,11 +329,12 @@ impl Operation for SendMessage {
 pub struct MessagesRequest {
     #[serde(default = "general")]
     pub channel: CcChannel,
-    /// Messages with id > after_id, oldest first; without it, the newest `limit`.
+    /// Every message with id > after_id, oldest first; without it, the newest `limit`.
     pub after_id: Option<u64>,
-    /// Your instance_id: with after_id, your own messages are left out; your read position
-    /// moves on.
+    /// Your instance_id: with after_id, your own messages are left out. Moves no read
+    /// position.
     pub instance_id: Option<String>,
+    /// Without after_id: how many of the newest (default 20).
     pub limit: Option<Limit>,
 }
 
@@ -310,55 +362,26 @@ impl CcPage {
     }
 }
 
-/// Messages with id > `after`, oldest first, up to `limit` of them — without `skip`'s own
-/// when it is named (cross-claude's unread read). The reader's cursor moves past what was
-/// looked at, its own messages included; at most 16 pages are looked at.
-async fn unread(
-    cx: &Ctx,
-    name: &ChannelName,
-    after: u64,
-    limit: usize,
-    reader: Option<&str>,
-    skip: Option<&str>,
-) -> Result<Vec<Arc<Posted>>, OpError> {
-    let mut out = Vec::new();
-    let mut after = after;
-    for _ in 0..16 {
-        let want = limit - out.len();
-        let page = cx.relay.read(name, after, want, reader).await?;
-        let n = page.len();
-        if let Some(last) = page.last() {
-            after = last.id();
-        }
-        out.extend(page.into_iter().filter(|p| Some(p.message.sender.as_str()) != skip));
-        if n < want || out.len() >= limit {
-            break;
-        }
-    }
-    Ok(out)
-}
-
 pub struct GetMessages;
 
 impl Operation for GetMessages {
     const NAME: &'static str = "get_messages";
-    const DESCRIPTION: &'static str = "A channel's messages after after_id, or the newest limit.";
+    const DESCRIPTION: &'static str = "A channel's messages after after_id, or the newest limit (default 20). \
+        Moves no read position.";
     const READ_ONLY: bool = true;
     type Request = MessagesRequest;
     type Response = CcPage;
 
-    async fn run(cx: &Ctx, caller: Caller, r: MessagesRequest) -> Result<CcPage, OpError> {
+    async fn run(cx: &Ctx, _: Caller, r: MessagesRequest) -> Result<CcPage, OpError> {
         ensure_general(cx).await?;
         let name = r.channel.0;
-        let limit = caller.limit(r.limit);
-        let reader = caller.reader(cx, r.instance_id.as_deref())?;
         let found = match r.after_id {
-            // As cross-claude: a reader named with after_id does not get its own messages.
+            // As cross-claude: an instance named with after_id does not get its own messages.
             Some(after) => {
-                let skip = r.instance_id.as_deref().and(reader.as_deref());
-                unread(cx, &name, after, limit, reader.as_deref(), skip).await?
+                let skip = r.instance_id.as_deref().map(str::trim).filter(|w| !w.is_empty());
+                everything_after(cx, &name, after, skip).await?
             }
-            None => cx.relay.newest(&name, limit, reader.as_deref()).await?,
+            None => cx.relay.newest(&name, Limit::or(r.limit, NEWEST_DEFAULT), None).await?,
         };
         Ok(CcPage::new(&found, Some(&name), r.after_id.is_some()))
     }
@@ -366,46 +389,47 @@ impl Operation for GetMessages {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CheckRequest {
-    /// A channel; without one, what is new for you on every channel you joined.
-    pub channel: Option<CcChannel>,
-    /// Your instance_id (default: the one you registered); your own messages are left out.
-    pub instance_id: Option<String>,
-    /// Messages with id > after_id; without it, those you have not read yet.
+    /// Channel to check (default general); call list_channels first if unsure.
+    #[serde(default = "general")]
+    pub channel: CcChannel,
+    /// Only messages after this id (for polling): every one of them, oldest first.
     pub after_id: Option<u64>,
+    /// Without after_id: how many of the newest to show (default 20).
     pub limit: Option<Limit>,
+    /// Your instance_id: with after_id, your own messages are left out, and nothing after what
+    /// you were last shown is skipped; what is shown to you moves your read position.
+    pub instance_id: Option<String>,
 }
 
 pub struct CheckMessages;
 
 impl Operation for CheckMessages {
     const NAME: &'static str = "check_messages";
-    const DESCRIPTION: &'static str = "What is new for you: on one channel (since after_id, or since you last \
-        read it), or on every channel you joined. Never returns a message twice.";
+    const DESCRIPTION: &'static str = "Check for new messages in a channel (default general). Use after_id to \
+        only get messages newer than a specific message; without it, the newest limit. If you're unsure which \
+        channel to check, call list_channels first.";
     const READ_ONLY: bool = false;
     type Request = CheckRequest;
     type Response = CcPage;
 
     async fn run(cx: &Ctx, caller: Caller, r: CheckRequest) -> Result<CcPage, OpError> {
         ensure_general(cx).await?;
-        let Some(ch) = r.channel else {
-            let inbox = identity::Inbox::run(
-                cx,
-                caller,
-                InboxRequest {
-                    instance_id: r.instance_id,
-                    limit: r.limit,
-                },
-            )
-            .await?;
-            return Ok(CcPage::new(&inbox.messages, None, true));
+        let name = r.channel.0;
+        let who = named(cx, &caller, r.instance_id.as_deref())?;
+        let found = match (r.after_id, who.as_deref()) {
+            (Some(after), Some(me)) => {
+                let from = floor(cx, &name, after, me).await?;
+                everything_after(cx, &name, from, Some(me)).await?
+            }
+            (Some(after), None) => everything_after(cx, &name, after, None).await?,
+            // The newest, whoever asks and whatever they have read.
+            (None, _) => cx.relay.newest(&name, Limit::or(r.limit, NEWEST_DEFAULT), None).await?,
         };
-        let name = ch.0;
-        let limit = caller.limit(r.limit);
-        let reader = caller.reader(cx, r.instance_id.as_deref())?;
-        // Anonymous: from the start.
-        let after = start(cx, &name, r.after_id, reader.as_deref(), || Ok(0)).await?;
-        let found = unread(cx, &name, after, limit, reader.as_deref(), reader.as_deref()).await?;
-        Ok(CcPage::new(&found, Some(&name), true))
+        // Only what is shown moves the read position, and only that far.
+        if let (Some(me), Some(last)) = (who.as_deref(), found.last()) {
+            cx.relay.mark_read(me, &name, last.id());
+        }
+        Ok(CcPage::new(&found, Some(&name), r.after_id.is_some()))
     }
 }
 
@@ -417,21 +441,35 @@ pub struct WaitForReplyRequest {
     pub channel: CcChannel,
     /// Your instance_id (default: the one you registered); your own messages do not wake you.
     pub instance_id: Option<String>,
-    /// Wait for messages with id > after_id (default: what you have not read yet). One
-    /// already there is returned at once.
+    /// Wait for messages with id > after_id (default: what you have not read yet), from no
+    /// later than what you were last shown. One already there is returned at once.
     pub after_id: Option<u64>,
+    /// One wait's length in seconds when persistent is false (default 90).
+    #[schemars(range(min = 0.0))]
+    pub timeout_seconds: Option<f64>,
+    /// Accepted for compatibility: crosstalk wakes a wait the moment a message is stored, it
+    /// does not poll.
+    #[allow(dead_code)]
+    #[schemars(range(min = 0.0))]
+    pub poll_interval_seconds: Option<f64>,
     /// active (default) or parked (a worker that never holds up the conversation).
     #[serde(default)]
     pub role: RoleArg,
-    /// Accepted for compatibility: every wait already lasts up to max_wait_minutes (capped at
-    /// what a tool call survives; progress notifications keep it alive).
-    #[serde(default)]
-    #[allow(dead_code)]
+    /// Keep waiting up to max_wait_minutes (default true); false: one wait of timeout_seconds.
+    #[serde(default = "persistent")]
     pub persistent: bool,
-    /// Longest wait, in minutes.
+    /// Longest wait, in minutes (capped at what a tool call survives; progress notifications
+    /// keep it alive).
     #[schemars(range(min = 0.0))]
     pub max_wait_minutes: Option<f64>,
 }
+
+fn persistent() -> bool {
+    true
+}
+
+/// A non-persistent wait's length when `timeout_seconds` is not given.
+const WAIT_DEFAULT_S: f64 = 90.0;
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Reply {
@@ -447,6 +485,9 @@ pub struct Reply {
     pub waited_s: u64,
     #[serde(skip)]
     pub instance_id: Option<String>,
+    /// It was a persistent wait (that ran to its ceiling, if it timed out).
+    #[serde(skip)]
+    pub persistent: bool,
 }
 
 pub struct WaitForReply;
@@ -464,15 +505,21 @@ impl Operation for WaitForReply {
         let (reader, after) = WaitForReply::start(cx, &caller, &r).await?;
         let name = r.channel.0;
         let started = std::time::Instant::now();
+        // The face caps either to what a tool call survives.
+        let timeout_s = if r.persistent {
+            r.max_wait_minutes.map_or(f64::MAX, |m| m * 60.0)
+        } else {
+            r.timeout_seconds.unwrap_or(WAIT_DEFAULT_S)
+        };
         let waited = messages::Wait::run(
             cx,
             caller,
             WaitRequest {
                 channel: name.clone(),
                 since_id: after,
-                limit: None,
-                // The face caps it to what a tool call survives.
-                timeout_s: r.max_wait_minutes.map(|m| m * 60.0).or(Some(f64::MAX)),
+                // Every message there is, as cross-claude hands them (bounded by bytes).
+                limit: Some(Limit::new(Limit::MAX)?),
+                timeout_s: Some(timeout_s),
                 instance_id: reader.clone(),
                 role: r.role,
                 exclude_self: None,
@@ -480,13 +527,16 @@ impl Operation for WaitForReply {
         )
         .await?;
         Ok(Reply {
-            last_id: waited.next_since_id,
+            // The last message shown, as cross-claude says it; where the wait looked up to
+            // when it shows none.
+            last_id: waited.messages.last().map_or(waited.next_since_id, |p| p.id()),
             messages: cc(&waited.messages),
             outcome: waited.outcome,
             hint: waited.hint,
             channel: name.to_string(),
             waited_s: started.elapsed().as_secs(),
             instance_id: reader,
+            persistent: r.persistent,
         })
     }
 }
@@ -499,11 +549,13 @@ impl WaitForReply {
         ensure_general(cx).await?;
         let name = &r.channel.0;
         let reader = caller.reader(cx, r.instance_id.as_deref())?;
-        // Anonymous: from now on.
-        let after = start(cx, name, r.after_id, reader.as_deref(), || {
-            Ok(cx.relay.channel_last_id(name)?)
-        })
-        .await?;
+        let after = match (r.after_id, reader.as_deref()) {
+            (Some(after), Some(me)) => floor(cx, name, after, me).await?,
+            (Some(after), None) => after,
+            (None, Some(me)) => cx.relay.cursor(me, name).await?,
+            // Anonymous: from now on.
+            (None, None) => cx.relay.channel_last_id(name)?,
+        };
         Ok((reader, after))
     }
 }
@@ -540,8 +592,14 @@ impl Operation for GetReplies {
 
     async fn run(cx: &Ctx, caller: Caller, r: RepliesRequest) -> Result<Thread, OpError> {
         let id = r.message_id;
-        let parent = match r.channel {
-            Some(ch) => messages::existing(cx, &ch.0, id).await?,
+        // The channel named, if it holds the message; else anywhere (ids are unique across
+        // channels), as cross-claude looks for it.
+        let here = match &r.channel {
+            Some(ch) => cx.relay.message(&ch.0, id).await?,
+            None => None,
+        };
+        let parent = match here {
+            Some(p) => p,
             None => {
                 // Ids are unique across channels: the channel is one whose ids reach this far.
                 let mut found = None;
@@ -557,7 +615,7 @@ impl Operation for GetReplies {
                         break;
                     }
                 }
-                found.ok_or_else(|| OpError::not_found(format!("Message #{id} not found")))?
+                found.ok_or_else(|| OpError::not_found(format!("Message #{id} not found.")))?
             }
         };
         let channel = ChannelName::parse(&parent.message.channel).map_err(|e| OpError::invalid(e.to_string()))?;
@@ -567,7 +625,8 @@ impl Operation for GetReplies {
             messages::MessageRef {
                 channel,
                 message_id: id,
-                limit: r.limit,
+                // Every reply, as cross-claude answers, unless a page size is named.
+                limit: Some(r.limit.unwrap_or(Limit::new(Limit::MAX)?)),
             },
         )
         .await?;
@@ -601,6 +660,9 @@ pub struct CcChannels {
     /// The query, for find_channel's text.
     #[serde(skip)]
     pub query: Option<String>,
+    /// Every channel's name, for find_channel's text when nothing matches.
+    #[serde(skip)]
+    pub all: Vec<String>,
 }
 
 /// Channels as cross-claude answers them (crosstalk's listing, `Relay::find_channels`, with
@@ -661,6 +723,7 @@ impl Operation for ListChannels {
         Ok(CcChannels {
             channels: rows(cx, None).await?,
             query: None,
+            all: Vec::new(),
         })
     }
 }
@@ -682,32 +745,74 @@ pub struct Created {
     pub channel: String,
     #[serde(skip)]
     pub description: Option<String>,
+    /// Other channels with a similar name, for the tool's text.
+    #[serde(skip)]
+    pub similar: Vec<String>,
+}
+
+/// Channels whose name looks like `name` (one contains the other, or at most two edits
+/// apart), as cross-claude warns of them.
+fn similar_channels(cx: &Ctx, name: &ChannelName) -> Result<Vec<String>, OpError> {
+    let name = name.as_str();
+    let mut out: Vec<String> = cx
+        .relay
+        .list_channels()?
+        .into_iter()
+        .map(|(c, _)| c.to_string())
+        .filter(|c| c != name && (c.contains(name) || name.contains(c.as_str()) || edits(c, name) <= 2))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Levenshtein distance.
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 pub struct CreateChannel;
 
 impl Operation for CreateChannel {
     const NAME: &'static str = "create_channel";
-    const DESCRIPTION: &'static str = "Create a channel (or set its description). Check list_channels first.";
+    const DESCRIPTION: &'static str = "Create a channel; one that exists keeps its description. Check \
+        list_channels first.";
     const READ_ONLY: bool = false;
     type Request = CcCreateRequest;
     type Response = Created;
 
     async fn run(cx: &Ctx, caller: Caller, r: CcCreateRequest) -> Result<Created, OpError> {
         let description = r.description.filter(|d| !d.is_empty());
-        let info = channels::CreateChannel::run(
-            cx,
-            caller,
-            channels::CreateRequest {
-                name: r.name.0,
-                description: description.clone().unwrap_or_default(),
-            },
-        )
-        .await?;
+        let name = r.name.0;
+        let mut similar = similar_channels(cx, &name)?;
+        // As cross-claude's INSERT OR IGNORE: an existing channel is left as it is.
+        if !cx.relay.channel_exists(&name)? {
+            channels::CreateChannel::run(
+                cx,
+                caller,
+                channels::CreateRequest {
+                    name: name.clone(),
+                    description: description.clone().unwrap_or_default(),
+                },
+            )
+            .await?;
+        }
+        similar.retain(|c| c != name.as_str());
         Ok(Created {
             ok: true,
-            channel: info.summary.channel,
+            channel: name.to_string(),
             description,
+            similar,
         })
     }
 }
@@ -765,7 +870,8 @@ pub struct SearchByQ;
 
 impl Operation for SearchByQ {
     const NAME: &'static str = "search_messages";
-    const DESCRIPTION: &'static str = "Messages containing every word of q, newest first (default 10).";
+    const DESCRIPTION: &'static str = "Messages containing every word of q (of the best matches, the newest first; \
+        default 10).";
     const READ_ONLY: bool = true;
     type Request = QueryQ;
     type Response = Found;
@@ -790,9 +896,22 @@ impl Operation for FindChannel {
         // Every match, as cross-claude answers, unless the caller names a `limit`.
         let mut channels = rows(cx, Some(&r.query)).await?;
         channels.truncate(Limit::or(r.limit, usize::MAX));
+        let all = if channels.is_empty() {
+            let mut all: Vec<String> = cx
+                .relay
+                .list_channels()?
+                .into_iter()
+                .map(|(c, _)| c.to_string())
+                .collect();
+            all.sort();
+            all
+        } else {
+            Vec::new()
+        };
         Ok(CcChannels {
             channels,
             query: Some(r.query),
+            all,
         })
     }
 }
@@ -838,7 +957,8 @@ pub struct SearchMessages;
 
 impl Operation for SearchMessages {
     const NAME: &'static str = "search_messages";
-    const DESCRIPTION: &'static str = "Messages containing every word of query, newest first (default 10).";
+    const DESCRIPTION: &'static str = "Messages containing every word of query (of the best matches, the newest \
+        first; default 10).";
     const READ_ONLY: bool = true;
     type Request = Query;
     type Response = Found;
@@ -855,12 +975,16 @@ impl Operation for SearchMessages {
                 kind: None,
                 since: None,
                 until: None,
-                limit: Some(Limit::new(Limit::or(r.limit, 10))?),
+                // The best matches, of which the newest are shown, as cross-claude orders them.
+                limit: Some(Limit::new((Limit::or(r.limit, 10) * 10).min(Limit::MAX))?),
             },
         )
         .await?;
+        let mut messages = found.messages;
+        messages.sort_by_key(|p| std::cmp::Reverse(p.id()));
+        messages.truncate(Limit::or(r.limit, 10));
         Ok(Found {
-            messages: cc(&found.messages),
+            messages: cc(&messages),
             query: r.query,
         })
     }
@@ -1043,8 +1167,8 @@ pub struct Subscribe;
 
 impl Operation for Subscribe {
     const NAME: &'static str = "subscribe";
-    const DESCRIPTION: &'static str = "Join a channel: check_messages without a channel then includes what is \
-        posted there from now on.";
+    const DESCRIPTION: &'static str = "Register interest in a channel (crosstalk: it joins your inbox). Live \
+        delivery needs a session launched with crosstalk mcp's listen_live; otherwise poll.";
     const READ_ONLY: bool = false;
     type Request = SubscribeRequest;
     type Response = Subscription;
@@ -1058,7 +1182,7 @@ pub struct Unsubscribe;
 
 impl Operation for Unsubscribe {
     const NAME: &'static str = "unsubscribe";
-    const DESCRIPTION: &'static str = "Leave a channel: check_messages without a channel no longer includes it.";
+    const DESCRIPTION: &'static str = "Drop interest in a channel (crosstalk: it leaves your inbox).";
     const READ_ONLY: bool = false;
     type Request = SubscribeRequest;
     type Response = Subscription;

@@ -73,7 +73,7 @@ async fn rest_routes_answer_cross_claudes_shapes() {
         ids.push(sent["id"].as_u64().unwrap());
     }
 
-    // Without after_id: the newest `limit`, in id order (cross-claude returns the oldest).
+    // Without after_id: the newest `limit`, in id order.
     let (st, page) = get(&http, &s, "/cc/api/messages/general?limit=2").await;
     assert_eq!(st, 200, "{page}");
     assert_eq!(keys(&page), ["last_id", "messages"]);
@@ -105,7 +105,7 @@ async fn rest_routes_answer_cross_claudes_shapes() {
     let at = m["created_at"].as_str().unwrap();
     assert!(at.ends_with('Z') || at.ends_with("+00:00"), "{at}");
 
-    // With after_id: what follows it, oldest first (cross-claude ignored it).
+    // With after_id: what follows it, oldest first.
     let (_, page) = get(&http, &s, &format!("/cc/api/messages/general?after_id={}", ids[2])).await;
     let got: Vec<u64> = page["messages"]
         .as_array()
@@ -277,12 +277,20 @@ async fn one_relay_both_worlds_on_one_channel() {
         )
         .await;
     let asked_id = asked["id"].as_u64().unwrap();
-    // check_messages hands each message out once.
+    // check_messages without after_id shows the newest, however often it is asked; with
+    // after_id and instance_id, what is new for the instance.
     let first = cc.call_ok("check_messages", json!({"channel": "auth"})).await;
     assert_eq!(first["messages"][0]["content"], "please review auth.py", "{first}");
     assert_eq!(first["last_id"], asked_id);
     let again = cc.call_ok("check_messages", json!({"channel": "auth"})).await;
-    assert_eq!(again["messages"], json!([]), "re-delivered: {again}");
+    assert_eq!(again["messages"], first["messages"], "{again}");
+    let new = cc
+        .call_ok(
+            "check_messages",
+            json!({"channel": "auth", "after_id": asked_id, "instance_id": "reviewer"}),
+        )
+        .await;
+    assert_eq!(new["messages"], json!([]), "re-delivered: {new}");
 
     // The cross-claude agent waits (woken by the REST post, not by its own).
     let waiter = cc.clone_session();
@@ -348,6 +356,20 @@ async fn one_relay_both_worlds_on_one_channel() {
     );
 }
 
+/// Who has `channel`'s message `id` in their inbox, read or not yet (crosstalk's "read by").
+async fn inbox_of(s: &Server, channel: &str, id: &Value) -> Vec<String> {
+    let (_, r) = get(&client(), s, &format!("/api/channels/{channel}/messages/{id}/readers")).await;
+    let mut who: Vec<String> = ["read_by", "not_yet"]
+        .iter()
+        .flat_map(|k| r[*k].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    who.sort();
+    who
+}
+
+/// cross-claude's subscribe registers interest; crosstalk's also joins the channel to the
+/// instance's inbox (crosstalk's own tools read it), and unsubscribe leaves it.
 #[tokio::test]
 async fn subscribe_joins_the_inbox_and_unsubscribe_leaves_it() {
     let s = Server::start();
@@ -360,30 +382,27 @@ async fn subscribe_joins_the_inbox_and_unsubscribe_leaves_it() {
             json!({"channel": "jobs", "sender": "boss", "content": "old"}),
         )
         .await;
-    cc.call_ok("subscribe", json!({"channel": "jobs"})).await;
-    other
+    let r = cc.call("subscribe", json!({"channel": "jobs"})).await;
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("Subscribed \"worker\" to #jobs (interest registered;") && text.contains("IMPORTANT"),
+        "{r}"
+    );
+    let new = other
         .call_ok(
             "send_message",
             json!({"channel": "jobs", "sender": "boss", "content": "new"}),
         )
         .await;
-    let inbox = cc.call_ok("check_messages", json!({})).await;
-    let bodies: Vec<&Value> = inbox["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| &m["content"])
-        .collect();
-    assert_eq!(bodies, [&json!("new")], "{inbox}");
+    assert!(inbox_of(&s, "jobs", &new["id"]).await.contains(&"worker".to_owned()));
     cc.call_ok("unsubscribe", json!({"channel": "jobs"})).await;
-    other
+    let later = other
         .call_ok(
             "send_message",
             json!({"channel": "jobs", "sender": "boss", "content": "later"}),
         )
         .await;
-    let inbox = cc.call_ok("check_messages", json!({})).await;
-    assert_eq!(inbox["messages"], json!([]), "{inbox}");
+    assert!(!inbox_of(&s, "jobs", &later["id"]).await.contains(&"worker".to_owned()));
 }
 
 #[tokio::test]
@@ -402,15 +421,17 @@ async fn subscribing_to_new_channels_counts_against_max_channels() {
         r["content"][0]["text"].as_str().unwrap().contains("--max-channels"),
         "{r}"
     );
-    // The channels it made are real: a post to one is delivered to the subscriber.
+    // The channels it made are real: a post to one is in the subscriber's inbox.
     let boss = Mcp::connect_at(&s, "/cc/mcp", client()).await;
-    boss.call_ok(
-        "send_message",
-        json!({"channel": "made-up-1", "sender": "boss", "content": "hi"}),
-    )
-    .await;
-    let inbox = cc.call_ok("check_messages", json!({})).await;
-    assert_eq!(inbox["messages"][0]["content"], "hi", "{inbox}");
+    let hi = boss
+        .call_ok(
+            "send_message",
+            json!({"channel": "made-up-1", "sender": "boss", "content": "hi"}),
+        )
+        .await;
+    assert!(inbox_of(&s, "made-up-1", &hi["id"])
+        .await
+        .contains(&"worker".to_owned()));
 }
 
 #[tokio::test]
@@ -725,4 +746,224 @@ async fn tool_parity_with_cross_claude() {
         text(&r).starts_with(&format!("Original #{first} from planner: plan it")),
         "{r}"
     );
+}
+
+/// An MCP client of the cross-claude tools, over HTTP (`/cc/mcp`) or stdio (`crosstalk mcp
+/// --tools cross-claude`): a tool call's whole result.
+pub(crate) trait CcClient {
+    async fn tool(&mut self, name: &str, args: Value) -> Value;
+}
+
+impl CcClient for Mcp {
+    async fn tool(&mut self, name: &str, args: Value) -> Value {
+        self.call(name, args).await
+    }
+}
+
+/// What a cross-claude-mcp client reads: the text of a successful call.
+async fn said(c: &mut impl CcClient, name: &str, args: Value) -> String {
+    let r = c.tool(name, args.clone()).await;
+    assert_eq!(r["isError"], false, "{name}({args}): {r}");
+    r["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+/// A message block's head line as cross-claude writes it, up to its timestamp.
+fn head(id: u64, kind: &str, sender: &str) -> String {
+    format!("#{id} [{kind}] {sender} (")
+}
+
+/// A cross-claude-mcp user's session on a fresh relay, asserting on the text lines its
+/// clients parse, exactly as cross-claude-mcp writes them (its tools.mjs): ids from 1,
+/// `Message #N sent to`, `Last message ID: N`, `(reply to #N)`, `[N replies]`, `Registered
+/// instances:`, and which calls move a read position.
+pub(crate) async fn a_cross_claude_users_session(alice: &mut impl CcClient, bob: &mut impl CcClient) {
+    let t = said(
+        alice,
+        "register",
+        json!({"instance_id": "alice", "description": "writes the plan"}),
+    )
+    .await;
+    assert!(t.starts_with("Registered as \"alice\"."), "{t}");
+    assert!(t.contains("\n\nNo active channels yet."), "{t}");
+    assert!(t.contains("\n\nNo other instances online."), "{t}");
+    assert!(
+        t.ends_with("Do NOT default to 'general' if a more specific channel exists."),
+        "{t}"
+    );
+    let t = said(bob, "register", json!({"instance_id": "bob"})).await;
+    assert!(t.contains("\n\nOnline instances:\n  alice - writes the plan"), "{t}");
+
+    // Creating a channel takes no id: the first message is #1.
+    let t = said(
+        alice,
+        "create_channel",
+        json!({"name": "release-plan", "description": "the 2.0 release"}),
+    )
+    .await;
+    assert_eq!(t, "Channel #release-plan created. Purpose: the 2.0 release");
+    // Creating it again leaves its description as it is.
+    said(alice, "create_channel", json!({"name": "release-plan"})).await;
+    let t = said(alice, "send_message", json!({"sender": "alice", "content": "first"})).await;
+    assert_eq!(t, "Message #1 sent to #general as \"alice\" [message]");
+    let t = said(
+        bob,
+        "send_message",
+        json!({"sender": "bob", "content": "reply", "message_type": "response", "in_reply_to": 1}),
+    )
+    .await;
+    assert_eq!(
+        t,
+        "Message #2 sent to #general as \"bob\" [response]\n\n\u{1f4a1} If this is your final reply, send a follow-up \
+         \"done\" message so the other instance stops polling."
+    );
+    let t = said(
+        alice,
+        "send_message",
+        json!({"channel": "release-plan", "sender": "alice", "content": "plan", "message_type": "request"}),
+    )
+    .await;
+    assert_eq!(t, "Message #3 sent to #release-plan as \"alice\" [request]");
+    let t = said(alice, "list_channels", json!({})).await;
+    assert!(t.contains("#release-plan - the 2.0 release (1 msgs, last: "), "{t}");
+
+    // Without after_id: the newest `limit` (default 20), oldest first, own included, and no
+    // read position changes it.
+    let newest = said(bob, "check_messages", json!({"channel": "general", "limit": 1})).await;
+    assert!(
+        newest.starts_with(&format!("1 message(s) in #general:\n\n{}", head(2, "response", "bob"))),
+        "{newest}"
+    );
+    assert!(
+        newest.contains(
+            " (reply to #1):\nreply\n\n---\nLast message ID: 2 (use as after_id to poll for new messages)\nReminder: "
+        ),
+        "{newest}"
+    );
+    assert_eq!(
+        said(bob, "check_messages", json!({"channel": "general", "limit": 1})).await,
+        newest
+    );
+    let t = said(alice, "check_messages", json!({})).await;
+    assert!(
+        t.starts_with(&format!("2 message(s) in #general:\n\n{}", head(1, "message", "alice"))),
+        "{t}"
+    );
+    assert!(t.contains(") [1 replies]:\nfirst\n\n---\n\n#2 [response] bob ("), "{t}");
+    assert!(t.contains("Last message ID: 2 "), "{t}");
+    // With after_id: everything after it, own included.
+    let t = said(alice, "check_messages", json!({"after_id": 0})).await;
+    assert!(t.starts_with("2 message(s) in #general:"), "{t}");
+    // With after_id and instance_id: the others' messages after it, and the read position
+    // moves to the last one shown.
+    let t = said(alice, "check_messages", json!({"after_id": 0, "instance_id": "alice"})).await;
+    assert!(
+        t.starts_with(&format!("1 message(s) in #general:\n\n{}", head(2, "response", "bob"))),
+        "{t}"
+    );
+    assert!(t.contains("Last message ID: 2 "), "{t}");
+    let t = said(alice, "check_messages", json!({"after_id": 2, "instance_id": "alice"})).await;
+    assert_eq!(t, "No new messages in #general.");
+    let t = said(alice, "check_messages", json!({"channel": "empty-one"})).await;
+    assert_eq!(t, "No messages in #empty-one.");
+    // A message that crossed alice's own send (lower id than hers) is still hers to see when
+    // she polls from her own send's id: the read starts no later than what she was shown.
+    said(bob, "send_message", json!({"sender": "bob", "content": "crossing"})).await;
+    let t = said(alice, "send_message", json!({"sender": "alice", "content": "mine"})).await;
+    assert!(t.starts_with("Message #5 sent"), "{t}");
+    let t = said(alice, "check_messages", json!({"after_id": 5, "instance_id": "alice"})).await;
+    assert!(
+        t.starts_with(&format!("1 message(s) in #general:\n\n{}", head(4, "message", "bob"))),
+        "{t}"
+    );
+    assert!(t.contains("Last message ID: 4 "), "{t}");
+
+    // get_replies: the thread, no notes on the replies.
+    let t = said(alice, "get_replies", json!({"message_id": 1})).await;
+    assert!(
+        t.starts_with(&format!(
+            "Original #1 from alice: first\n\n1 replies:\n\n{}",
+            head(2, "response", "bob")
+        )),
+        "{t}"
+    );
+    assert!(t.ends_with("):\nreply"), "{t}");
+    // search_messages, in cross-claude's form.
+    let t = said(alice, "search_messages", json!({"query": "crossing"})).await;
+    assert!(
+        t.starts_with("1 result(s) for \"crossing\":\n\n#4 [#general] bob ("),
+        "{t}"
+    );
+    // wait_for_reply with cross-claude's own arguments, on messages already there: at once.
+    let started = Instant::now();
+    let t = said(
+        alice,
+        "wait_for_reply",
+        json!({"channel": "general", "after_id": 1, "instance_id": "alice", "timeout_seconds": 5,
+               "poll_interval_seconds": 1, "persistent": false}),
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(3), "{t}");
+    assert!(
+        t.starts_with(&format!(
+            "2 new message(s) in #general:\n\n{}",
+            head(2, "response", "bob")
+        )),
+        "{t}"
+    );
+    assert!(t.contains(" (reply to #1):\nreply\n\n---\n\n#4 [message] bob ("), "{t}");
+    assert!(t.ends_with("\n\n---\nLast message ID: 4"), "{t}");
+    // Nothing new: a non-persistent wait ends after its timeout_seconds.
+    let t = said(
+        alice,
+        "wait_for_reply",
+        json!({"channel": "general", "after_id": 5, "instance_id": "alice", "timeout_seconds": 1, "persistent": false}),
+    )
+    .await;
+    assert!(t.starts_with("No new messages in #general after waiting 1s."), "{t}");
+    // A message just before a done is handed with it, not dropped.
+    said(bob, "send_message", json!({"sender": "bob", "content": "last words"})).await;
+    said(
+        bob,
+        "send_message",
+        json!({"sender": "bob", "content": "bye", "message_type": "done"}),
+    )
+    .await;
+    let t = said(
+        alice,
+        "wait_for_reply",
+        json!({"channel": "general", "after_id": 5, "instance_id": "alice", "max_wait_minutes": 1}),
+    )
+    .await;
+    assert!(t.starts_with("2 new message(s) in #general:"), "{t}");
+    assert!(t.contains(":\nlast words\n\n---\n\n#7 [done] bob ("), "{t}");
+    assert!(
+        t.ends_with("Last message ID: 7\n\nThe other instance signaled DONE -- no further replies expected."),
+        "{t}"
+    );
+
+    let t = said(alice, "list_instances", json!({})).await;
+    assert!(t.starts_with("Registered instances:\n"), "{t}");
+    assert!(
+        t.contains("alice [online] - last seen: ") && t.contains("bob [online] - last seen: "),
+        "{t}"
+    );
+    let t = said(alice, "find_channel", json!({"query": "release"})).await;
+    assert!(
+        t.starts_with("1 channel(s) matching \"release\":\n#release-plan - the 2.0 release (1 msgs, last: "),
+        "{t}"
+    );
+    assert!(!t.contains("participants"), "{t}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_claude_users_session_reads_as_on_cross_claude() {
+    let s = Server::start();
+    let mut alice = Mcp::connect_at(&s, "/cc/mcp", client()).await;
+    let mut bob = Mcp::connect_at(&s, "/cc/mcp", client()).await;
+    a_cross_claude_users_session(&mut alice, &mut bob).await;
+    // REST reads move no read position: alice's is still where her last read left it.
+    let (_, page) = get(&client(), &s, "/cc/api/messages/general?after_id=0&instance_id=alice").await;
+    assert_eq!(page["messages"].as_array().unwrap().len(), 4, "{page}");
+    let (_, page) = get(&client(), &s, "/cc/api/messages/general").await;
+    assert_eq!(page["messages"].as_array().unwrap().len(), 6, "the newest 20: {page}");
 }

@@ -1353,3 +1353,21 @@ async fn delivery_status_names_the_wake_state_of_the_identity() {
     assert_eq!(st["wake"]["state"], "listening (wakes on messages)", "{st}");
     assert_eq!(st["wake"]["held_by"], "7@here", "{st}");
 }
+
+impl crate::cross_claude::CcClient for Bridge {
+    async fn tool(&mut self, name: &str, args: Value) -> Value {
+        tokio::task::block_in_place(|| self.call(name, args))
+    }
+}
+
+/// `crosstalk mcp --tools cross-claude` answers a cross-claude-mcp user's session in
+/// cross-claude-mcp's words, as `/cc/mcp` does (the scenario is `cross_claude`'s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_claude_users_session_reads_as_on_cross_claude_through_the_bridge() {
+    let s = Server::start();
+    let url = s.url("");
+    let args = ["--relay", url.as_str(), "--tools", "cross-claude"];
+    let mut alice = tokio::task::block_in_place(|| Bridge::spawn(&args, &[]));
+    let mut bob = tokio::task::block_in_place(|| Bridge::spawn(&args, &[]));
+    crate::cross_claude::a_cross_claude_users_session(&mut alice, &mut bob).await;
+}
