@@ -767,15 +767,32 @@ async fn said(c: &mut impl CcClient, name: &str, args: Value) -> String {
     r["content"][0]["text"].as_str().unwrap_or_default().to_owned()
 }
 
+/// `send_message`: its text, and the id the text names.
+async fn sent(c: &mut impl CcClient, args: Value) -> (String, u64) {
+    let t = said(c, "send_message", args).await;
+    let id = t
+        .strip_prefix("Message #")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no id in {t:?}"));
+    (t, id)
+}
+
 /// A message block's head line as cross-claude writes it, up to its timestamp.
 fn head(id: u64, kind: &str, sender: &str) -> String {
     format!("#{id} [{kind}] {sender} (")
 }
 
+/// Whether the relays the tests start are nodes of a cluster, where ids come from the shared
+/// log's positions (unique and increasing, not 1, 2, 3).
+fn on_a_cluster() -> bool {
+    std::env::var_os("CROSSTALK_TEST_NATS").is_some()
+}
+
 /// A cross-claude-mcp user's session on a fresh relay, asserting on the text lines its
-/// clients parse, exactly as cross-claude-mcp writes them (its tools.mjs): ids from 1,
-/// `Message #N sent to`, `Last message ID: N`, `(reply to #N)`, `[N replies]`, `Registered
-/// instances:`, and which calls move a read position.
+/// clients parse, exactly as cross-claude-mcp writes them (its tools.mjs): ids from 1 (on a
+/// relay of its own), `Message #N sent to`, `Last message ID: N`, `(reply to #N)`, `[N
+/// replies]`, `Registered instances:`, and which calls move a read position.
 pub(crate) async fn a_cross_claude_users_session(alice: &mut impl CcClient, bob: &mut impl CcClient) {
     let t = said(
         alice,
@@ -803,26 +820,32 @@ pub(crate) async fn a_cross_claude_users_session(alice: &mut impl CcClient, bob:
     assert_eq!(t, "Channel #release-plan created. Purpose: the 2.0 release");
     // Creating it again leaves its description as it is.
     said(alice, "create_channel", json!({"name": "release-plan"})).await;
-    let t = said(alice, "send_message", json!({"sender": "alice", "content": "first"})).await;
-    assert_eq!(t, "Message #1 sent to #general as \"alice\" [message]");
-    let t = said(
+    let (t, first) = sent(alice, json!({"sender": "alice", "content": "first"})).await;
+    assert_eq!(t, format!("Message #{first} sent to #general as \"alice\" [message]"));
+    let (t, reply) = sent(
         bob,
-        "send_message",
-        json!({"sender": "bob", "content": "reply", "message_type": "response", "in_reply_to": 1}),
+        json!({"sender": "bob", "content": "reply", "message_type": "response", "in_reply_to": first}),
     )
     .await;
     assert_eq!(
         t,
-        "Message #2 sent to #general as \"bob\" [response]\n\n\u{1f4a1} If this is your final reply, send a follow-up \
-         \"done\" message so the other instance stops polling."
+        format!(
+            "Message #{reply} sent to #general as \"bob\" [response]\n\n\u{1f4a1} If this is your final reply, send a \
+             follow-up \"done\" message so the other instance stops polling."
+        )
     );
-    let t = said(
+    let (t, plan) = sent(
         alice,
-        "send_message",
         json!({"channel": "release-plan", "sender": "alice", "content": "plan", "message_type": "request"}),
     )
     .await;
-    assert_eq!(t, "Message #3 sent to #release-plan as \"alice\" [request]");
+    assert_eq!(
+        t,
+        format!("Message #{plan} sent to #release-plan as \"alice\" [request]")
+    );
+    if !on_a_cluster() {
+        assert_eq!((first, reply, plan), (1, 2, 3), "only messages take ids, from 1");
+    }
     let t = said(alice, "list_channels", json!({})).await;
     assert!(t.contains("#release-plan - the 2.0 release (1 msgs, last: "), "{t}");
 
@@ -830,13 +853,17 @@ pub(crate) async fn a_cross_claude_users_session(alice: &mut impl CcClient, bob:
     // read position changes it.
     let newest = said(bob, "check_messages", json!({"channel": "general", "limit": 1})).await;
     assert!(
-        newest.starts_with(&format!("1 message(s) in #general:\n\n{}", head(2, "response", "bob"))),
+        newest.starts_with(&format!(
+            "1 message(s) in #general:\n\n{}",
+            head(reply, "response", "bob")
+        )),
         "{newest}"
     );
     assert!(
-        newest.contains(
-            " (reply to #1):\nreply\n\n---\nLast message ID: 2 (use as after_id to poll for new messages)\nReminder: "
-        ),
+        newest.contains(&format!(
+            " (reply to #{first}):\nreply\n\n---\nLast message ID: {reply} (use as after_id to poll for new \
+             messages)\nReminder: "
+        )),
         "{newest}"
     );
     assert_eq!(
@@ -845,11 +872,17 @@ pub(crate) async fn a_cross_claude_users_session(alice: &mut impl CcClient, bob:
     );
     let t = said(alice, "check_messages", json!({})).await;
     assert!(
-        t.starts_with(&format!("2 message(s) in #general:\n\n{}", head(1, "message", "alice"))),
+        t.starts_with(&format!(
+            "2 message(s) in #general:\n\n{}",
+            head(first, "message", "alice")
+        )),
         "{t}"
     );
-    assert!(t.contains(") [1 replies]:\nfirst\n\n---\n\n#2 [response] bob ("), "{t}");
-    assert!(t.contains("Last message ID: 2 "), "{t}");
+    assert!(
+        t.contains(&format!(") [1 replies]:\nfirst\n\n---\n\n#{reply} [response] bob (")),
+        "{t}"
+    );
+    assert!(t.contains(&format!("Last message ID: {reply} ")), "{t}");
     // With after_id: everything after it, own included.
     let t = said(alice, "check_messages", json!({"after_id": 0})).await;
     assert!(t.starts_with("2 message(s) in #general:"), "{t}");
@@ -857,32 +890,47 @@ pub(crate) async fn a_cross_claude_users_session(alice: &mut impl CcClient, bob:
     // moves to the last one shown.
     let t = said(alice, "check_messages", json!({"after_id": 0, "instance_id": "alice"})).await;
     assert!(
-        t.starts_with(&format!("1 message(s) in #general:\n\n{}", head(2, "response", "bob"))),
+        t.starts_with(&format!(
+            "1 message(s) in #general:\n\n{}",
+            head(reply, "response", "bob")
+        )),
         "{t}"
     );
-    assert!(t.contains("Last message ID: 2 "), "{t}");
-    let t = said(alice, "check_messages", json!({"after_id": 2, "instance_id": "alice"})).await;
+    assert!(t.contains(&format!("Last message ID: {reply} ")), "{t}");
+    let t = said(
+        alice,
+        "check_messages",
+        json!({"after_id": reply, "instance_id": "alice"}),
+    )
+    .await;
     assert_eq!(t, "No new messages in #general.");
     let t = said(alice, "check_messages", json!({"channel": "empty-one"})).await;
     assert_eq!(t, "No messages in #empty-one.");
     // A message that crossed alice's own send (lower id than hers) is still hers to see when
     // she polls from her own send's id: the read starts no later than what she was shown.
-    said(bob, "send_message", json!({"sender": "bob", "content": "crossing"})).await;
-    let t = said(alice, "send_message", json!({"sender": "alice", "content": "mine"})).await;
-    assert!(t.starts_with("Message #5 sent"), "{t}");
-    let t = said(alice, "check_messages", json!({"after_id": 5, "instance_id": "alice"})).await;
-    assert!(
-        t.starts_with(&format!("1 message(s) in #general:\n\n{}", head(4, "message", "bob"))),
-        "{t}"
-    );
-    assert!(t.contains("Last message ID: 4 "), "{t}");
-
-    // get_replies: the thread, no notes on the replies.
-    let t = said(alice, "get_replies", json!({"message_id": 1})).await;
+    let (_, crossing) = sent(bob, json!({"sender": "bob", "content": "crossing"})).await;
+    let (_, mine) = sent(alice, json!({"sender": "alice", "content": "mine"})).await;
+    let t = said(
+        alice,
+        "check_messages",
+        json!({"after_id": mine, "instance_id": "alice"}),
+    )
+    .await;
     assert!(
         t.starts_with(&format!(
-            "Original #1 from alice: first\n\n1 replies:\n\n{}",
-            head(2, "response", "bob")
+            "1 message(s) in #general:\n\n{}",
+            head(crossing, "message", "bob")
+        )),
+        "{t}"
+    );
+    assert!(t.contains(&format!("Last message ID: {crossing} ")), "{t}");
+
+    // get_replies: the thread, no notes on the replies.
+    let t = said(alice, "get_replies", json!({"message_id": first})).await;
+    assert!(
+        t.starts_with(&format!(
+            "Original #{first} from alice: first\n\n1 replies:\n\n{}",
+            head(reply, "response", "bob")
         )),
         "{t}"
     );
@@ -890,7 +938,9 @@ pub(crate) async fn a_cross_claude_users_session(alice: &mut impl CcClient, bob:
     // search_messages, in cross-claude's form.
     let t = said(alice, "search_messages", json!({"query": "crossing"})).await;
     assert!(
-        t.starts_with("1 result(s) for \"crossing\":\n\n#4 [#general] bob ("),
+        t.starts_with(&format!(
+            "1 result(s) for \"crossing\":\n\n#{crossing} [#general] bob ("
+        )),
         "{t}"
     );
     // wait_for_reply with cross-claude's own arguments, on messages already there: at once.
@@ -898,7 +948,7 @@ pub(crate) async fn a_cross_claude_users_session(alice: &mut impl CcClient, bob:
     let t = said(
         alice,
         "wait_for_reply",
-        json!({"channel": "general", "after_id": 1, "instance_id": "alice", "timeout_seconds": 5,
+        json!({"channel": "general", "after_id": first, "instance_id": "alice", "timeout_seconds": 5,
                "poll_interval_seconds": 1, "persistent": false}),
     )
     .await;
@@ -906,38 +956,43 @@ pub(crate) async fn a_cross_claude_users_session(alice: &mut impl CcClient, bob:
     assert!(
         t.starts_with(&format!(
             "2 new message(s) in #general:\n\n{}",
-            head(2, "response", "bob")
+            head(reply, "response", "bob")
         )),
         "{t}"
     );
-    assert!(t.contains(" (reply to #1):\nreply\n\n---\n\n#4 [message] bob ("), "{t}");
-    assert!(t.ends_with("\n\n---\nLast message ID: 4"), "{t}");
+    assert!(
+        t.contains(&format!(
+            " (reply to #{first}):\nreply\n\n---\n\n#{crossing} [message] bob ("
+        )),
+        "{t}"
+    );
+    assert!(t.ends_with(&format!("\n\n---\nLast message ID: {crossing}")), "{t}");
     // Nothing new: a non-persistent wait ends after its timeout_seconds.
     let t = said(
         alice,
         "wait_for_reply",
-        json!({"channel": "general", "after_id": 5, "instance_id": "alice", "timeout_seconds": 1, "persistent": false}),
+        json!({"channel": "general", "after_id": mine, "instance_id": "alice", "timeout_seconds": 1, "persistent": false}),
     )
     .await;
     assert!(t.starts_with("No new messages in #general after waiting 1s."), "{t}");
     // A message just before a done is handed with it, not dropped.
-    said(bob, "send_message", json!({"sender": "bob", "content": "last words"})).await;
-    said(
-        bob,
-        "send_message",
-        json!({"sender": "bob", "content": "bye", "message_type": "done"}),
-    )
-    .await;
+    sent(bob, json!({"sender": "bob", "content": "last words"})).await;
+    let (_, bye) = sent(bob, json!({"sender": "bob", "content": "bye", "message_type": "done"})).await;
     let t = said(
         alice,
         "wait_for_reply",
-        json!({"channel": "general", "after_id": 5, "instance_id": "alice", "max_wait_minutes": 1}),
+        json!({"channel": "general", "after_id": mine, "instance_id": "alice", "max_wait_minutes": 1}),
     )
     .await;
     assert!(t.starts_with("2 new message(s) in #general:"), "{t}");
-    assert!(t.contains(":\nlast words\n\n---\n\n#7 [done] bob ("), "{t}");
     assert!(
-        t.ends_with("Last message ID: 7\n\nThe other instance signaled DONE -- no further replies expected."),
+        t.contains(&format!(":\nlast words\n\n---\n\n#{bye} [done] bob (")),
+        "{t}"
+    );
+    assert!(
+        t.ends_with(&format!(
+            "Last message ID: {bye}\n\nThe other instance signaled DONE -- no further replies expected."
+        )),
         "{t}"
     );
 
