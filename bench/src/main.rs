@@ -46,7 +46,7 @@ struct Args {
     /// Write the markdown report here (BENCHMARKS.md).
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Comma-separated subset: post,tail,wake,fanout,idle,mcp,startup,fsync,channels,waiters,stdio,cluster [default: all].
+    /// Comma-separated subset: post,tail,wake,fanout,idle,mcp,startup,fsync,channels,waiters,stdio,cluster,search,turns,reference [default: all].
     #[arg(long)]
     only: Option<String>,
     /// Measured seconds of each throughput workload.
@@ -85,11 +85,33 @@ struct Args {
 /// In run order. MCP runs before the SSE fleets so a peer still draining thousands of closed
 /// streams does not slow it down.
 const ALL: &[&str] = &[
-    "post", "tail", "wake", "mcp", "fanout", "idle", "startup", "fsync", "channels", "waiters", "stdio", "cluster",
-    "search", "turns",
+    "post",
+    "tail",
+    "wake",
+    "mcp",
+    "fanout",
+    "idle",
+    "startup",
+    "fsync",
+    "channels",
+    "waiters",
+    "stdio",
+    "cluster",
+    "search",
+    "turns",
+    "reference",
 ];
 /// Workloads of crosstalk alone: each starts a server of its own with the flags it measures.
-const OURS_ONLY: &[&str] = &["fsync", "channels", "waiters", "stdio", "cluster", "search", "turns"];
+const OURS_ONLY: &[&str] = &[
+    "fsync",
+    "channels",
+    "waiters",
+    "stdio",
+    "cluster",
+    "search",
+    "turns",
+    "reference",
+];
 
 /// Raises the soft open-file limit to the hard one; returns the new soft limit.
 fn raise_nofile() -> usize {
@@ -278,6 +300,7 @@ async fn bench_one(
             "cluster" => workload::cluster::cluster(plan, launcher, &dir, rec).await,
             "search" => workload::search::search(plan, launcher, &dir, rec).await,
             "turns" => workload::turns::turns(plan, launcher, &dir, rec).await,
+            "reference" => workload::reference::reference(plan, launcher, &dir, rec).await,
             _ => workload::scale::waiters(plan, launcher, &dir, rec).await,
         };
         record_outcome(rec, kind, name, outcome, &mut failed);

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod fanout;
 pub mod mcp;
 pub mod post;
+pub mod reference;
 pub mod scale;
 pub mod search;
 pub mod startup;
@@ -69,6 +70,9 @@ pub struct Plan {
     /// messages, with more appends on their way at once, carry more (on this box they carry
     /// less; docs/scaling.md).
     pub cluster_channels: Vec<usize>,
+    /// Rounds of the `reference` workload: crosstalk, the minimal durable server and HTTP alone,
+    /// alternated, each from 16 and from 64 connections for `duration`.
+    pub reference_rounds: usize,
 }
 
 impl Plan {
@@ -80,6 +84,7 @@ impl Plan {
             connections: 16,
             sweep_connections: vec![32, 48, 64],
             wake_rounds: 500,
+            reference_rounds: 3,
             wake_budget: Duration::from_secs(30),
             fanout_subscribers: 1000,
             fanout_rounds: 10,
@@ -107,6 +112,7 @@ impl Plan {
             connections: 4,
             sweep_connections: vec![8],
             wake_rounds: 10,
+            reference_rounds: 1,
             wake_budget: Duration::from_secs(5),
             fanout_subscribers: 20,
             fanout_rounds: 2,

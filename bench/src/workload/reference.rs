@@ -1,0 +1,91 @@
+//! The physical reference (issue #57): crosstalk's durable POST beside a minimal durable server
+//! on the same stack (`crosstalk-reference`, `bench/src/reference.rs`: one route, one parse,
+//! one store thread group-committing every queued post in one sled batch and one flush) and
+//! beside the same server storing nothing (HTTP alone). The three are alternated, round after
+//! round, from 16 and from 64 connections on the same body, so the hour's drift falls on all
+//! three alike. Records each one's mean rate per connection count, and crosstalk's rate as a
+//! share of the minimal durable server's.
+
+use super::{Done, Plan, Record};
+use crate::stats::summarize;
+use crate::target::{Launcher, Server};
+use crate::workload::post::post_load;
+use anyhow::Context as _;
+use std::path::{Path, PathBuf};
+
+/// Connection counts the three are compared at.
+pub const CONNECTIONS: [usize; 2] = [16, 64];
+
+/// The reference's binary: beside the benchmark's own.
+fn reference_binary() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe().context("the benchmark's own path")?;
+    let bin = me.with_file_name("crosstalk-reference");
+    anyhow::ensure!(
+        bin.exists(),
+        "{} is missing: build it with cargo build -p crosstalk-bench",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+pub async fn reference(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Record) -> anyhow::Result<Done> {
+    let reference = Launcher {
+        program: reference_binary()?,
+        wrapper: Vec::new(),
+        ..launcher.clone()
+    };
+    let sides: [(&str, &Launcher, &[&str]); 3] = [
+        ("crosstalk", launcher, &[]),
+        ("durable", &reference, &[]),
+        ("http", &reference, &["--no-store"]),
+    ];
+    let mut servers: Vec<(&str, Server)> = Vec::new();
+    for (name, l, args) in sides {
+        let (server, _) = l.start(&dir.join(name), args, &format!("reference-{name}")).await?;
+        servers.push((name, server));
+    }
+    let rounds = plan.reference_rounds;
+    // Rounds of 5 s at most: three sides, two connection counts, several rounds.
+    let mut plan = plan.clone();
+    plan.duration = plan.duration.min(std::time::Duration::from_secs(5));
+    let plan = &plan;
+    // rates[side][connections] over the rounds.
+    let mut rates = vec![vec![Vec::new(); CONNECTIONS.len()]; servers.len()];
+    let mut p99s = vec![vec![Vec::new(); CONNECTIONS.len()]; servers.len()];
+    for round in 0..rounds {
+        for (s, (name, server)) in servers.iter().enumerate() {
+            for (c, connections) in CONNECTIONS.iter().enumerate() {
+                let channel = format!("reference-{round}-{connections}");
+                let res = post_load(plan, server, &channel, *connections).await?;
+                res.check(&format!("{name} POST"))?;
+                let lat = summarize(&res.latencies);
+                rec.note(format!(
+                    "reference round {}: {name} from {connections} connections: {:.0}/s, p99 {:.2} ms",
+                    round + 1,
+                    res.rate(),
+                    lat.p99_ms
+                ));
+                rates[s][c].push(res.rate());
+                p99s[s][c].push(lat.p99_ms);
+            }
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    for (s, (name, _)) in servers.iter().enumerate() {
+        for (c, connections) in CONNECTIONS.iter().enumerate() {
+            rec.set(&format!("reference_{name}_{connections}c_per_s"), mean(&rates[s][c]));
+            rec.set(&format!("reference_{name}_{connections}c_p99_ms"), mean(&p99s[s][c]));
+        }
+    }
+    for (c, connections) in CONNECTIONS.iter().enumerate() {
+        let ours = mean(&rates[0][c]);
+        let durable = mean(&rates[1][c]);
+        if durable > 0.0 {
+            rec.set(&format!("reference_ratio_{connections}c"), ours / durable);
+        }
+    }
+    for (_, server) in servers {
+        server.stop().await?;
+    }
+    Ok(Done::Ran)
+}
