@@ -515,7 +515,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "reference_crosstalk_16c_per_s",
-        label: "16. durable POST beside the physical reference, 16 connections: crosstalk",
+        label: "16. durable POST beside the physical reference, 16-conn load: crosstalk",
         unit: "/s",
         higher_is_better: true,
         goal: None,
@@ -551,7 +551,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "reference_crosstalk_64c_per_s",
-        label: "16. durable POST beside the physical reference, 64 connections: crosstalk",
+        label: "16. durable POST beside the physical reference, 64-conn load: crosstalk",
         unit: "/s",
         higher_is_better: true,
         goal: None,
