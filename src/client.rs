@@ -346,6 +346,11 @@ impl RelayClient {
         root(e)
     }
 
+    /// The relay's `/healthz`, which any relay answers (a store that fails says so there).
+    pub async fn health(&self) -> Result<reqwest::Response, reqwest::Error> {
+        self.http.get(self.url("/healthz")).send().await
+    }
+
     /// An error answer from the relay, as one line. A 401 says how the command line sends a
     /// token (not the `Authorization` header a program would).
     pub async fn refused(&self, r: reqwest::Response) -> Failure {
@@ -354,16 +359,14 @@ impl RelayClient {
 
     /// An error answer from the relay: its `code`, and the line to show.
     pub async fn refusal(&self, r: reqwest::Response) -> CallError {
-        let status = r.status();
-        let body: Value = r.json().await.unwrap_or(Value::Null);
-        let code = body["code"].as_str().map(str::to_owned);
-        if status != reqwest::StatusCode::UNAUTHORIZED {
-            let why = body["error"].as_str().unwrap_or("no details");
-            return CallError {
-                code,
-                failure: Failure(format!("the relay answered {status}: {why}"), 2),
-            };
+        if r.status() != reqwest::StatusCode::UNAUTHORIZED {
+            return refusal(r).await;
         }
+        let code = r
+            .json::<Value>()
+            .await
+            .ok()
+            .and_then(|b| b["code"].as_str().map(str::to_owned));
         let why = match &self.token {
             None => "the relay needs a token: pass --token TOKEN, or set CROSSTALK_TOKEN (the relay's \
                      --token, or a participant's)"
@@ -389,15 +392,7 @@ impl RelayClient {
     /// [`RelayClient::call`], telling an error answer's `code` apart (a `conflict` from
     /// anything else) instead of reading it out of the line.
     pub async fn try_call<C: Call>(&self, route: C, request: &C::Request) -> Result<C::Read, CallError> {
-        let r = self
-            .auth(self.request(route, request)?)
-            .send()
-            .await
-            .map_err(|e| self.unreachable(&e))?;
-        if !r.status().is_success() {
-            return Err(self.refusal(r).await);
-        }
-        Ok(self.answer(route, r).await?)
+        self.try_call_with(route, request, |r| r).await
     }
 
     /// [`RelayClient::call`], with `extra` adding to the request (a header).
@@ -407,9 +402,22 @@ impl RelayClient {
         request: &C::Request,
         extra: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
     ) -> Result<C::Read, Failure> {
+        self.try_call_with(route, request, extra).await.map_err(|e| e.failure)
+    }
+
+    /// The one way a call is made: [`RelayClient::try_call`] with `extra` adding to the request.
+    async fn try_call_with<C: Call>(
+        &self,
+        route: C,
+        request: &C::Request,
+        extra: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<C::Read, CallError> {
         let req = extra(self.request(route, request)?);
         let r = self.auth(req).send().await.map_err(|e| self.unreachable(&e))?;
-        self.answer(route, r).await
+        if !r.status().is_success() {
+            return Err(self.refusal(r).await);
+        }
+        Ok(self.answer(route, r).await?)
     }
 
     /// [`RelayClient::call`] for a route that answers 404 when what it names does not exist:
@@ -556,10 +564,18 @@ impl RelayClient {
 
 /// An error answer from the relay, as one line.
 pub async fn refused(r: reqwest::Response) -> Failure {
+    refusal(r).await.failure
+}
+
+/// An error answer from the relay: its `code`, and the line to show.
+async fn refusal(r: reqwest::Response) -> CallError {
     let status = r.status();
     let body: Value = r.json().await.unwrap_or(Value::Null);
     let why = body["error"].as_str().unwrap_or("no details");
-    Failure(format!("the relay answered {status}: {why}"), 2)
+    CallError {
+        code: body["code"].as_str().map(str::to_owned),
+        failure: Failure(format!("the relay answered {status}: {why}"), 2),
+    }
 }
 
 /// Whether a TLS handshake failed because the other side does not speak TLS: its first

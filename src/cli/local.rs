@@ -58,7 +58,7 @@ pub(super) async fn status(relay: &RelayArgs, data_dir: Option<std::path::PathBu
             None => format!("pid {} serves {d}", h.pid),
         },
     };
-    let answer = match c.http.get(c.url("/healthz")).send().await {
+    let answer = match c.health().await {
         Ok(r) => r,
         Err(e) => {
             let advice = match &holder {

@@ -360,15 +360,7 @@ impl Waker {
                     return Ok(());
                 }
                 Ran::Stopped => {
-                    self.tell(
-                        ActivityArg::Listening,
-                        &[],
-                        None,
-                        None,
-                        BTreeMap::new(),
-                        Some(record("stopped")),
-                    )
-                    .await;
+                    self.rest(BTreeMap::new(), Some(record("stopped"))).await;
                     return Ok(());
                 }
                 Ran::Failed(why) if attempt > self.s.retries => {
@@ -384,15 +376,7 @@ impl Waker {
                     return Ok(());
                 }
                 Ran::Failed(why) => {
-                    self.tell(
-                        ActivityArg::Listening,
-                        &[],
-                        None,
-                        None,
-                        BTreeMap::new(),
-                        Some(record(&why)),
-                    )
-                    .await;
+                    self.rest(BTreeMap::new(), Some(record(&why))).await;
                     let backoff = Duration::from_secs(1 << attempt.min(6));
                     eprintln!("crosstalk wake: turn failed ({why}); again in {} s", backoff.as_secs());
                     if sleep_unless_stopped(backoff, &self.stop).await {
@@ -802,7 +786,7 @@ async fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
 async fn wait_for_relay(c: &RelayClient, stop: &AtomicBool) -> Result<(), Failure> {
     let mut said = false;
     loop {
-        match c.http.get(c.url("/healthz")).send().await {
+        match c.health().await {
             Ok(_) => return Ok(()),
             Err(e) => {
                 if !said {

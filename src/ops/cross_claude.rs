@@ -225,7 +225,8 @@ impl Operation for CcRegister {
         )
         .await?;
         let me = done.registered.instance.instance_id.clone();
-        let active = rows(cx, None)
+        // The summary names no senders: no channel's messages are read to register.
+        let active = rows(cx, None, Senders::Left)
             .await?
             .into_iter()
             .filter(|c| c.message_count > 0)
@@ -665,14 +666,23 @@ pub struct CcChannels {
     pub all: Vec<String>,
 }
 
+/// Whether a listing names each channel's recent senders (a read of up to
+/// [`SENDERS_OF_MESSAGES`] messages per channel) or leaves them out, as `register`'s summary
+/// does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Senders {
+    Named,
+    Left,
+}
+
 /// Channels as cross-claude answers them (crosstalk's listing, `Relay::find_channels`, with
-/// each channel's recent senders): most recently active first, then by name.
-async fn rows(cx: &Ctx, query: Option<&str>) -> Result<Vec<CcChannelRow>, OpError> {
+/// each channel's recent senders if asked): most recently active first, then by name.
+async fn rows(cx: &Ctx, query: Option<&str>, senders: Senders) -> Result<Vec<CcChannelRow>, OpError> {
     let mut out = Vec::new();
     for info in cx.relay.find_channels(query)? {
         let summary = info.summary;
         let description = info.description.filter(|d| !d.is_empty());
-        let active_senders = if summary.count > 0 && out.len() < SENDERS_OF_CHANNELS {
+        let active_senders = if senders == Senders::Named && summary.count > 0 && out.len() < SENDERS_OF_CHANNELS {
             let name = ChannelName::parse(&summary.channel)?;
             let mut senders: Vec<String> = cx
                 .relay
@@ -721,7 +731,7 @@ impl Operation for ListChannels {
     async fn run(cx: &Ctx, _: Caller, _: NoArgs) -> Result<CcChannels, OpError> {
         ensure_general(cx).await?;
         Ok(CcChannels {
-            channels: rows(cx, None).await?,
+            channels: rows(cx, None, Senders::Named).await?,
             query: None,
             all: Vec::new(),
         })
@@ -894,7 +904,7 @@ impl Operation for FindChannel {
         ensure_general(cx).await?;
         needed(&r.query)?;
         // Every match, as cross-claude answers, unless the caller names a `limit`.
-        let mut channels = rows(cx, Some(&r.query)).await?;
+        let mut channels = rows(cx, Some(&r.query), Senders::Named).await?;
         channels.truncate(Limit::or(r.limit, usize::MAX));
         let all = if channels.is_empty() {
             let mut all: Vec<String> = cx

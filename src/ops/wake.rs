@@ -459,8 +459,8 @@ impl Operation for WakePending {
 struct Look {
     seen: BTreeMap<String, u64>,
     held_after: BTreeMap<String, u64>,
-    /// How far each channel was looked at with nothing found that wakes: what a wait that
-    /// ends empty marks handled.
+    /// How far each channel may be marked handled: what was looked at, but a paused channel
+    /// only up to its first held message. A turn, or a wait that ends empty, marks it.
     scanned: BTreeMap<String, u64>,
 }
 
@@ -491,70 +491,72 @@ async fn scan(
         if meta.last_id <= from || out.messages.len() >= most {
             continue;
         }
-        let page = cx.relay.read(&name, from, most - out.messages.len(), None).await?;
+        let room = most - out.messages.len();
+        let page = cx.relay.read(&name, from, room, None).await?;
         let Some(last) = page.last().map(|p| p.message.id) else {
             continue;
         };
         look.seen.insert(key.clone(), last);
         let held = paused.has(&name);
-        let mut found = Vec::new();
-        for p in page {
-            let m = &p.message;
-            if m.sender == who {
-                continue;
-            }
-            let wakes = addressed(cx, who, &name, m).await? || listen.contains(&name);
-            // On a channel the loop guard paused, any person's message resumes it.
-            let resumes = held && matches!(paused, PausedSet::Some(_));
-            if !wakes && !resumes {
-                continue;
-            }
-            let humans = humans.get_or_insert_with(|| registered_humans(cx));
-            let human = humans.contains(&m.sender);
-            if wakes || human {
-                found.push(Waking { message: p, human });
-            }
-        }
+        // On a channel the loop guard paused, any person's message resumes it (under the
+        // budget, a message of a person's that wakes it).
+        let resumes = held && matches!(paused, PausedSet::Some(_));
+        let found = wakings(cx, who, &name, page, listen, resumes, &mut humans).await?;
         if !held {
-            look.scanned.insert(key.clone(), last);
-            out.scanned.insert(key, last);
+            look.scanned.insert(key, last);
             out.messages.extend(found);
-            continue;
-        }
-        if found.iter().any(|w| w.human) {
+        } else if found.iter().any(|w| w.human) {
             // A person wrote: everything held since `done` comes with it.
-            let mut all = Vec::new();
-            let page = cx.relay.read(&name, done, most - out.messages.len(), None).await?;
+            let page = cx.relay.read(&name, done, room, None).await?;
             let last = page.last().map_or(last, |p| p.message.id);
-            let humans = humans.get_or_insert_with(|| registered_humans(cx)).clone();
-            for p in page {
-                let m = &p.message;
-                if m.sender == who {
-                    continue;
-                }
-                let human = humans.contains(&m.sender);
-                if human || addressed(cx, who, &name, m).await? || listen.contains(&name) {
-                    all.push(Waking { message: p, human });
-                }
-            }
             look.held_after.remove(&key);
-            out.scanned.insert(key, last);
-            out.messages.extend(all);
+            look.scanned.insert(key, last);
+            out.messages
+                .extend(wakings(cx, who, &name, page, listen, resumes, &mut humans).await?);
+        } else {
+            // Held: handled only up to the first message it holds.
+            if let Some(first) = found.first() {
+                look.held_after
+                    .entry(key.clone())
+                    .or_insert(first.message.message.id - 1);
+            }
+            let upto = look.held_after.get(&key).copied().unwrap_or(last);
+            look.scanned.insert(key, upto);
+        }
+    }
+    out.scanned = look.scanned.clone();
+    Ok(out)
+}
+
+/// Of `page`, the messages that wake `who` (from someone else, and addressed to it or on a
+/// listened channel) and, where `resumes`, any person's message; each marked whether a person
+/// wrote it. The registered humans are listed once a look, and only when a message could wake.
+async fn wakings(
+    cx: &Ctx,
+    who: &str,
+    channel: &ChannelName,
+    page: Vec<Arc<Posted>>,
+    listen: &BTreeSet<ChannelName>,
+    resumes: bool,
+    humans: &mut Option<BTreeSet<String>>,
+) -> Result<Vec<Waking>, OpError> {
+    let mut found = Vec::new();
+    for p in page {
+        let m = &p.message;
+        if m.sender == who {
             continue;
         }
-        // Held: handled only up to the first message it holds.
-        if let Some(first) = found.first() {
-            look.held_after
-                .entry(key.clone())
-                .or_insert(first.message.message.id - 1);
+        // A listened channel needs no look at the parent of a reply.
+        let wakes = listen.contains(channel) || addressed(cx, who, channel, m).await?;
+        if !wakes && !resumes {
+            continue;
         }
-        let upto = look.held_after.get(&key).copied().unwrap_or(last);
-        look.scanned.insert(key.clone(), upto);
+        let human = humans.get_or_insert_with(|| registered_humans(cx)).contains(&m.sender);
+        if wakes || human {
+            found.push(Waking { message: p, human });
+        }
     }
-    if out.messages.is_empty() {
-        out.scanned = look.scanned.clone();
-    }
-    Ok(out)
+    Ok(found)
 }
 
 /// Whether `m` on `channel` is addressed to `who`: its recipient, or a reply to one of its

@@ -24,6 +24,7 @@ which refuses and records every request for elsewhere.
 """
 
 import argparse
+import contextlib
 import fcntl
 import json
 import os
@@ -371,28 +372,20 @@ class Suite:
         )
         self.check(p.returncode == 0, f"{label}: claude -p exits 0 with the model's answer", p.returncode)
 
-    def claude_woken(self):
-        """`crosstalk wake` with the real Claude Code as the agent: a directive wakes it, the
-        model answers on the channel through the relay's tools, and the reply to that answer
-        wakes it again; each turn a `claude -p` of its own, the new messages in its prompt."""
-        label = "crosstalk wake running claude -p"
-        channel, me = "hosts-wake", "claude-woken"
-        home = self.home("claude-wake")
+    @contextlib.contextmanager
+    def woken_claude(self, label, me, name, script, *flags):
+        """`crosstalk wake --as me` whose turns are the real `claude -p` with crosstalk's tools
+        (through `crosstalk mcp`), its model playing `script`: yields once wake holds the
+        identity (the wake process and its home); stops it with SIGTERM after, which must
+        end it cleanly."""
+        home = self.home(name)
         server = {"type": "stdio", "command": self.args.crosstalk, "args": ["mcp", "--relay", self.relay.base]}
         config = os.path.join(home, "mcp.json")
         with open(config, "w") as f:
             json.dump({"mcpServers": {"crosstalk": server}}, f)
-        script = "claude-woken"
-        self.model.script(
-            script,
-            [
-                Call("post_message", {"channel": channel, "sender": me, "body": "on it"}),
-                Say("answered"),
-            ],
-        )
         argv = [self.args.crosstalk, "wake", "--relay", self.relay.base, "--as", me, "--log-dir", home, "--"]
         argv += [self.args.claude, "-p", f"[script:{script}] {{prompt}}", "--mcp-config", config]
-        argv += ["--strict-mcp-config", "--allowedTools", "mcp__crosstalk"]
+        argv += ["--strict-mcp-config", "--allowedTools", "mcp__crosstalk", *flags]
         wake = subprocess.Popen(
             argv, env=self.claude_env(home), cwd=home, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -403,6 +396,31 @@ class Suite:
                 if time.monotonic() > deadline or wake.poll() is not None:
                     raise Failed(f"{label}: wake never held {me}")
                 time.sleep(0.1)
+            yield wake, home
+        finally:
+            wake.terminate()
+            try:
+                _, err = wake.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                wake.kill()
+                _, err = wake.communicate()
+        self.check(wake.returncode == 0, f"{label}: wake stops cleanly on SIGTERM", err[-1500:])
+
+    def claude_woken(self):
+        """`crosstalk wake` with the real Claude Code as the agent: a directive wakes it, the
+        model answers on the channel through the relay's tools, and the reply to that answer
+        wakes it again; each turn a `claude -p` of its own, the new messages in its prompt."""
+        label = "crosstalk wake running claude -p"
+        channel, me = "hosts-wake", "claude-woken"
+        script = "claude-woken"
+        self.model.script(
+            script,
+            [
+                Call("post_message", {"channel": channel, "sender": me, "body": "on it"}),
+                Say("answered"),
+            ],
+        )
+        with self.woken_claude(label, me, "claude-wake", script) as (wake, _home):
             directive = {"sender": "lead", "type": "DIRECTIVE", "recipient": me, "body": "review the plan"}
             asked = self.relay.post(f"/api/channels/{channel}/messages", directive)
 
@@ -443,14 +461,6 @@ class Suite:
                 time.sleep(0.1)
             outcomes = [t["outcome"] for t in state["turns"]]
             self.check(outcomes == ["ok", "ok"], f"{label}: two turns, each claude -p exiting 0", state)
-        finally:
-            wake.terminate()
-            try:
-                _, err = wake.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                wake.kill()
-                _, err = wake.communicate()
-        self.check(wake.returncode == 0, f"{label}: wake stops cleanly on SIGTERM", err[-1500:])
 
     def claude_permission(self):
         """A woken turn whose model wants a tool it was not allowed: Claude Code asks
@@ -458,30 +468,13 @@ class Suite:
         PERMISSION to the humans, a person allows it over REST, and the tool runs."""
         label = "crosstalk wake, claude -p --permission-prompt-tool"
         channel, me = "hosts-permission", "claude-asks"
-        home = self.home("claude-permission")
-        server = {"type": "stdio", "command": self.args.crosstalk, "args": ["mcp", "--relay", self.relay.base]}
-        config = os.path.join(home, "mcp.json")
-        with open(config, "w") as f:
-            json.dump({"mcpServers": {"crosstalk": server}}, f)
         script = "claude-permission"
-        # A command that changes something: Claude Code asks before running it (an echo it
-        # would run unasked).
-        made = os.path.join(home, "permitted-by-a-person")
-        self.model.script(script, [Call("Bash", {"command": f"mkdir {made} && echo made"}), Say("ran it")])
-        argv = [self.args.crosstalk, "wake", "--relay", self.relay.base, "--as", me, "--log-dir", home, "--"]
-        argv += [self.args.claude, "-p", f"[script:{script}] {{prompt}}", "--mcp-config", config]
-        argv += ["--strict-mcp-config", "--allowedTools", "mcp__crosstalk"]
-        argv += ["--permission-prompt-tool", "mcp__crosstalk__permission_prompt"]
-        wake = subprocess.Popen(
-            argv, env=self.claude_env(home), cwd=home, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        try:
-            deadline = time.monotonic() + 20
-            while not any(w["identity"] == me for w in self.relay.get("/api/wake")["woken"]):
-                if time.monotonic() > deadline or wake.poll() is not None:
-                    raise Failed(f"{label}: wake never held {me}")
-                time.sleep(0.1)
+        flags = ("--permission-prompt-tool", "mcp__crosstalk__permission_prompt")
+        with self.woken_claude(label, me, "claude-permission", script, *flags) as (wake, home):
+            # A command that changes something: Claude Code asks before running it (an echo
+            # it would run unasked).
+            made = os.path.join(home, "permitted-by-a-person")
+            self.model.script(script, [Call("Bash", {"command": f"mkdir {made} && echo made"}), Say("ran it")])
             directive = {"sender": "lead", "type": "DIRECTIVE", "recipient": me, "body": "run the check"}
             self.relay.post(f"/api/channels/{channel}/messages", directive)
             deadline = time.monotonic() + 60
@@ -523,14 +516,6 @@ class Suite:
                 f"{label}: the turn ended, claude -p exiting 0",
                 state,
             )
-        finally:
-            wake.terminate()
-            try:
-                _, err = wake.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                wake.kill()
-                _, err = wake.communicate()
-        self.check(wake.returncode == 0, f"{label}: wake stops cleanly on SIGTERM", err[-1500:])
         # The verdict went to the turn that asked; it woke nothing more.
         self.check(len(state["turns"]) == 1, f"{label}: the verdict did not wake it again", state)
 

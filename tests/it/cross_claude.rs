@@ -1008,6 +1008,12 @@ pub(crate) async fn a_cross_claude_users_session(alice: &mut impl CcClient, bob:
         "{t}"
     );
     assert!(!t.contains("participants"), "{t}");
+    // A new channel whose name is near an existing one's is made, with a note naming it.
+    let t = said(alice, "create_channel", json!({"name": "release-plans"})).await;
+    assert_eq!(
+        t,
+        "Channel #release-plans created.\nNote: similar channels exist: #release-plan"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

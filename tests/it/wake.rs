@@ -158,6 +158,26 @@ async fn until_woken(s: &Server, who: &str) -> Value {
     }
 }
 
+/// Waits until `who` is held by the wake process `by` (it took the lease over); its state.
+async fn until_held_by(s: &Server, who: &str, by: &Child) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = until_woken(s, who).await;
+        if v["held_by"]
+            .as_str()
+            .is_some_and(|h| h.starts_with(&format!("{}@", by.id())))
+        {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "wake {} never took {who}'s lease: {v}",
+            by.id()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn terminate(child: &mut Child) -> String {
     // SAFETY: kill(2) on the wake process this test spawned and has not waited for.
     unsafe {
@@ -349,18 +369,7 @@ async fn a_second_wake_for_one_identity_waits_and_says_which_holds_it() {
     let err = terminate(&mut first);
     assert!(!err.contains("already woken"), "{err}");
     // The second takes over once the first gave the lease back.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let v = until_woken(&s, "reviewer").await;
-        if v["held_by"]
-            .as_str()
-            .is_some_and(|h| h.starts_with(&format!("{}@", second.id())))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the second wake never took over: {v}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_held_by(&s, "reviewer", &second).await;
     post(&c, &s, "dev", directive("alice", "reviewer", "to the second")).await;
     let turns = b.until_turns(1, Duration::from_secs(10));
     assert!(turns[0].prompt.contains("to the second") && !turns[0].prompt.contains("only once"));
@@ -465,22 +474,8 @@ async fn the_loop_guard_stops_two_agents_answering_each_other_and_a_person_resum
     let first = terminate(&mut wa);
     assert!(!first.contains("panicked"), "{first}");
     let mut wa = wake(&s, &a, "agent-a", &flags, &reply, true);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let v = until_woken(&s, "agent-a").await;
-        if v["held_by"]
-            .as_str()
-            .is_some_and(|h| h.starts_with(&format!("{}@", wa.id())))
-        {
-            assert_eq!(v["state"], "paused by the loop guard", "{v}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the restarted wake never took the lease: {v}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let v = until_held_by(&s, "agent-a", &wa).await;
+    assert_eq!(v["state"], "paused by the loop guard", "{v}");
     post(
         &c,
         &s,
