@@ -440,6 +440,11 @@ class Suite:
                 f"{label}: a directive woke the real host, which answered on the channel through the relay's tools",
                 first,
             )
+            # The relay holds the post before Claude Code hands the tool's result back to the
+            # model: wait for that request too.
+            deadline = time.monotonic() + HOST_LIMIT_S
+            while not self.model.seen.get(script) and time.monotonic() < deadline:
+                time.sleep(0.1)
             seen = self.model.seen.get(script, [])
             self.check(
                 [s.tool for s in seen][:1] == ["post_message"] and not seen[0].error,
