@@ -17,6 +17,7 @@
 
 pub mod channels;
 pub mod cross_claude;
+pub mod fields;
 pub mod identity;
 #[cfg(test)]
 pub(crate) mod memory;

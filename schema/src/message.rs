@@ -263,11 +263,7 @@ impl MessageType {
                 meaning,
             }));
         }
-        let looks = skeletons(text);
-        if let Some((word, _)) = looks_alike()
-            .iter()
-            .find(|(_, theirs)| theirs.iter().any(|s| looks.contains(s)))
-        {
+        if let Some(word) = looks_like(text) {
             return Err(InvalidInput::Other(format!(
                 "field `type` is invalid: {:?} looks like {word} but is spelled with other characters; \
                  write {word} in plain letters, or choose a type that looks like no meaningful one",
@@ -371,6 +367,37 @@ fn looks_alike() -> &'static [(&'static str, [String; 3])] {
         std::sync::LazyLock::new(|| Meaning::SPELLED.iter().map(|(_, w)| (*w, skeletons(w))).collect());
     &WORDS
 }
+
+/// The meaningful word `text` looks like without being it, if any. Working out a text's
+/// skeletons costs more than the rest of a post's parse, and a relay sees the same few types
+/// over and over, so each thread remembers its last [`LOOKS_REMEMBERED`] answers.
+fn looks_like(text: &str) -> Option<&'static str> {
+    thread_local! {
+        static SEEN: std::cell::RefCell<std::collections::VecDeque<(Box<str>, Option<&'static str>)>> =
+            const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+    }
+    if let Some(known) = SEEN.with_borrow(|seen| seen.iter().find(|(t, _)| &**t == text).map(|(_, w)| *w)) {
+        return known;
+    }
+    let looks = skeletons(text);
+    let word = looks_alike()
+        .iter()
+        .find(|(_, theirs)| theirs.iter().any(|s| looks.contains(s)))
+        .map(|(word, _)| *word);
+    // Long texts are rare as types and not worth keeping.
+    if text.len() <= 64 {
+        SEEN.with_borrow_mut(|seen| {
+            if seen.len() == LOOKS_REMEMBERED {
+                seen.pop_back();
+            }
+            seen.push_front((text.into(), word));
+        });
+    }
+    word
+}
+
+/// How many types' look-alike answers a thread keeps ([`looks_like`]).
+const LOOKS_REMEMBERED: usize = 16;
 
 /// What a text can look like: its TR39 confusable skeleton as written, in lower case and in
 /// upper case (so `Аnswer` with a Cyrillic `А`, and `PERMlSSION` with a small L, both look
@@ -649,11 +676,21 @@ mod tests {
             "\u{2160}NTERRUPT", // Roman numeral one
             "mess\u{430}ge",
         ] {
-            let got = MessageType::parse(raw);
-            assert!(
-                matches!(&got, Err(InvalidInput::Other(why)) if why.contains("looks like")),
-                "{raw:?} was not refused as a look-alike: {got:?}"
-            );
+            // Twice, and after many other types: the thread's memory of answers
+            // (`looks_like`) answers as the skeletons do, and forgets without harm.
+            for round in 0..4 {
+                let got = MessageType::parse(raw);
+                assert!(
+                    matches!(&got, Err(InvalidInput::Other(why)) if why.contains("looks like")),
+                    "{raw:?} was not refused as a look-alike in round {round}: {got:?}"
+                );
+                if round % 2 == 0 {
+                    continue;
+                }
+                for other in 0..LOOKS_REMEMBERED + 1 {
+                    assert!(MessageType::parse(&format!("kind {other}")).is_ok());
+                }
+            }
         }
         // Free types stay as written; an empty one is none.
         assert_eq!(

@@ -10,7 +10,7 @@
 use super::Body;
 use crate::error::{self, ApiError};
 use crate::ops::oauth::{Credential, OAuth};
-use crate::ops::{Caller, Ctx, Operation};
+use crate::ops::{fields, Caller, Ctx, Operation};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use futures_util::future::{self, Either};
@@ -220,20 +220,52 @@ where
     }
 }
 
-/// A POST's request: its JSON object body (none is `{}`) with the path parameters set.
+/// A POST's request: its JSON object body (none is `{}`) with the path parameters set, read
+/// in one pass from the client's bytes ([`fields::WithParams`]: a path parameter decides over
+/// a body field of its name).
 fn from_body<T: DeserializeOwned>(req: &HttpRequest, body: web::Bytes) -> Result<T, ApiError> {
-    let mut value = if body.iter().all(u8::is_ascii_whitespace) {
-        serde_json::Value::Object(Default::default())
-    } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?
+    let json: &[u8] = match body.iter().position(|b| !b.is_ascii_whitespace()) {
+        None => b"{}",
+        Some(start) => &body[start..],
     };
-    let serde_json::Value::Object(fields) = &mut value else {
-        return Err(ApiError::bad_request("invalid fields: the body must be a JSON object"));
-    };
-    for (name, v) in req.match_info().iter() {
-        fields.insert(name.to_owned(), serde_json::Value::String(path_param(v)));
+    if json.first() != Some(&b'{') {
+        return Err(match serde_json::from_slice::<serde::de::IgnoredAny>(json) {
+            Err(e) => malformed(&e),
+            Ok(_) => ApiError::bad_request("invalid fields: the body must be a JSON object"),
+        });
     }
-    serde_path_to_error::deserialize(value).map_err(|e| invalid("invalid fields", e.path().to_string(), e.into_inner()))
+    let params: Vec<(&str, String)> = req.match_info().iter().map(|(n, v)| (n, path_param(v))).collect();
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let read = serde_path_to_error::deserialize(fields::WithParams {
+        inner: &mut de,
+        params: &params,
+    });
+    match read {
+        Ok(request) => de.end().map(|()| request).map_err(|e| malformed(&e)),
+        Err(e) => {
+            let path = e.path().to_string();
+            let e = e.into_inner();
+            match e.classify() {
+                serde_json::error::Category::Syntax | serde_json::error::Category::Eof => Err(malformed(&e)),
+                _ => Err(invalid("invalid fields", path, unplaced(&e))),
+            }
+        }
+    }
+}
+
+/// A body that is not JSON.
+fn malformed(e: &serde_json::Error) -> ApiError {
+    ApiError::bad_request(format!("malformed JSON: {e}"))
+}
+
+/// A field's error without where in the body the parser was: a field is named by its path.
+fn unplaced(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let place = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&place) {
+        Some(bare) if e.line() > 0 => bare.to_owned(),
+        _ => text,
+    }
 }
 
 /// A GET's or DELETE's request: the path parameters and the query string, read in one pass

@@ -1,6 +1,6 @@
 //! Messages: post, read, wait, one message, its replies, and asking a human.
 
-use super::{Caller, Ctx, Gauge, Limit, OpError, Operation, Principal};
+use super::{fields, Caller, Ctx, Gauge, Limit, OpError, Operation, Principal};
 use crosstalk_actors::{Posted, Role, WaitOptions, WaitOutcome};
 use crosstalk_schema::message::{ANY_HUMAN, VERDICTS};
 use crosstalk_schema::{ChannelName, Meaning, NewMessage};
@@ -35,21 +35,34 @@ pub struct PostRequest {
 }
 
 impl<'de> Deserialize<'de> for PostRequest {
+    /// In one pass over the fields: the message from all of them but `channel`, whose value is
+    /// read apart ([`fields::Without`]). An error in the message is named by its field by
+    /// whoever reads the request with `serde_path_to_error`, as every face does.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let mut fields = serde_json::Map::deserialize(d)?;
-        let channel = match fields.remove("channel") {
-            Some(serde_json::Value::String(c)) => ChannelName::parse(&c).map_err(D::Error::custom)?,
-            Some(other) => return Err(D::Error::custom(format!("channel: expected a string, got {other}"))),
-            None => return Err(D::Error::missing_field("channel")),
-        };
-        let message = serde_path_to_error::deserialize(serde_json::Value::Object(fields)).map_err(|e| {
-            match e.path().to_string() {
-                p if p == "." => D::Error::custom(e.into_inner()),
-                p => D::Error::custom(format!("{p}: {}", e.into_inner())),
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = PostRequest;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a post: an object with the channel and the message's fields")
             }
-        })?;
-        Ok(PostRequest { channel, message })
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, map: M) -> Result<PostRequest, M::Error> {
+                use serde::de::Error;
+                let mut channel = None;
+                let message = NewMessage::deserialize(serde::de::value::MapAccessDeserializer::new(fields::Without {
+                    inner: map,
+                    name: "channel",
+                    taken: &mut channel,
+                    marker: std::marker::PhantomData,
+                }))?;
+                let channel = match channel {
+                    Some(serde_json::Value::String(c)) => ChannelName::parse(&c).map_err(M::Error::custom)?,
+                    Some(other) => return Err(M::Error::custom(format!("channel: expected a string, got {other}"))),
+                    None => return Err(M::Error::missing_field("channel")),
+                };
+                Ok(PostRequest { channel, message })
+            }
+        }
+        d.deserialize_map(Fields)
     }
 }
 
