@@ -625,3 +625,40 @@ impl Operation for AwaitAnswer {
         asked(cx, &r.channel, question, answer).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read<T: serde::de::DeserializeOwned>(body: &str, params: &[(&str, String)]) -> Result<T, String> {
+        let mut de = serde_json::Deserializer::from_slice(body.as_bytes());
+        serde_path_to_error::deserialize(fields::WithParams { inner: &mut de, params }).map_err(|e| {
+            let path = e.path().to_string();
+            format!("{path}: {}", e.into_inner())
+        })
+    }
+
+    #[test]
+    fn a_post_is_read_in_one_pass_with_its_channel_apart() {
+        let channel = [("channel", "dev".to_owned())];
+        let post: PostRequest = read(r#"{"sender": "ann", "body": "hi", "channel": "elsewhere"}"#, &channel).unwrap();
+        assert_eq!((post.channel.as_str(), post.message.body.as_str()), ("dev", "hi"));
+        // From MCP arguments, the channel is a field like the others, anywhere.
+        let args = serde_json::json!({"body": "hi", "channel": "ops", "sender": "ann", "type": " ANSWER"});
+        let post: PostRequest = serde_json::from_value(args).unwrap();
+        assert_eq!(post.channel.as_str(), "ops");
+        assert_eq!(
+            post.message.kind.map(|k| k.as_str().to_owned()).as_deref(),
+            Some("ANSWER")
+        );
+        let refused = |body: &str| read::<PostRequest>(body, &[]).unwrap_err();
+        assert!(refused(r#"{"body": "hi"}"#).starts_with(".: missing field `channel`"));
+        assert!(refused(r#"{"body": "hi", "channel": 7}"#).contains("channel: expected a string, got 7"));
+        assert!(refused(r#"{"body": "hi", "channel": "bad name"}"#).contains("channel"));
+        assert!(refused(r#"{"channel": "dev"}"#).contains("missing field `body`"));
+        let err = refused(r#"{"channel": "dev", "body": "x", "reply_to": "one"}"#);
+        assert!(err.starts_with("reply_to: invalid type"), "{err}");
+        let err = refused(r#"{"channel": "dev", "body": "x", "type": "ANSW\u0415R"}"#);
+        assert!(err.starts_with("type: ") && err.contains("looks like ANSWER"), "{err}");
+    }
+}
