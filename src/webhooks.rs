@@ -153,14 +153,31 @@ pub fn node_id(data_dir: &std::path::Path) -> String {
     id
 }
 
+/// Longest the webhook supervisor goes without listing every webhook, however unchanged
+/// their version says they are.
+const RELIST_EVERY: Duration = Duration::from_secs(60);
+
 /// Starts delivering as `node`: one task watching the set of webhooks, one per webhook,
 /// until the relay shuts down.
 pub fn start(cx: Ctx, settings: web::Data<Settings>, node: String) {
     let shutdown = cx.relay.shutdown_token();
     tokio::spawn(async move {
         let mut running: HashMap<String, tokio::task::AbortHandle> = HashMap::new();
+        // The webhooks' version at the last listing, and when that was: on a cluster, listing
+        // a bucket makes and drops a consumer on the servers, so the set is listed only when
+        // it changed, a task ended, or a while has passed.
+        let mut listed: Option<(u64, tokio::time::Instant)> = None;
         loop {
-            if let Ok(all) = settings.hooks.all().await {
+            let version = settings.hooks.version().await.ok().flatten();
+            let unchanged = matches!((listed, version), (Some((was, at)), Some(now)) if was == now && at.elapsed() < RELIST_EVERY)
+                && running.values().all(|task| !task.is_finished());
+            let listing = if unchanged {
+                None
+            } else {
+                settings.hooks.all().await.ok()
+            };
+            if let Some(all) = listing {
+                listed = version.map(|v| (v, tokio::time::Instant::now()));
                 let ids: Vec<String> = all.iter().map(|h| h.id.clone()).collect();
                 running.retain(|id, task| {
                     let keep = ids.contains(id) && !task.is_finished();

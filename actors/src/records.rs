@@ -92,6 +92,12 @@ pub trait RecordStore: Send + Sync + 'static {
     /// Writes `new` (`None`: deletes) if the record is still `expected` (`None`: absent);
     /// `false` if it was not (another writer came first). A lease's compare-and-set.
     fn swap(&self, kind: Kind, key: String, expected: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Answer<bool>;
+    /// A number that changes whenever a record of the kind changes, for a reader that looks
+    /// for changes often to skip a listing that would find none; `None` where the store has
+    /// none to give cheaply (a relay's own store, where a listing is cheap anyway).
+    fn version(&self, _kind: Kind) -> Answer<Option<u64>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
 }
 
 /// Most records a listing reads: a bound on what `crosstalk clients` costs.

@@ -156,6 +156,12 @@ impl Webhooks {
         Ok(out)
     }
 
+    /// A number that changes whenever a webhook is added or removed (`None`: the store has
+    /// none, so list to know).
+    pub async fn version(&self) -> Result<Option<u64>, RelayError> {
+        self.store.version(Kind::Webhooks).await
+    }
+
     /// Every webhook with its delivery state, oldest first.
     pub async fn list(&self) -> Result<Vec<WebhookView>, RelayError> {
         let mut out = Vec::new();

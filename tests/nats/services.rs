@@ -233,6 +233,21 @@ async fn a_webhook_is_delivered_by_one_node_of_the_cluster() {
     assert_eq!(got, posted, "each once, in order, from one node");
     // Nothing more comes: no second node delivered them too.
     assert!(tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_secs(2))).is_err());
+    // Deleted through the other node, it stops on whichever delivered it: each node's
+    // supervisor sees the webhooks' version change (it lists them only then) and ends its task.
+    let id = hook["id"].as_str().unwrap();
+    let (status, _) = request(&c, "DELETE", &b.url(&format!("/api/webhooks/{id}")), None, None).await;
+    assert_eq!(status, 204);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = post(
+        &c,
+        &a,
+        "alerts",
+        json!({"sender": "agent", "type": "QUESTION", "body": "gone"}),
+    )
+    .await;
+    let late = tokio::task::block_in_place(|| rx.recv_timeout(Duration::from_secs(3)));
+    assert!(late.is_err(), "{after} was delivered by a deleted webhook: {late:?}");
 }
 
 /// A 2026-07-28 MCP request that declares the tasks extension.

@@ -76,6 +76,14 @@ impl RecordStore for RecordBuckets {
         Box::pin(async move { this.bucket(kind).await?.swap(&key, expected, new).await })
     }
 
+    /// The bucket's stream's last sequence, asked of its leader: every put or delete takes
+    /// one. Asking costs the servers a stream info, where listing the keys creates (and
+    /// deletes) a consumer, replicated through the cluster's meta group.
+    fn version(&self, kind: Kind) -> Answer<Option<u64>> {
+        let this = self.clone();
+        Box::pin(async move { Ok(Some(this.bucket(kind).await?.revision().await?)) })
+    }
+
     fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>> {
         let this = self.clone();
         Box::pin(async move {
