@@ -164,15 +164,8 @@ pub struct ChannelActor {
     next_state_dirty: bool,
     /// Events accepted but not yet in a batch.
     pending: Vec<Pending>,
-    /// The batches between append and durable, oldest first: at most
-    /// [`batch::MAX_IN_FLIGHT`], each written only if the one before it is, so they commit
-    /// in order with no hole.
-    in_flight: std::collections::VecDeque<InFlight>,
-    /// A batch was refused and those sent after it will be: no new batch starts until they
-    /// are back.
-    draining: bool,
-    /// Numbers the batches, so a verdict finds its own.
-    next_batch: u64,
+    /// The batch between append and durable. At most one, so batches commit in order.
+    in_flight: Option<InFlight>,
     /// Idempotency keys of events not yet committed.
     idem_uncommitted: HashMap<String, u64>,
     waiters: HashMap<String, Waiter>,
@@ -220,9 +213,7 @@ impl ChannelActor {
             next_replies: Vec::new(),
             next_state_dirty: false,
             pending: Vec::new(),
-            in_flight: Default::default(),
-            draining: false,
-            next_batch: 0,
+            in_flight: None,
             idem_uncommitted: HashMap::new(),
             waiters: HashMap::new(),
             parties: HashMap::new(),

@@ -152,23 +152,8 @@ enum Fate {
     Pending,
     /// The owner gave up waiting: never acknowledge it; undo it if it lands.
     Abandoned,
-    /// The store thread decided it is durable (and answered).
+    /// The store thread decided (and answered).
     Settled,
-    /// The store thread refused it (and answered).
-    Failed,
-}
-
-/// A job that a later job follows ([`Committer::write_after`]): the later one is written
-/// only if this one is, so a writer can queue its next batch before the last is durable
-/// without a refusal of the last leaving a hole under the next.
-#[derive(Clone)]
-pub struct Link(Arc<Mutex<Fate>>);
-
-impl Link {
-    /// Whether the job linked to will never be durable: refused, or given up on.
-    fn broken(&self) -> bool {
-        matches!(*self.0.lock(), Fate::Failed | Fate::Abandoned)
-    }
 }
 
 type Answer = oneshot::Sender<Result<(), StoreError>>;
@@ -178,8 +163,6 @@ struct Job {
     on_durable: Option<OnDurable>,
     fate: Arc<Mutex<Fate>>,
     done: Answer,
-    /// Written only if this job is ([`Committer::write_after`]).
-    after: Option<Link>,
 }
 
 /// A write's durability: resolves once it is durable (`Ok`) or refused (`Err`).
@@ -189,11 +172,6 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// A link to this write, for a later write to follow it ([`Committer::write_after`]).
-    pub fn link(&self) -> Link {
-        Link(self.fate.clone())
-    }
-
     /// Waits for the verdict, at most [`COMMIT_TIMEOUT`]: a store that does not answer by then
     /// (a flush that hangs) gets the write abandoned, so no waiter (a channel's batch, the
     /// fold's watermark, a registration) is held by the store for longer.
@@ -344,23 +322,16 @@ impl Committer {
 
     /// Queues `apply`; the ticket resolves once its writes are durable, or refused.
     pub fn write(&self, apply: Apply) -> Ticket {
-        self.queue(apply, None, None)
+        self.queue(apply, None)
     }
 
     /// As [`Committer::write`], and runs `on_durable` on the store thread once the writes are
     /// durable, before the ticket resolves.
     pub fn write_then(&self, apply: Apply, on_durable: OnDurable) -> Ticket {
-        self.queue(apply, Some(on_durable), None)
+        self.queue(apply, Some(on_durable))
     }
 
-    /// As [`Committer::write_then`], for a write that follows `after` (a write queued
-    /// before it): it is written and acknowledged only if `after` is; if `after` is refused
-    /// or given up on, so is this one, unwritten (or undone, when both were in one round).
-    pub fn write_after(&self, apply: Apply, on_durable: OnDurable, after: Option<Link>) -> Ticket {
-        self.queue(apply, Some(on_durable), after)
-    }
-
-    fn queue(&self, apply: Apply, on_durable: Option<OnDurable>, after: Option<Link>) -> Ticket {
+    fn queue(&self, apply: Apply, on_durable: Option<OnDurable>) -> Ticket {
         let (done, rx) = oneshot::channel();
         let fate = Arc::new(Mutex::new(Fate::Pending));
         let job = Job {
@@ -368,7 +339,6 @@ impl Committer {
             on_durable,
             fate: fate.clone(),
             done,
-            after,
         };
         if let Err(mpsc::SendError(job)) = self.tx.send(job) {
             let _ = job.done.send(Err(stopped()));
@@ -398,7 +368,6 @@ struct Applied {
     done: Answer,
     on_durable: Option<OnDurable>,
     undo: Undo,
-    after: Option<Link>,
 }
 
 fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job>, health: &Health, heal: &mut Heal) {
@@ -414,18 +383,12 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
             );
             continue;
         }
-        if job.after.as_ref().is_some_and(Link::broken) {
-            // What it follows was refused: writing it would leave a hole under it.
-            settle(&job.fate, job.done, Err(unfollowed()));
-            continue;
-        }
         match (job.apply)(store) {
             Ok(undo) => applied.push(Applied {
                 fate: job.fate,
                 done: job.done,
                 on_durable: job.on_durable,
                 undo,
-                after: job.after,
             }),
             Err(e) => {
                 crate::throttled!(error, error = %e, "store write failed; not acknowledged");
@@ -468,12 +431,6 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
                 if *f == Fate::Abandoned {
                     // Its owner already told the client it failed: take it back.
                     take_back.push(job.undo);
-                } else if job.after.as_ref().is_some_and(Link::broken) {
-                    // What it follows was given up on in this round and is taken back (the
-                    // links run oldest first, so it was decided above): so is this one.
-                    take_back.push(job.undo);
-                    drop(f);
-                    settle(&job.fate, job.done, Err(unfollowed()));
                 } else {
                     *f = Fate::Settled;
                     drop(f);
@@ -527,13 +484,7 @@ fn revert(store: &dyn EventStore, durability: Durability, undos: Vec<Undo>) -> b
     done
 }
 
-/// Answers a job refused or given up on.
 fn settle(fate: &Mutex<Fate>, done: Answer, result: Result<(), StoreError>) {
-    *fate.lock() = if result.is_ok() { Fate::Settled } else { Fate::Failed };
+    *fate.lock() = Fate::Settled;
     let _ = done.send(result);
-}
-
-/// Why a job that follows a refused one is refused too.
-fn unfollowed() -> StoreError {
-    StoreError::Io("an earlier write it follows was not made durable".into())
 }

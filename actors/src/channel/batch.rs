@@ -1,8 +1,5 @@
-//! A channel's commit path: pending events become one batch for the store thread, up to
-//! [`MAX_IN_FLIGHT`] batches in flight, each written only if the one before it is
-//! ([`Committer::write_after`]): while one batch is flushed the next waits in the store
-//! thread's queue, so the store thread goes from one to the next without waiting for the
-//! actor to hear the first verdict.
+//! A channel's commit path: pending events become one batch for the store thread, one batch
+//! in flight at a time.
 //!
 //! Who is told what, and from which thread:
 //! - the store thread, the moment the batch is durable, publishes it to the view (waking
@@ -15,7 +12,6 @@
 //!   error and goes back to the view's state.
 
 use super::{ChannelActor, Done};
-use crate::commit::Link;
 use crate::error::RelayError;
 use crate::store::{Append, EventStore, StoreError};
 use crate::view::{Posted, Published};
@@ -39,23 +35,10 @@ pub(super) struct Pending {
     pub done: Vec<Done>,
 }
 
-/// Batches a channel has with the store thread at once: one being written, the next queued
-/// behind it.
-pub(super) const MAX_IN_FLIGHT: usize = 2;
-
-/// A batch between append and durable.
+/// The batch between append and durable.
 pub(super) struct InFlight {
-    /// Which batch it is, for its verdict to find it.
-    pub number: u64,
     pub events: Vec<Pending>,
     pub answers: Arc<Answers>,
-    /// Its write, for the next batch to follow.
-    pub link: Link,
-    /// Refused with one before it: its verdict only tells its waiters.
-    pub doomed: bool,
-    /// Its verdict, when it came before the verdict of a batch sent before it: verdicts are
-    /// handled in the order the batches were sent.
-    pub verdict: Option<Result<(), StoreError>>,
 }
 
 /// Everyone waiting for one batch's verdict. The first verdict wins; a waiter added after it
@@ -113,8 +96,8 @@ impl ChannelActor {
             p.done.push(done);
         } else if let Some(f) = self
             .in_flight
-            .iter()
-            .find(|f| f.events.iter().any(|p| p.logged && p.id == id))
+            .as_ref()
+            .filter(|f| f.events.iter().any(|p| p.logged && p.id == id))
         {
             f.answers.add(done);
         } else {
@@ -143,11 +126,10 @@ impl ChannelActor {
             .chain(self.pending.iter())
     }
 
-    /// Hands the pending events to the store thread as one batch, following the batch before
-    /// it if one is in flight, so batches become durable and visible in id order. The actor
-    /// does no store IO itself.
+    /// Hands the pending events to the store thread as one batch (one at a time, so batches
+    /// become durable and visible in id order). The actor does no store IO itself.
     pub(super) fn start_commit(&mut self, ctx: &mut Context<Self>) {
-        if self.in_flight.len() >= MAX_IN_FLIGHT || self.pending.is_empty() || self.draining {
+        if self.in_flight.is_some() || self.pending.is_empty() {
             return;
         }
         let mut batch = std::mem::take(&mut self.pending);
@@ -170,6 +152,7 @@ impl ChannelActor {
             state: state.clone(),
             overlays: overlays.clone(),
         };
+        let senders: Vec<String> = publish.messages.iter().map(|m| m.message.sender.clone()).collect();
         let answers = Arc::new(Answers::new(batch.iter_mut().flat_map(|p| p.done.drain(..)).collect()));
         let channel = self.view.name().clone();
         let apply = Box::new(move |store: &dyn EventStore| {
@@ -184,107 +167,53 @@ impl ChannelActor {
             })
         });
         let (view, told) = (self.view.clone(), answers.clone());
-        let follows = self.in_flight.back().map(|f| f.link.clone());
-        let ticket = self.committer.write_after(
+        let ticket = self.committer.write_then(
             apply,
             Box::new(move || {
                 view.publish(publish);
                 told.decide(Ok(()));
             }),
-            follows,
         );
-        let number = self.next_batch;
-        self.next_batch += 1;
-        self.in_flight.push_back(InFlight {
-            number,
-            events: batch,
-            answers,
-            link: ticket.link(),
-            doomed: false,
-            verdict: None,
-        });
+        self.in_flight = Some(InFlight { events: batch, answers });
         // The channel's log says how long a batch may wait (see `fail`).
         let limit = self.log.commit_deadline();
-        ctx.spawn(
-            ticket
-                .durable_within(limit)
-                .into_actor(self)
-                .map(move |result, act, ctx| {
-                    if let Some(batch) = act.in_flight.iter_mut().find(|f| f.number == number) {
-                        batch.verdict = Some(result);
+        ctx.spawn(ticket.durable_within(limit).into_actor(self).map(move |result, act, ctx| {
+            let Some(batch) = act.in_flight.take() else {
+                return;
+            };
+            match result {
+                Ok(()) => {
+                    // Published and answered by the store thread already.
+                    let now = Instant::now();
+                    for s in senders {
+                        act.parties.insert(s, now);
                     }
-                    while act.in_flight.front().is_some_and(|f| f.verdict.is_some()) {
-                        if let Some(mut batch) = act.in_flight.pop_front() {
-                            let verdict = batch.verdict.take().unwrap_or(Ok(()));
-                            act.decided(batch, verdict, ctx);
+                    act.spoken += 1;
+                    if let Some(t) = act.release_timer.take() {
+                        ctx.cancel_future(t);
+                    }
+                    for p in batch.events {
+                        if let Some(k) = &p.idem {
+                            act.idem_uncommitted.remove(k);
                         }
                     }
-                    if act.in_flight.is_empty() {
-                        act.draining = false;
-                    }
-                    act.start_commit(ctx);
-                }),
-        );
-    }
-
-    /// The bookkeeping of a batch's verdict, oldest batch first. Its posters were answered,
-    /// and a durable batch published, by the store thread already.
-    fn decided(&mut self, batch: InFlight, verdict: Result<(), StoreError>, ctx: &mut Context<Self>) {
-        match verdict {
-            Ok(()) if batch.doomed => {
-                // Cannot be: a batch is written only if the one before it is.
-                crate::throttled!(error, channel = %self.view.name(), "a batch after a refused one was written");
-            }
-            Ok(()) => {
-                let now = Instant::now();
-                for p in batch.events {
-                    if let Some(posted) = &p.posted {
-                        self.parties.insert(posted.message.sender.clone(), now);
-                    }
-                    if let Some(k) = &p.idem {
-                        self.idem_uncommitted.remove(k);
-                    }
                 }
-                self.spoken += 1;
-                if let Some(t) = self.release_timer.take() {
-                    ctx.cancel_future(t);
+                Err(e) => {
+                    crate::throttled!(error, channel = %act.view.name(), error = %e, "commit failed; nothing acknowledged");
+                    act.fail(batch, e);
                 }
             }
-            Err(e) if batch.doomed => self.unfollowed(batch, e),
-            Err(e) => {
-                crate::throttled!(error, channel = %self.view.name(), error = %e, "commit failed; nothing acknowledged");
-                self.fail(batch, e);
-            }
-        }
-    }
-
-    /// A batch sent after a refused one came back refused too: its waiters are told. The
-    /// state went back to the view's when the first was refused, and what was accepted since
-    /// was accepted on that state: it stays.
-    fn unfollowed(&mut self, batch: InFlight, e: StoreError) {
-        batch.answers.decide(Err(e.clone()));
-        for p in batch.events {
-            if let Some(k) = &p.idem {
-                self.idem_uncommitted.remove(k);
-            }
-            for d in p.done {
-                d.send(Err(e.clone().into()));
-            }
-        }
+            act.start_commit(ctx);
+        }));
     }
 
     /// A batch failed: tell its waiters and those of every event accepted after it, and go
     /// back to the store's idea of the state (the batch is never shown; if it reached the
-    /// store's memory, a restart may read it back). The batches sent after it follow it, so
-    /// they will be refused too: they are marked, and no batch starts until they are back.
+    /// store's memory, a restart may read it back).
     fn fail(&mut self, batch: InFlight, e: StoreError) {
         // Returns only if the relay can go on without the batch (not on a node's copy of a
         // shared log, which must stay a prefix of it).
         self.log.refused_batch(&e);
-        for later in self.in_flight.iter_mut() {
-            later.doomed = true;
-        }
-        self.draining = !self.in_flight.is_empty();
         batch.answers.decide(Err(e.clone()));
         for p in batch.events.into_iter().chain(std::mem::take(&mut self.pending)) {
             if let Some(k) = &p.idem {

@@ -37,7 +37,7 @@ impl ChannelActor {
         self.parties.retain(|_, seen| seen.elapsed() < ttl);
         !self.waiters.is_empty()
             || !self.pending.is_empty()
-            || !self.in_flight.is_empty()
+            || self.in_flight.is_some()
             || self.compacting
             || self.release_timer.is_some()
             || !self.parties.is_empty()

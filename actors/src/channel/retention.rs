@@ -31,7 +31,7 @@ impl ChannelActor {
     /// [`Record::Trimmed`] event, and every node removes what a committed cut reaches, at the
     /// same place in the log, whatever its own policy.
     pub(super) fn compact(&mut self, ctx: &mut Context<Self>) {
-        if !self.in_flight.is_empty() || !self.pending.is_empty() || self.compacting {
+        if self.in_flight.is_some() || !self.pending.is_empty() || self.compacting {
             return;
         }
         let Retention { max_age, max_count } = self.retention;
@@ -271,7 +271,7 @@ impl Handler<Install> for ChannelActor {
         if through <= self.meta.last_id {
             return Box::pin(fut::ready(Ok(false)));
         }
-        if !self.in_flight.is_empty() || !self.pending.is_empty() || self.compacting {
+        if self.in_flight.is_some() || !self.pending.is_empty() || self.compacting {
             return Box::pin(fut::ready(Err(RelayError::Unavailable("the channel is writing"))));
         }
         let mut state = cut.state.clone();
