@@ -96,21 +96,18 @@ impl Budget {
 
 /// A committed message, with its JSON encoded once for every reader: every face's answer
 /// that holds messages serialises this raw JSON as it is (its `Serialize`), so there is one
-/// JSON encoding of a message, made once. It is made by its first reader (most often the
-/// poster's own answer, on an HTTP worker), not by the channel's actor: the actor takes a
-/// channel's posts one at a time, so what it does for each post, every poster behind it waits for.
+/// JSON encoding of a message, made once.
 #[derive(Debug)]
 pub struct Posted {
     pub message: Message,
-    json: std::sync::OnceLock<Box<RawValue>>,
+    json: Box<RawValue>,
 }
 
 impl Posted {
     pub fn new(message: Message) -> Self {
-        Posted {
-            message,
-            json: std::sync::OnceLock::new(),
-        }
+        // A Message is strings and integers: JSON encoding cannot fail.
+        let json = serde_json::value::to_raw_value(&message).expect("a Message always encodes as JSON");
+        Posted { message, json }
     }
 
     pub fn id(&self) -> u64 {
@@ -119,20 +116,13 @@ impl Posted {
 
     /// The message's JSON, encoded once.
     pub fn json(&self) -> &[u8] {
-        self.raw().get().as_bytes()
-    }
-
-    fn raw(&self) -> &RawValue {
-        self.json.get_or_init(|| {
-            // A Message is strings and integers: JSON encoding cannot fail.
-            serde_json::value::to_raw_value(&self.message).expect("a Message always encodes as JSON")
-        })
+        self.json.get().as_bytes()
     }
 }
 
 impl Serialize for Posted {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.raw().serialize(s)
+        self.json.serialize(s)
     }
 }
 
