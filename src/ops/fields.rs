@@ -8,7 +8,6 @@
 use serde::de::value::{BorrowedStrDeserializer, StringDeserializer};
 use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, Visitor};
 use std::fmt;
-use std::marker::PhantomData;
 
 /// A field's name as the input holds it: borrowed from the client's bytes where it can be.
 enum Key<'de> {
@@ -25,11 +24,29 @@ impl Key<'_> {
     }
 }
 
-/// Hands a field's name to `seed`, as the map itself would have.
-fn give<'de, S: DeserializeSeed<'de>, E: de::Error>(key: Key<'de>, seed: S) -> Result<S::Value, E> {
-    match key {
-        Key::Borrowed(s) => seed.deserialize(BorrowedStrDeserializer::<E>::new(s)),
-        Key::Owned(s) => seed.deserialize(StringDeserializer::<E>::new(s)),
+/// The next field of `inner` that `taken` does not take, its name handed to `seed` as the map
+/// itself would have; `taken` reads the value of each field it takes.
+fn next_kept<'de, M, K>(
+    inner: &mut M,
+    seed: K,
+    mut taken: impl FnMut(&str, &mut M) -> Result<bool, M::Error>,
+) -> Result<Option<K::Value>, M::Error>
+where
+    M: MapAccess<'de>,
+    K: DeserializeSeed<'de>,
+{
+    loop {
+        let Some(key) = inner.next_key::<Key<'de>>()? else {
+            return Ok(None);
+        };
+        if taken(key.as_str(), inner)? {
+            continue;
+        }
+        return match key {
+            Key::Borrowed(s) => seed.deserialize(BorrowedStrDeserializer::new(s)),
+            Key::Owned(s) => seed.deserialize(StringDeserializer::new(s)),
+        }
+        .map(Some);
     }
 }
 
@@ -119,21 +136,19 @@ impl<'de, 'p, M: MapAccess<'de>> MapAccess<'de> for ParamsMap<'p, M> {
             self.value = Some(value);
             return seed.deserialize(name.into_deserializer()).map(Some);
         }
-        loop {
-            let Some(key) = self.inner.next_key::<Key<'de>>()? else {
-                return Ok(None);
-            };
-            if self.params.iter().any(|(name, _)| *name == key.as_str()) {
-                self.inner.next_value::<de::IgnoredAny>()?;
-                continue;
+        let params = self.params;
+        next_kept(&mut self.inner, seed, |key, inner| {
+            let param = params.iter().any(|(name, _)| *name == key);
+            if param {
+                inner.next_value::<de::IgnoredAny>()?;
             }
-            return give(key, seed).map(Some);
-        }
+            Ok(param)
+        })
     }
 
     fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, M::Error> {
         match self.value.take() {
-            Some(value) => seed.deserialize(StringDeserializer::new(value.to_owned())),
+            Some(value) => seed.deserialize(value.into_deserializer()),
             None => self.inner.next_value_seed(seed),
         }
     }
@@ -141,27 +156,24 @@ impl<'de, 'p, M: MapAccess<'de>> MapAccess<'de> for ParamsMap<'p, M> {
 
 /// A JSON object's fields but `name`'s, whose value is kept in `taken` for its reader to
 /// handle apart. Deserialize the rest from it as from the object itself.
-pub struct Without<'t, 'de, M> {
+pub struct Without<'t, M> {
     pub inner: M,
     pub name: &'static str,
     pub taken: &'t mut Option<serde_json::Value>,
-    pub marker: PhantomData<&'de ()>,
 }
 
-impl<'de, M: MapAccess<'de>> MapAccess<'de> for Without<'_, 'de, M> {
+impl<'de, M: MapAccess<'de>> MapAccess<'de> for Without<'_, M> {
     type Error = M::Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, M::Error> {
-        loop {
-            let Some(key) = self.inner.next_key::<Key<'de>>()? else {
-                return Ok(None);
-            };
-            if key.as_str() == self.name {
-                *self.taken = Some(self.inner.next_value()?);
-                continue;
+        let (name, taken) = (self.name, &mut *self.taken);
+        next_kept(&mut self.inner, seed, |key, inner| {
+            if key != name {
+                return Ok(false);
             }
-            return give(key, seed).map(Some);
-        }
+            *taken = Some(inner.next_value()?);
+            Ok(true)
+        })
     }
 
     fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, M::Error> {

@@ -52,7 +52,6 @@ impl<'de> Deserialize<'de> for PostRequest {
                     inner: map,
                     name: "channel",
                     taken: &mut channel,
-                    marker: std::marker::PhantomData,
                 }))?;
                 let channel = match channel {
                     Some(serde_json::Value::String(c)) => ChannelName::parse(&c).map_err(M::Error::custom)?,
