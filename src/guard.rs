@@ -26,7 +26,7 @@ use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage, ResponseError};
-use futures_util::StreamExt;
+use futures_util::{FutureExt as _, StreamExt};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -453,28 +453,23 @@ fn cors_headers(headers: &mut header::HeaderMap, origin: &str) {
 
 /// Reads the whole body, within the time and size limits.
 async fn read_body(mut payload: Payload, limit: usize) -> Result<web::Bytes, (StatusCode, &'static str, String)> {
-    let read = async {
-        let mut body = web::BytesMut::new();
-        while let Some(chunk) = payload.next().await {
-            let chunk = chunk.map_err(|e| {
-                (
-                    StatusCode::BAD_REQUEST,
-                    "invalid_input",
-                    format!("unreadable body: {e}"),
-                )
-            })?;
-            if body.len() + chunk.len() > limit {
-                return Err((
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "too_large",
-                    format!("request body is larger than {limit} bytes"),
-                ));
-            }
-            body.extend_from_slice(&chunk);
+    let mut body = Gathered::default();
+    // A body that came with its head is read without arming a timer: most do.
+    loop {
+        match payload.next().now_or_never() {
+            Some(Some(chunk)) => body.add(chunk, limit)?,
+            Some(None) => return Ok(body.done()),
+            None => break,
         }
-        Ok(body.freeze())
+    }
+    // The rest is on its way: bounded.
+    let rest = async move {
+        while let Some(chunk) = payload.next().await {
+            body.add(chunk, limit)?;
+        }
+        Ok(body.done())
     };
-    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+    match tokio::time::timeout(BODY_TIMEOUT, rest).await {
         Ok(r) => r,
         Err(_) => Err((
             StatusCode::REQUEST_TIMEOUT,
@@ -484,9 +479,113 @@ async fn read_body(mut payload: Payload, limit: usize) -> Result<web::Bytes, (St
     }
 }
 
+/// A body as its chunks arrive.
+#[derive(Default)]
+struct Gathered {
+    first: Option<web::Bytes>,
+    more: Option<web::BytesMut>,
+}
+
+impl Gathered {
+    fn len(&self) -> usize {
+        self.more
+            .as_ref()
+            .map_or_else(|| self.first.as_ref().map_or(0, |b| b.len()), |m| m.len())
+    }
+
+    fn add(
+        &mut self,
+        chunk: Result<web::Bytes, actix_web::error::PayloadError>,
+        limit: usize,
+    ) -> Result<(), (StatusCode, &'static str, String)> {
+        let chunk = chunk.map_err(|e| {
+            (
+                StatusCode::BAD_REQUEST,
+                "invalid_input",
+                format!("unreadable body: {e}"),
+            )
+        })?;
+        if self.len() + chunk.len() > limit {
+            return Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("request body is larger than {limit} bytes"),
+            ));
+        }
+        match (&mut self.more, self.first.take()) {
+            (Some(more), _) => more.extend_from_slice(&chunk),
+            (None, None) => self.first = Some(chunk),
+            (None, Some(first)) => {
+                let mut more = web::BytesMut::with_capacity(first.len() + chunk.len());
+                more.extend_from_slice(&first);
+                more.extend_from_slice(&chunk);
+                self.more = Some(more);
+            }
+        }
+        Ok(())
+    }
+
+    fn done(self) -> web::Bytes {
+        match (self.more, self.first) {
+            (Some(more), _) => more.freeze(),
+            // Copied: a chunk shares the connection's read buffer, which a request parked for
+            // minutes (an ask, an MCP wait) would otherwise keep whole.
+            (None, Some(first)) => web::Bytes::copy_from_slice(&first),
+            (None, None) => web::Bytes::new(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request body as actix-http hands it over, fed by the test.
+    fn body_stream() -> (impl FnMut(Option<&'static [u8]>), Payload) {
+        let (mut tx, rx) = actix_http::h1::Payload::create(false);
+        let feed = move |chunk: Option<&'static [u8]>| match chunk {
+            Some(b) => tx.feed_data(web::Bytes::from_static(b)),
+            None => tx.feed_eof(),
+        };
+        (feed, Payload::from(rx))
+    }
+
+    #[actix_web::test]
+    async fn a_body_that_came_with_its_head_is_read_whole() {
+        let (mut feed, payload) = body_stream();
+        feed(Some(b"{\"content\":"));
+        feed(Some(b"\"hi\"}"));
+        feed(None);
+        assert_eq!(read_body(payload, 100).await.unwrap(), &b"{\"content\":\"hi\"}"[..]);
+        let (mut feed, payload) = body_stream();
+        feed(Some(b"one chunk"));
+        feed(None);
+        assert_eq!(read_body(payload, 100).await.unwrap(), &b"one chunk"[..]);
+        let (mut feed, payload) = body_stream();
+        feed(None);
+        assert_eq!(read_body(payload, 100).await.unwrap(), &b""[..]);
+    }
+
+    #[actix_web::test]
+    async fn a_body_still_on_its_way_is_waited_for_and_bounded() {
+        let (mut feed, payload) = body_stream();
+        feed(Some(b"first, "));
+        let read = actix_web::rt::spawn(read_body(payload, 100));
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+        feed(Some(b"then the rest"));
+        feed(None);
+        assert_eq!(read.await.unwrap().unwrap(), &b"first, then the rest"[..]);
+        // Too large, whether the limit is passed at once or by a later chunk.
+        for chunks in [&[&b"0123456789ab"[..]][..], &[&b"0123456"[..], &b"789ab"[..]][..]] {
+            let (mut feed, payload) = body_stream();
+            for c in chunks {
+                feed(Some(c));
+            }
+            feed(None);
+            let (status, code, _) = read_body(payload, 10).await.unwrap_err();
+            assert_eq!((status, code), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
+        }
+    }
 
     #[test]
     fn a_fresh_request_head_is_compacted_and_keeps_every_value_in_order() {

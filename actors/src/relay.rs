@@ -163,7 +163,34 @@ struct Inner {
     /// When the search index last had every committed message.
     index_caught_up: CaughtUp,
     /// When each (channel, poster) last sent a presence heartbeat.
-    heartbeats: parking_lot::Mutex<HashMap<(ChannelName, String), std::time::Instant>>,
+    heartbeats: parking_lot::Mutex<Heartbeats>,
+}
+
+/// When each poster last sent a presence heartbeat, by channel. Looked up by reference on
+/// every post: only a heartbeat that is due copies the two names.
+#[derive(Default)]
+struct Heartbeats {
+    by_channel: HashMap<ChannelName, HashMap<String, std::time::Instant>>,
+    entries: usize,
+}
+
+impl Heartbeats {
+    /// Whether `sender`'s heartbeat on `channel` is due; if so, it counts as sent now.
+    fn due(&mut self, channel: &ChannelName, sender: &str) -> bool {
+        if let Some(at) = self.by_channel.get(channel).and_then(|seen| seen.get(sender)) {
+            if at.elapsed() < POST_HEARTBEAT_EVERY {
+                return false;
+            }
+        }
+        if self.entries > HEARTBEAT_THROTTLE_CAP {
+            *self = Heartbeats::default();
+        }
+        let seen = self.by_channel.entry(channel.clone()).or_default();
+        if seen.insert(sender.to_owned(), std::time::Instant::now()).is_none() {
+            self.entries += 1;
+        }
+        true
+    }
 }
 
 impl Relay {
@@ -385,20 +412,7 @@ impl Relay {
         })
         .await
         .map_err(|_| RelayError::Unavailable("the store did not answer in time"))??;
-        let due = {
-            let mut seen = self.inner.heartbeats.lock();
-            if seen.len() > HEARTBEAT_THROTTLE_CAP {
-                seen.clear();
-            }
-            let key = (channel.clone(), posted.message.sender.clone());
-            match seen.get(&key) {
-                Some(at) if at.elapsed() < POST_HEARTBEAT_EVERY => false,
-                _ => {
-                    seen.insert(key, std::time::Instant::now());
-                    true
-                }
-            }
-        };
+        let due = self.inner.heartbeats.lock().due(channel, &posted.message.sender);
         if due {
             self.heartbeat(Heartbeat {
                 channel: channel.clone(),
@@ -504,5 +518,45 @@ impl Relay {
                 SHUTDOWN_FLUSH_TIMEOUT.as_millis()
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_posters_heartbeat_is_due_once_a_second_per_channel() {
+        let mut beats = Heartbeats::default();
+        let (general, ops) = (
+            ChannelName::parse("general").unwrap(),
+            ChannelName::parse("ops").unwrap(),
+        );
+        assert!(beats.due(&general, "alice"));
+        assert!(
+            !beats.due(&general, "alice"),
+            "a second post within the second sends none"
+        );
+        assert!(beats.due(&general, "bob"), "each poster has its own");
+        assert!(beats.due(&ops, "alice"), "and each channel");
+        assert_eq!(beats.entries, 3);
+        // Past the second, due again; the entry is replaced, not added.
+        *beats.by_channel.get_mut(&general).unwrap().get_mut("alice").unwrap() -=
+            POST_HEARTBEAT_EVERY + Duration::from_millis(1);
+        assert!(beats.due(&general, "alice"));
+        assert_eq!(beats.entries, 3);
+    }
+
+    #[test]
+    fn the_heartbeat_throttle_forgets_everything_past_its_cap() {
+        let mut beats = Heartbeats::default();
+        let general = ChannelName::parse("general").unwrap();
+        for i in 0..=HEARTBEAT_THROTTLE_CAP {
+            assert!(beats.due(&general, &format!("p{i}")));
+        }
+        assert_eq!(beats.entries, HEARTBEAT_THROTTLE_CAP + 1);
+        assert!(beats.due(&general, "one more"), "past the cap it starts over");
+        assert_eq!(beats.entries, 1);
+        assert!(beats.due(&general, "p0"), "what it forgot is due again");
     }
 }

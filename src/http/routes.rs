@@ -83,7 +83,7 @@ where
         request: schema::<O::Request>,
         response: schema::<P>,
         mount: Arc::new(move || {
-            let route = web::route().method(m.clone());
+            let route = web::route().guard(OnlyMethod(m.clone()));
             if m == Method::POST {
                 route.to(
                     move |req: HttpRequest, payload: web::Payload, cx: web::Data<Ctx>| async move {
@@ -103,6 +103,17 @@ where
                 })
             }
         }),
+    }
+}
+
+/// A route's method. actix's own method guard also writes each method it is asked about
+/// into the request's extensions (an allocation and a map insert per route tried, on every
+/// request), for a `405` the relay answers itself ([`resource`]).
+struct OnlyMethod(Method);
+
+impl actix_web::guard::Guard for OnlyMethod {
+    fn check(&self, ctx: &actix_web::guard::GuardContext<'_>) -> bool {
+        ctx.head().method == self.0
     }
 }
 
