@@ -585,6 +585,15 @@ const ROWS: &[Row] = &[
         min_advantage: None,
         target_text: "≥ 0.9",
     },
+    Row {
+        key: "reference_crosstalk_index_catch_up_s",
+        label: "    crosstalk's search index catching up after its side",
+        unit: "s",
+        higher_is_better: false,
+        goal: None,
+        min_advantage: None,
+        target_text: "recorded",
+    },
 ];
 
 /// A figure for humans: thousands separated, sensible decimals.
@@ -934,7 +943,7 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
             n = p.search_messages),
         format!("15. crosstalk wake: a server of its own; one `crosstalk wake --as bench-agent` process whose command is `sh -c 'date +%s.%N >> FILE'`; a REST post of a DIRECTIVE to bench-agent; time from just before the POST is sent until the time the command wrote (one clock), up to {r} rounds, each after the turn before it ended. crosstalk only.",
             r = p.wake_rounds),
-        format!("16. The physical reference (issue #57): crosstalk, `crosstalk-reference` (bench/src/reference.rs: the relay's stack — actix-web with a worker per core and `tcp_nodelay`, jemalloc, the vendored sled with the relay's cache and flush settings — with one route that parses a post once and one store thread that writes every queued post in one sled batch and one flush, then answers each) and the same server storing nothing, each on a data directory of its own; the three alternated for {r} rounds, each side posting from 16 and then 64 connections for {d:.0} s on the same body; the mean rate of the rounds, and crosstalk's as a share of the minimal durable server's. crosstalk only.",
+        format!("16. The physical reference (issue #57): crosstalk, `crosstalk-reference` (bench/src/reference.rs: the relay's stack — actix-web with a worker per core and `tcp_nodelay`, jemalloc, the vendored sled with the relay's cache and flush settings — with one route that parses a post once and one store thread that writes every queued post in one sled batch and one flush, then answers each) and the same server storing nothing, each on a data directory of its own; the three alternated for {r} rounds, each side posting from 16 and then 64 connections for {d:.0} s on the same body; the mean rate of the rounds, and crosstalk's as a share of the minimal durable server's. After crosstalk's side of each round a search makes it index what that side posted before the others are measured (it indexes only once posting pauses, and that work used to run during the reference's rounds and take its CPU); the time that took is the last line. crosstalk only.",
             r = p.reference_rounds, d = p.duration.min(std::time::Duration::from_secs(5)).as_secs_f64()),
     ] {
         let _ = writeln!(s, "{line}");
