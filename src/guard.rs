@@ -485,20 +485,13 @@ async fn read_body(mut payload: Payload, limit: usize) -> Result<web::Bytes, (St
     }
 }
 
-/// A body as its chunks arrive.
+/// A body as its chunks arrive, within the size limit. Always a copy of its own: a chunk
+/// shares the connection's read buffer, which a request parked for minutes (an ask, an MCP
+/// wait) would otherwise keep whole.
 #[derive(Default)]
-struct Gathered {
-    first: Option<web::Bytes>,
-    more: Option<web::BytesMut>,
-}
+struct Gathered(web::BytesMut);
 
 impl Gathered {
-    fn len(&self) -> usize {
-        self.more
-            .as_ref()
-            .map_or_else(|| self.first.as_ref().map_or(0, |b| b.len()), |m| m.len())
-    }
-
     fn add(
         &mut self,
         chunk: Result<web::Bytes, actix_web::error::PayloadError>,
@@ -511,34 +504,19 @@ impl Gathered {
                 format!("unreadable body: {e}"),
             )
         })?;
-        if self.len() + chunk.len() > limit {
+        if self.0.len() + chunk.len() > limit {
             return Err((
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "too_large",
                 format!("request body is larger than {limit} bytes"),
             ));
         }
-        match (&mut self.more, self.first.take()) {
-            (Some(more), _) => more.extend_from_slice(&chunk),
-            (None, None) => self.first = Some(chunk),
-            (None, Some(first)) => {
-                let mut more = web::BytesMut::with_capacity(first.len() + chunk.len());
-                more.extend_from_slice(&first);
-                more.extend_from_slice(&chunk);
-                self.more = Some(more);
-            }
-        }
+        self.0.extend_from_slice(&chunk);
         Ok(())
     }
 
     fn done(self) -> web::Bytes {
-        match (self.more, self.first) {
-            (Some(more), _) => more.freeze(),
-            // Copied: a chunk shares the connection's read buffer, which a request parked for
-            // minutes (an ask, an MCP wait) would otherwise keep whole.
-            (None, Some(first)) => web::Bytes::copy_from_slice(&first),
-            (None, None) => web::Bytes::new(),
-        }
+        self.0.freeze()
     }
 }
 
