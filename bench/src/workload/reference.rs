@@ -107,8 +107,9 @@ pub async fn reference(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut R
 /// (under load it keeps its cores for posting), so after its side of a round it indexes what
 /// that side posted: work that, left alone, runs while the reference is measured and takes the
 /// reference's CPU. A search waits for the index to hold everything committed and makes the
-/// relay catch it up at once; this makes one (again if it gives up waiting, for a minute at
-/// most) and returns how long the catch-up took.
+/// relay catch it up at once; this makes one, and another while the relay answers that it
+/// gave up waiting (503), for a minute at most; it returns how long the catch-up took. Any
+/// other answer is a failure of the workload.
 async fn index_caught_up(server: &Server) -> anyhow::Result<std::time::Duration> {
     let started = std::time::Instant::now();
     loop {
@@ -117,9 +118,12 @@ async fn index_caught_up(server: &Server) -> anyhow::Result<std::time::Duration>
             return Ok(started.elapsed());
         }
         anyhow::ensure!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "the relay's search index did not catch up within a minute (last answer {})",
-            r.status
+            r.status == hyper::StatusCode::SERVICE_UNAVAILABLE
+                && started.elapsed() < std::time::Duration::from_secs(60),
+            "the relay's search index did not catch up: its search answered {} after {:.1} s",
+            r.status,
+            started.elapsed().as_secs_f64()
         );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
