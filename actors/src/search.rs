@@ -50,9 +50,14 @@ use tantivy::{
 const INDEX_EVERY: Duration = Duration::from_millis(100);
 /// Messages of one channel indexed per pass.
 const INDEX_BATCH: usize = 1000;
-/// The background indexer works only when no channel has committed for this long, so under
-/// load the relay keeps its cores; a search catches the index up on demand.
+/// The background indexer works when no channel has committed for this long, so under load
+/// the relay keeps its cores; a search catches the index up on demand.
 const QUIET_FOR: Duration = Duration::from_millis(300);
+/// ... or once the index has lagged the log this long: a relay that is never quiet for
+/// [`QUIET_FOR`] (agents posting more often than that, all day) would otherwise leave the whole
+/// day to its first search, which waits at most 30 s for it. The indexer's threads have the
+/// lowest priority, so under load this work takes what the relay leaves.
+const LAG_AT_MOST: Duration = Duration::from_secs(2);
 /// Closed channels one pass indexes from the store at most.
 const BACKLOG_PER_PASS: usize = 1000;
 /// The background indexer commits at most this often (a search commits at once).
@@ -242,6 +247,9 @@ impl Indexer {
         backlog: Backlog,
         caught_up: CaughtUp,
     ) -> Self {
+        // Before the writer starts tantivy's threads, which take this thread's priority: they
+        // do the indexing itself (`add_document` hands them the document).
+        lower_priority();
         let writer = index
             .index
             .writer_with_num_threads(1, WRITER_HEAP)
@@ -261,6 +269,12 @@ impl Indexer {
             caught_up,
             activity: (0, Instant::now()),
         }
+    }
+
+    /// Whether the index has not held every committed message for [`LAG_AT_MOST`].
+    fn lagging(&self) -> bool {
+        let at = self.caught_up.load(std::sync::atomic::Ordering::Relaxed);
+        crate::view::now_ms().saturating_sub(at) >= LAG_AT_MOST.as_millis() as u64
     }
 
     /// Whether no channel has committed anything for [`QUIET_FOR`].
@@ -365,17 +379,22 @@ impl Indexer {
                 }
             }
             let done = self.progress.indexed.get(&name).copied().unwrap_or(0);
-            if view.last_id() <= done {
+            let last = view.last_id();
+            if last <= done {
                 self.backlog.lock().remove(view.name());
                 continue;
             }
-            behind += 1;
             let Ok(Scan {
                 found: batch, scanned, ..
             }) = view.read_scanned(done, INDEX_BATCH, usize::MAX)
             else {
+                behind += 1;
                 continue;
             };
+            // Still behind after this pass: more than one batch was waiting.
+            if scanned < last {
+                behind += 1;
+            }
             for p in &batch {
                 let m = &p.message;
                 let words = match analyzer.as_mut() {
@@ -480,18 +499,14 @@ impl Actor for Indexer {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // Background work: let the relay's threads have the cores first (Linux: nice is per
-        // thread). Failing to lower the priority only costs speed.
-        // SAFETY: setpriority has no memory-safety preconditions.
-        #[cfg(target_os = "linux")]
-        unsafe {
-            libc::setpriority(libc::PRIO_PROCESS, 0, 19);
-        }
+        // `new` lowered this thread's priority already when it ran here; an indexer made on
+        // another thread is lowered now (its writer's threads keep the priority they had).
+        lower_priority();
         ctx.run_interval(INDEX_EVERY, |act, _| {
             // A batch of an earlier version's keys each tick, whatever the load: small
             // deletes, on this low-priority thread.
             act.cleanup_pass();
-            if act.quiet() {
+            if act.quiet() || act.lagging() {
                 act.index_pass(false);
             }
         });
@@ -501,6 +516,16 @@ impl Actor for Indexer {
         if self.dirty {
             self.commit();
         }
+    }
+}
+
+/// Background work: the relay's own threads have the cores first. Linux's nice is per thread,
+/// and a thread started later inherits it. Failing to lower it only costs speed.
+fn lower_priority() {
+    // SAFETY: setpriority has no memory-safety preconditions.
+    #[cfg(target_os = "linux")]
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
     }
 }
 
