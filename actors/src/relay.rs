@@ -359,8 +359,9 @@ impl Relay {
         self.inner.store.size_on_disk()
     }
 
-    /// How long since the search index last held every committed message (it works when the
-    /// relay is quiet; a search catches it up first).
+    /// How long since the search indexer last had every committed message indexed (committed
+    /// to the index or not: a search commits first). It works when the relay is quiet, and a
+    /// little at a time once this passes 2 s; a search catches it up first.
     pub fn search_index_lag(&self) -> Duration {
         let at = self.inner.index_caught_up.load(std::sync::atomic::Ordering::Relaxed);
         Duration::from_millis(crate::view::now_ms().saturating_sub(at))

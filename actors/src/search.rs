@@ -53,11 +53,19 @@ const INDEX_BATCH: usize = 1000;
 /// The background indexer works when no channel has committed for this long, so under load
 /// the relay keeps its cores; a search catches the index up on demand.
 const QUIET_FOR: Duration = Duration::from_millis(300);
-/// ... or once the index has lagged the log this long: a relay that is never quiet for
-/// [`QUIET_FOR`] (agents posting more often than that, all day) would otherwise leave the whole
-/// day to its first search, which waits at most 30 s for it. The indexer's threads have the
-/// lowest priority, so under load this work takes what the relay leaves.
+/// ... or, [`BUSY_BATCH`] messages a pass, once the index has lagged the log this long: a
+/// relay that is never quiet for [`QUIET_FOR`] (agents posting more often than that, all day)
+/// would otherwise leave the whole day to its first search, which waits at most 30 s for it.
 const LAG_AT_MOST: Duration = Duration::from_secs(2);
+/// Messages indexed a pass while channels are busy (1,000 a second): enough to keep up with a
+/// steady stream of agents' posts, and a bound on what indexing takes from a relay under load
+/// (indexing costs about as much CPU as a post; unbounded, at the lowest priority even, it
+/// doubled the post p99 of a saturated relay in an A/B: docs/benchmarks.md).
+const BUSY_BATCH: usize = 100;
+/// While channels are busy the index commits at most this often: a commit writes and syncs a
+/// segment (and the merges it sets off), on the disk the relay flushes its posts to. Until then
+/// a search finds what is indexed but not committed by committing it first (its catch-up).
+const BUSY_COMMIT_EVERY: Duration = Duration::from_secs(60);
 /// Closed channels one pass indexes from the store at most.
 const BACKLOG_PER_PASS: usize = 1000;
 /// The background indexer commits at most this often (a search commits at once).
@@ -248,7 +256,9 @@ impl Indexer {
         caught_up: CaughtUp,
     ) -> Self {
         // Before the writer starts tantivy's threads, which take this thread's priority: they
-        // do the indexing itself (`add_document` hands them the document).
+        // index (`add_document` hands them the document), merge segments and compress the
+        // stored documents. Lowered only in `started`, the merging ones ran at the relay's
+        // priority, and the indexing one until a commit started it anew from here.
         lower_priority();
         let writer = index
             .index
@@ -333,9 +343,10 @@ impl Indexer {
         views
     }
 
-    /// Indexes what the views hold beyond the index, deletes what retention removed, and
-    /// commits when `now` or a while has passed; returns whether anything moved.
-    fn index_pass(&mut self, now: bool) -> bool {
+    /// Indexes what the views hold beyond the index, at most `budget` messages (and
+    /// [`INDEX_BATCH`] of a channel), deletes what retention removed, and commits when `now` or
+    /// `commit_every` has passed since the last commit; returns whether anything moved.
+    fn index_pass(&mut self, now: bool, mut budget: usize, commit_every: Duration) -> bool {
         if self.writer.is_none() {
             // It could not be opened (or reopened after a failed commit): try again.
             self.writer = self.index.index.writer_with_num_threads(1, WRITER_HEAP).ok();
@@ -384,13 +395,18 @@ impl Indexer {
                 self.backlog.lock().remove(view.name());
                 continue;
             }
+            if budget == 0 {
+                behind += 1;
+                continue;
+            }
             let Ok(Scan {
                 found: batch, scanned, ..
-            }) = view.read_scanned(done, INDEX_BATCH, usize::MAX)
+            }) = view.read_scanned(done, INDEX_BATCH.min(budget), usize::MAX)
             else {
                 behind += 1;
                 continue;
             };
+            budget = budget.saturating_sub(batch.len());
             // Still behind after this pass: more than one batch was waiting.
             if scanned < last {
                 behind += 1;
@@ -423,10 +439,11 @@ impl Indexer {
             self.dirty = true;
             advanced = true;
         }
-        if self.dirty && (now || self.last_commit.elapsed() >= COMMIT_EVERY) {
+        if self.dirty && (now || self.last_commit.elapsed() >= commit_every) {
             self.commit();
         }
-        if behind == 0 && self.backlog.lock().is_empty() && !self.dirty {
+        // Everything indexed, committed or not (a search commits first, in a moment).
+        if behind == 0 && self.backlog.lock().is_empty() {
             self.caught_up
                 .store(crate::view::now_ms(), std::sync::atomic::Ordering::Relaxed);
         }
@@ -506,8 +523,10 @@ impl Actor for Indexer {
             // A batch of an earlier version's keys each tick, whatever the load: small
             // deletes, on this low-priority thread.
             act.cleanup_pass();
-            if act.quiet() || act.lagging() {
-                act.index_pass(false);
+            if act.quiet() {
+                act.index_pass(false, usize::MAX, COMMIT_EVERY);
+            } else if act.lagging() {
+                act.index_pass(false, BUSY_BATCH, BUSY_COMMIT_EVERY);
             }
         });
     }
@@ -540,7 +559,7 @@ impl Handler<CatchUp> for Indexer {
     fn handle(&mut self, _: CatchUp, _: &mut Context<Self>) {
         // Until a pass finds nothing to do (or cannot move: then search answers with what is
         // indexed rather than hang).
-        while self.index_pass(true) {}
+        while self.index_pass(true, usize::MAX, COMMIT_EVERY) {}
         if self.dirty {
             self.commit();
         }
