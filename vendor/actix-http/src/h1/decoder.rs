@@ -258,6 +258,12 @@ impl MessageType for Request {
     }
 
     fn decode(src: &mut BytesMut) -> Result<Option<(Self, PayloadType)>, ParseError> {
+        // Nothing to parse yet: the dispatcher asks after every read and every wake, most often
+        // with an empty buffer, and each call would zero the 3 KB index below for nothing.
+        if src.is_empty() {
+            return Ok(None);
+        }
+
         let mut headers: [HeaderIndex; MAX_HEADERS] = EMPTY_HEADER_INDEX_ARRAY;
 
         let (len, method, uri, ver, h_len) = {
