@@ -349,10 +349,14 @@ impl Indexer {
         views
     }
 
-    /// Indexes what the views hold beyond the index, at most `budget` messages (and
+    /// Indexes what the views hold beyond the index, as much as `pass` allows (and at most
     /// [`INDEX_BATCH`] of a channel), deletes what retention removed, and commits when `now` or
-    /// `commit_every` has passed since the last commit; returns whether anything moved.
-    fn index_pass(&mut self, now: bool, mut budget: usize, commit_every: Duration) -> bool {
+    /// the pass's interval has passed since the last commit; returns whether anything moved.
+    fn index_pass(&mut self, now: bool, pass: Pass) -> bool {
+        let (busy, mut budget, commit_every) = match pass {
+            Pass::Full => (false, usize::MAX, COMMIT_EVERY),
+            Pass::Busy => (true, BUSY_BATCH, BUSY_COMMIT_EVERY),
+        };
         if self.writer.is_none() {
             // It could not be opened (or reopened after a failed commit): try again.
             self.writer = self.index.index.writer_with_num_threads(1, WRITER_HEAP).ok();
@@ -368,11 +372,11 @@ impl Indexer {
         // While busy, only open channels, whose views are in memory: opening closed ones from
         // the store, up to a thousand a pass, cost a relay that had just touched 100,000
         // channels its live channel's post p99 (BENCHMARKS.md row 10: 1.77 -> 5.11 ms).
-        let busy = budget != usize::MAX;
         let mut sources = self.sources(if busy { 0 } else { BACKLOG_PER_PASS });
         if busy && !sources.is_empty() {
-            // From where the last busy pass stopped: the budget runs out before the end of a
-            // long list, and every channel gets its turn.
+            // From where the last busy pass stopped (the directory's order, which holds while
+            // no channel opens or closes): the budget runs out before the end of a long list,
+            // and every channel gets its turn.
             let from = self.busy_from % sources.len();
             sources.rotate_left(from);
         }
@@ -543,9 +547,9 @@ impl Actor for Indexer {
             // deletes, on this low-priority thread.
             act.cleanup_pass();
             if act.quiet() {
-                act.index_pass(false, usize::MAX, COMMIT_EVERY);
+                act.index_pass(false, Pass::Full);
             } else if act.lagging() {
-                act.index_pass(false, BUSY_BATCH, BUSY_COMMIT_EVERY);
+                act.index_pass(false, Pass::Busy);
             }
         });
     }
@@ -555,6 +559,16 @@ impl Actor for Indexer {
             self.commit();
         }
     }
+}
+
+/// How much one pass of the indexer does.
+#[derive(Clone, Copy)]
+enum Pass {
+    /// Everything behind, open channels and closed ones, committing every [`COMMIT_EVERY`].
+    Full,
+    /// While channels are busy: [`BUSY_BATCH`] messages of open channels, committing every
+    /// [`BUSY_COMMIT_EVERY`].
+    Busy,
 }
 
 /// Background work: the relay's own threads have the cores first. Linux's nice is per thread,
@@ -578,7 +592,7 @@ impl Handler<CatchUp> for Indexer {
     fn handle(&mut self, _: CatchUp, _: &mut Context<Self>) {
         // Until a pass finds nothing to do (or cannot move: then search answers with what is
         // indexed rather than hang).
-        while self.index_pass(true, usize::MAX, COMMIT_EVERY) {}
+        while self.index_pass(true, Pass::Full) {}
         if self.dirty {
             self.commit();
         }
