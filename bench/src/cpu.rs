@@ -65,6 +65,8 @@ pub struct Sample {
 /// of the box's cores that sat idle.
 pub struct Usage {
     pub groups: Vec<(String, f64)>,
+    /// Seconds between the two samples.
+    pub wall: f64,
     pub idle_share: Option<f64>,
 }
 
@@ -110,7 +112,11 @@ impl Watch {
             (Some((i0, t0)), Some((i1, t1))) if t1 > t0 => Some(i1.saturating_sub(i0) as f64 / (t1 - t0) as f64),
             _ => None,
         };
-        Some(Usage { groups, idle_share })
+        Some(Usage {
+            groups,
+            wall,
+            idle_share,
+        })
     }
 }
 

@@ -8,7 +8,8 @@
 //! others stopped, from the sweep's largest connection count. Last, with the relays stopped, a
 //! bare JetStream publisher on the same three servers (the same client library, a stream of
 //! three replicas, one relay event's size a message, 16 and then 256 publishes in flight): what this
-//! box's JetStream takes, the reference for the relay's cluster POST.
+//! box's JetStream takes, the reference for the relay's cluster POST; and the servers' CPU a post
+//! with 64 posts in flight, one a message and then 16 a message.
 
 use super::post::post_load;
 use super::{message_json, Done, Plan, Record};
@@ -117,7 +118,7 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
         bail!("{}", failures.join("; then "));
     }
     if result.is_ok() {
-        bare_publisher(plan, &urls, rec)
+        bare_publisher(plan, &urls, &servers, rec)
             .await
             .context("the bare JetStream publisher")?;
     }
@@ -183,20 +184,22 @@ async fn spread_over_channels(
 
 /// Publishes `size`-byte messages to a stream of three replicas on `urls` from `flight`
 /// tasks, each publishing and awaiting its acknowledgement in a loop, for the run's duration:
-/// publishes per second, and each publish's time to its acknowledgement.
+/// publishes per second, each publish's time to its acknowledgement, and how many publishes
+/// were acknowledged in all, the warm-up's included.
 async fn bare_run(
     js: &async_nats::jetstream::Context,
     plan: &Plan,
     size: usize,
     flight: usize,
-) -> anyhow::Result<(f64, crate::stats::Summary)> {
+) -> anyhow::Result<(f64, crate::stats::Summary, usize)> {
     let payload = bytes::Bytes::from(vec![b'x'; size]);
+    let acknowledged = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let start = Instant::now();
     let warm = start + plan.warmup;
     let end = warm + plan.duration;
     let mut tasks = Vec::new();
     for t in 0..flight {
-        let (js, payload) = (js.clone(), payload.clone());
+        let (js, payload, acknowledged) = (js.clone(), payload.clone(), acknowledged.clone());
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             loop {
@@ -206,6 +209,7 @@ async fn bare_run(
                 }
                 let ack = js.publish(format!("benchbare.{}", t % 16), payload.clone()).await?;
                 ack.await?;
+                acknowledged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if sent >= warm {
                     latencies.push(sent.elapsed());
                 }
@@ -218,10 +222,57 @@ async fn bare_run(
         latencies.extend(t.await??);
     }
     let rate = latencies.len() as f64 / plan.duration.as_secs_f64();
-    Ok((rate, summarize(&latencies)))
+    Ok((
+        rate,
+        summarize(&latencies),
+        acknowledged.load(std::sync::atomic::Ordering::Relaxed),
+    ))
 }
 
-async fn bare_publisher(plan: &Plan, urls: &str, rec: &mut Record) -> anyhow::Result<()> {
+/// Events in flight in [`bare_server_cpu`]'s two runs.
+const BARE_EVENTS_IN_FLIGHT: usize = 64;
+/// Events a message in its second run.
+const BARE_EVENTS_A_MESSAGE: usize = 16;
+
+/// What the three servers spend a post when posts go one a message, and when they go
+/// [`BARE_EVENTS_A_MESSAGE`] a message, with [`BARE_EVENTS_IN_FLIGHT`] posts in flight either
+/// way (64 or 4 publishes): whether fuller messages, several channels' events in one, would
+/// cut the servers' cost, beside what the servers already save by handling concurrent
+/// publishes together (docs/scaling.md, "What a server's round costs").
+async fn bare_server_cpu(
+    js: &async_nats::jetstream::Context,
+    plan: &Plan,
+    size: usize,
+    servers: &[u32],
+    rec: &mut Record,
+) -> anyhow::Result<()> {
+    let watch = crate::cpu::Watch::new().group("servers", servers.to_vec());
+    let mut seen = Vec::new();
+    for events in [1, BARE_EVENTS_A_MESSAGE] {
+        let before = watch.sample();
+        let (rate, _, acknowledged) = bare_run(js, plan, size * events, BARE_EVENTS_IN_FLIGHT / events).await?;
+        let after = watch.sample();
+        let Some(usage) = watch.usage(&before, &after) else {
+            rec.note("cluster: the bare publisher's CPU a post: not taken (a server's /proc could not be read)");
+            return Ok(());
+        };
+        let posts = (acknowledged * events).max(1) as f64;
+        let us = usage.cores("servers").unwrap_or(0.0) * usage.wall / posts * 1e6;
+        rec.set(&format!("cluster_bare_{events}ev_cpu_us"), us);
+        rec.set(&format!("cluster_bare_{events}ev_posts_per_s"), rate * events as f64);
+        seen.push(format!(
+            "{events} a message: {us:.1} µs ({:.0} posts/s)",
+            rate * events as f64
+        ));
+    }
+    rec.note(format!(
+        "cluster: the three servers' CPU a post from the bare publisher, {BARE_EVENTS_IN_FLIGHT} events of {size} B in flight either way: {}",
+        seen.join("; ")
+    ));
+    Ok(())
+}
+
+async fn bare_publisher(plan: &Plan, urls: &str, pids: &[u32], rec: &mut Record) -> anyhow::Result<()> {
     let servers = urls
         .split(',')
         .map(|u| u.parse::<async_nats::ServerAddr>())
@@ -245,13 +296,14 @@ async fn bare_publisher(plan: &Plan, urls: &str, rec: &mut Record) -> anyhow::Re
     let mut best: Option<(usize, f64, crate::stats::Summary)> = None;
     let mut seen = Vec::new();
     for flight in [16, 256] {
-        let (rate, s) = bare_run(&js, plan, size, flight).await?;
+        let (rate, s, _) = bare_run(&js, plan, size, flight).await?;
         seen.push(format!("{flight} in flight {rate:.0}/s (p99 {:.2} ms)", s.p99_ms));
         if best.as_ref().is_none_or(|b| rate > b.1) {
             best = Some((flight, rate, s));
         }
     }
     let (flight, rate, s) = best.context("no run")?;
+    bare_server_cpu(&js, plan, size, pids, rec).await?;
     rec.set("cluster_bare_per_s", rate);
     rec.set("cluster_bare_p99_ms", s.p99_ms);
     if let Some(relay) = rec.values.get("cluster_cap_per_s").copied() {
