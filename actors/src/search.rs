@@ -212,8 +212,11 @@ impl SearchIndex {
 fn open_dir(dir: &Path, schema: &Schema) -> tantivy::Result<Index> {
     std::fs::create_dir_all(dir)?;
     let index = Index::open_or_create(MmapDirectory::open(dir)?, schema.clone())?;
-    // Reading every segment's files now finds a damaged index before a search does.
-    let reader = index.reader()?;
+    // Reading every segment's files now finds a damaged index before a search does. A reader
+    // of the default policy would start tantivy's meta-file watcher, a thread that reads
+    // meta.json twice a second for as long as the index is open; the relay's readers reload
+    // when it commits ([`ReloadPolicy::Manual`]).
+    let reader: IndexReader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
     for segment in reader.searcher().segment_readers() {
         segment.get_store_reader(0)?;
     }

@@ -59,6 +59,31 @@ async fn the_indexers_threads_all_run_at_the_lowest_priority() {
     relay.shutdown().unwrap();
 }
 
+// An index on disk is read again only when the relay commits to it: no thread of tantivy's
+// polls its meta file twice a second meanwhile, on an idle relay as on a busy one.
+#[cfg(target_os = "linux")]
+#[actix_rt::test]
+async fn an_index_on_disk_is_not_polled() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SledStore::open(&dir.path().join("store")).unwrap());
+    let config = RelayConfig {
+        search_dir: Some(dir.path().join("search")),
+        ..RelayConfig::default()
+    };
+    // The index is opened, and checked, as the relay starts.
+    let relay = Relay::start(store, config).unwrap().0;
+    assert!(dir.path().join("search").join("meta.json").exists());
+    relay.post(&ch("polled"), msg("a", "indexed on disk")).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !relay.search_index_lag().is_zero() {
+        assert!(Instant::now() < deadline, "the index never caught up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The kernel keeps 15 bytes of a thread's name: "thread-tantivy-meta-file-watcher".
+    assert_eq!(threads_named(&["thread-tantivy-"]), vec![]);
+    relay.shutdown().unwrap();
+}
+
 // Posts more often than the indexer's quiet period, for longer than its lag bound: the index
 // catches up while the posting goes on, rather than leaving all of it to the first search.
 #[actix_rt::test]
