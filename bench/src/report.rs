@@ -944,7 +944,7 @@ pub fn markdown(r: &Results, p: &crate::workload::Plan) -> String {
                 String::new()
             } else {
                 format!(
-                    "then the largest of those connection counts spread evenly over {} channels on both nodes (`cluster_post_<N>ch_per_s`, in the notes); ",
+                    "then the largest of those connection counts spread evenly over {} channels on both nodes (`cluster_post_<N>ch_per_s`, in the notes, with each process's CPU a post and the posts a log message carried, taken as above: `cluster_<N>ch_cpu_*`, `cluster_<N>ch_posts_per_message`); ",
                     counted(p.cluster_channels.iter().copied())
                 )
             },

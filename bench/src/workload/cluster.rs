@@ -441,7 +441,12 @@ async fn measure(plan: &Plan, a: &Server, b: &Server, servers: &[u32], rec: &mut
         // At least one connection for each channel on each node.
         let channels = channels.min((most / 2).max(1));
         let most = (most / 2 / channels).max(1) * 2 * channels;
+        // What a post costs each process here, and how many posts a message of the log
+        // carries when each channel's posts gather apart (docs/scaling.md).
+        let budget = Budget::start(servers, &[("node A", a), ("node B", b)]).await;
         let (rate, each, all) = spread_over_channels(plan, &[a, b], most, channels).await?;
+        let step = format!("the two-node step from {most} connections over {channels} channels");
+        budget.end(rate, &format!("cluster_{channels}ch"), &step, rec).await;
         rec.set(&format!("cluster_post_{channels}ch_per_s"), rate);
         rec.set(&format!("cluster_post_{channels}ch_p99_ms"), all.p99_ms);
         rec.note(format!(
