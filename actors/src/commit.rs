@@ -2,6 +2,8 @@
 //! actor hands the committer a [`Job`] (what to write) and gets a [`Ticket`] (when it is
 //! durable). The thread takes every job queued, applies each (in memory, in queue order), then
 //! makes them durable with one flush for all of them (group commit), then answers each ticket.
+//! The store may gather the round's appends and write them as one at the round's end
+//! ([`EventStore::begin_round`]); that write failing fails the round as its flush would.
 //! A job may also carry an [`OnDurable`] hook, run on this thread the moment the job is
 //! durable, before its ticket is answered: the channel actor's hook publishes the batch to its
 //! view and answers the posters, so neither waits for a hop back through the actors' thread.
@@ -373,6 +375,7 @@ struct Applied {
 fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job>, health: &Health, heal: &mut Heal) {
     let mut applied: Vec<Applied> = Vec::with_capacity(round.len());
     let mut failed = None;
+    store.begin_round();
     for job in round.drain(..) {
         if *job.fate.lock() == Fate::Abandoned {
             // Given up before it was written: nothing to write, nothing to undo.
@@ -399,17 +402,20 @@ fn run_round(store: &dyn EventStore, durability: Durability, round: &mut Vec<Job
             }
         }
     }
+    // What the store gathered is written now; if that fails, every write of the round is
+    // refused like a failed flush.
+    let ended = store.end_round();
     if applied.is_empty() {
         *health.last_error.lock() = failed;
         return;
     }
     metrics::histogram!("crosstalk_commit_round_writes").record(applied.len() as f64);
     let flush_started = std::time::Instant::now();
-    let flushed = match durability {
+    let flushed = ended.and_then(|()| match durability {
         Durability::Relaxed => Ok(()),
         Durability::Flush => store.flush(),
         Durability::Fsync => store.sync(),
-    };
+    });
     metrics::histogram!("crosstalk_flush_seconds").record(flush_started.elapsed().as_secs_f64());
     if flushed.is_err() {
         metrics::counter!("crosstalk_flush_failures_total").increment(1);

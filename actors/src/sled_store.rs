@@ -51,6 +51,49 @@ pub struct SledStore {
     marker: File,
     /// The marker's value when the store was opened.
     marked_at_open: u64,
+    /// A committer round's appends, gathered into one sled batch ([`EventStore::begin_round`]).
+    /// sled writes its log buffer out twice for every batch it applies, each time waiting for
+    /// the disk (`Tree::apply_batch` pins the log, `vendor/sled/src/pagecache/mod.rs`), so a
+    /// batch per channel cost a round that many waits (docs/benchmarks.md, "A load spread over
+    /// channels").
+    round: parking_lot::Mutex<Round>,
+    /// Whether `round` holds writes not yet applied: every other operation applies them first.
+    gathered: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Default)]
+struct Round {
+    /// Between `begin_round` and `end_round`.
+    open: bool,
+    /// The writes gathered, in order (`None` removes).
+    writes: Writes,
+    /// The keys `writes` writes: an append that reads one of them applies them first.
+    keys: std::collections::HashSet<Vec<u8>>,
+}
+
+type Writes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+impl Round {
+    /// Applies what was gathered, as one atomic batch (holding the round's lock, so that no
+    /// one flushes, reads or ends the round before it is applied).
+    fn apply(&mut self, log: &sled::Tree) -> Result<(), StoreError> {
+        if self.writes.is_empty() {
+            return Ok(());
+        }
+        self.keys.clear();
+        log.apply_batch(batch_of(std::mem::take(&mut self.writes))).map_err(io)
+    }
+}
+
+fn batch_of(writes: Writes) -> sled::Batch {
+    let mut batch = sled::Batch::default();
+    for (key, value) in writes {
+        match value {
+            Some(value) => batch.insert(key, value),
+            None => batch.remove(key),
+        }
+    }
+    batch
 }
 
 /// sled's handles, replaced together when the store is opened again.
@@ -180,15 +223,95 @@ impl SledStore {
             appended: AtomicU64::new(0),
             marker,
             marked_at_open,
+            round: Default::default(),
+            gathered: Default::default(),
         })
     }
 
     /// The open database, for one operation.
+    /// The open database, for one operation, with every append made so far applied.
     fn handles(&self) -> Result<Arc<Handles>, StoreError> {
+        let h = self.handles_as_is()?;
+        if self.gathered.load(Ordering::Acquire) {
+            self.apply_gathered(&mut self.round.lock(), &h)?;
+        }
+        Ok(h)
+    }
+
+    /// The open database, with what the round gathered still gathered.
+    fn handles_as_is(&self) -> Result<Arc<Handles>, StoreError> {
         self.open
             .read()
             .clone()
             .ok_or_else(|| StoreError::Io("the store is being opened again after a failed write".into()))
+    }
+
+    /// What `b` writes, and how to take it back. A key it overwrites is read first for its
+    /// undo; when the round's gathered writes hold that key, they are applied first.
+    fn append_writes(
+        &self,
+        h: &Handles,
+        mut round: Option<&mut Round>,
+        b: &Append<'_>,
+    ) -> Result<(Writes, Undo), StoreError> {
+        let mut writes: Writes = Vec::new();
+        let mut undo = Vec::new();
+        // Keys that may exist already: their undo restores what they held.
+        let mut overwrite = |writes: &mut Writes, key: Vec<u8>, value: Vec<u8>| -> Result<(), StoreError> {
+            if let Some(round) = round.as_deref_mut() {
+                if round.keys.contains(&key) {
+                    self.apply_gathered(round, h)?;
+                }
+            }
+            let before = h.log.get(&key).map_err(io)?.map(|v| v.to_vec());
+            writes.push((key.clone(), Some(value)));
+            undo.push((key, before));
+            Ok(())
+        };
+        overwrite(&mut writes, meta_key(b.channel), codec::encode(b.meta))?;
+        if let Some(state) = b.state {
+            let mut key = meta_key(b.channel);
+            key[0] = b's';
+            overwrite(&mut writes, key, codec::encode(state))?;
+        }
+        for (id, overlay) in b.overlays {
+            overwrite(
+                &mut writes,
+                channel_id_key(b'o', b.channel, *id),
+                codec::encode(overlay),
+            )?;
+        }
+        // Keys that are new by construction (fresh ids, fresh keys): their undo removes them.
+        for (id, bytes) in b.events {
+            let key = event_key(b.channel, *id);
+            writes.push((key.clone(), Some(bytes.clone())));
+            undo.push((key, None));
+        }
+        for (parent, reply) in b.replies {
+            let mut key = channel_id_key(b'p', b.channel, *parent);
+            key.extend_from_slice(&reply.to_be_bytes());
+            writes.push((key.clone(), Some(Vec::new())));
+            undo.push((key, None));
+        }
+        for (idem, id) in b.idempotency {
+            let mut key = channel_prefix(b'k', b.channel);
+            key.extend_from_slice(idem.as_bytes());
+            writes.push((key.clone(), Some(id.to_be_bytes().to_vec())));
+            undo.push((key, None));
+        }
+        Ok((writes, Undo(undo)))
+    }
+
+    fn appended_through(&self, b: &Append<'_>) {
+        if let Some((last, _)) = b.events.last() {
+            self.appended.fetch_max(*last, Ordering::AcqRel);
+        }
+    }
+
+    fn apply_gathered(&self, round: &mut Round, h: &Handles) -> Result<(), StoreError> {
+        let applied = round.apply(&h.log);
+        self.gathered.store(false, Ordering::Release);
+        applied
     }
 
     fn write_marker(&self, id: u64) -> Result<(), StoreError> {
@@ -213,48 +336,41 @@ impl SledStore {
 
 impl EventStore for SledStore {
     fn append(&self, b: Append<'_>) -> Result<Undo, StoreError> {
-        let h = self.handles()?;
-        let mut batch = sled::Batch::default();
-        let mut undo = Vec::new();
-        // Keys that may exist already: their undo restores what they held.
-        let mut overwrite = |batch: &mut sled::Batch, key: Vec<u8>, value: Vec<u8>| -> Result<(), StoreError> {
-            let before = h.log.get(&key).map_err(io)?.map(|v| v.to_vec());
-            batch.insert(key.clone(), value);
-            undo.push((key, before));
-            Ok(())
-        };
-        overwrite(&mut batch, meta_key(b.channel), codec::encode(b.meta))?;
-        if let Some(state) = b.state {
-            let mut key = meta_key(b.channel);
-            key[0] = b's';
-            overwrite(&mut batch, key, codec::encode(state))?;
+        let mut round = self.round.lock();
+        if !round.open {
+            drop(round);
+            let h = self.handles()?;
+            let (writes, undo) = self.append_writes(&h, None, &b)?;
+            h.log.apply_batch(batch_of(writes)).map_err(io)?;
+            self.appended_through(&b);
+            return Ok(undo);
         }
-        for (id, overlay) in b.overlays {
-            overwrite(&mut batch, channel_id_key(b'o', b.channel, *id), codec::encode(overlay))?;
+        // In a round: gathered with the round's other appends, applied at its end or before
+        // anything else reads or writes the store.
+        let h = self.handles_as_is()?;
+        let (writes, undo) = self.append_writes(&h, Some(&mut round), &b)?;
+        round.keys.extend(writes.iter().map(|(k, _)| k.clone()));
+        round.writes.extend(writes);
+        self.gathered.store(true, Ordering::Release);
+        self.appended_through(&b);
+        Ok(undo)
+    }
+
+    fn begin_round(&self) {
+        self.round.lock().open = true;
+    }
+
+    fn end_round(&self) -> Result<(), StoreError> {
+        let mut round = self.round.lock();
+        round.open = false;
+        match self.handles_as_is() {
+            Ok(h) => self.apply_gathered(&mut round, &h),
+            Err(e) => {
+                *round = Round::default();
+                self.gathered.store(false, Ordering::Release);
+                Err(e)
+            }
         }
-        // Keys that are new by construction (fresh ids, fresh keys): their undo removes them.
-        for (id, bytes) in b.events {
-            let key = event_key(b.channel, *id);
-            batch.insert(key.clone(), bytes.as_slice());
-            undo.push((key, None));
-        }
-        for (parent, reply) in b.replies {
-            let mut key = channel_id_key(b'p', b.channel, *parent);
-            key.extend_from_slice(&reply.to_be_bytes());
-            batch.insert(key.clone(), &[][..]);
-            undo.push((key, None));
-        }
-        for (idem, id) in b.idempotency {
-            let mut key = channel_prefix(b'k', b.channel);
-            key.extend_from_slice(idem.as_bytes());
-            batch.insert(key.clone(), &id.to_be_bytes()[..]);
-            undo.push((key, None));
-        }
-        h.log.apply_batch(batch).map_err(io)?;
-        if let Some((last, _)) = b.events.last() {
-            self.appended.fetch_max(*last, Ordering::AcqRel);
-        }
-        Ok(Undo(undo))
     }
 
     fn write_aux(&self, space: Space, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<Undo, StoreError> {
@@ -678,6 +794,59 @@ mod tests {
         assert_eq!(store.read(&a, 0, 1, 10).unwrap().len(), 1);
         assert_eq!(store.channels().unwrap().len(), 2);
         assert_eq!(store.meta(&ab).unwrap(), Some(meta(1, 2)));
+    }
+
+    // A committer round's appends go to sled as one batch at its end; meanwhile every read
+    // sees them, an undo restores what the round's earlier appends wrote, and a store opened
+    // again after the round's flush holds them all.
+    #[test]
+    fn a_rounds_appends_are_gathered_and_read_as_if_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (ChannelName::parse("a").unwrap(), ChannelName::parse("b").unwrap());
+        {
+            let store = open(dir.path());
+            store.begin_round();
+            append(&store, &a, &[(1, record("1"))], &meta(1, 1));
+            append(&store, &b, &[(2, record("2"))], &meta(1, 2));
+            assert!(store.gathered.load(Ordering::Acquire));
+            assert!(
+                store.handles_as_is().unwrap().log.get(meta_key(&a)).unwrap().is_none(),
+                "not yet in sled"
+            );
+            // A read applies what was gathered first.
+            assert_eq!(store.meta(&a).unwrap(), Some(meta(1, 1)));
+            assert!(!store.gathered.load(Ordering::Acquire));
+            append(&store, &b, &[(3, record("3"))], &meta(2, 3));
+            // The same channel again in the round: its summary was gathered, so the undo of the
+            // second append takes it back to the first's, not to nothing.
+            let undo = store
+                .append(Append {
+                    channel: &b,
+                    events: &[(4, record("4"))],
+                    meta: &meta(3, 4),
+                    state: None,
+                    overlays: &[],
+                    replies: &[],
+                    idempotency: &[],
+                })
+                .unwrap();
+            store.end_round().unwrap();
+            assert!(!store.gathered.load(Ordering::Acquire));
+            store.undo(undo).unwrap();
+            assert_eq!(store.meta(&b).unwrap(), Some(meta(2, 3)));
+            let ids: Vec<u64> = store.read(&b, 0, u64::MAX, 10).unwrap().iter().map(|e| e.0).collect();
+            assert_eq!(ids, [2, 3]);
+            store.flush().unwrap();
+            // Outside a round an append is applied at once.
+            append(&store, &a, &[(5, record("5"))], &meta(2, 5));
+            assert!(!store.gathered.load(Ordering::Acquire));
+            store.flush().unwrap();
+        }
+        let store = open(dir.path());
+        assert_eq!(store.meta(&a).unwrap(), Some(meta(2, 5)));
+        assert_eq!(store.meta(&b).unwrap(), Some(meta(2, 3)));
+        let ids: Vec<u64> = store.read(&a, 0, u64::MAX, 10).unwrap().iter().map(|e| e.0).collect();
+        assert_eq!(ids, [1, 5]);
     }
 
     #[test]

@@ -166,6 +166,17 @@ pub trait EventStore: Send + Sync + 'static {
     /// New ids must start above it.
     fn id_floor(&self) -> Result<u64, StoreError>;
 
+    /// The store thread begins a round of writes ([`crate::commit`]): until
+    /// [`EventStore::end_round`] the store may gather the round's appends and write them
+    /// together. Whatever is read meanwhile, by anyone, sees every append made before the read.
+    fn begin_round(&self) {}
+
+    /// The round's writes are all made: writes what was gathered. An error refuses every
+    /// append of the round (each one's undo then takes back nothing).
+    fn end_round(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Makes everything appended so far durable against a crash of the process.
     fn flush(&self) -> Result<(), StoreError>;
 
