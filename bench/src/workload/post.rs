@@ -61,7 +61,42 @@ pub async fn post(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Res
             rec.set("post_cap_conns", connections as f64);
         }
     }
+    if server.kind == Kind::Crosstalk {
+        spread(plan, server, rec).await?;
+    }
     Ok(newest)
+}
+
+/// Channels the last POST run of crosstalk spreads its load over.
+pub const SPREAD_CHANNELS: usize = 16;
+
+/// The sweep's most connections again, spread evenly over [`SPREAD_CHANNELS`] channels (at
+/// least one connection each): what a fan-out of agents on channels of their own gets, where
+/// each channel's batch carries a few posts rather than dozens (docs/benchmarks.md, "A load
+/// spread over channels").
+async fn spread(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Result<()> {
+    // The row's label says the sweep's most connections; a plan of fewer than one a channel
+    // (the smoke's) still gives each channel one.
+    let each = (plan.most_connections() / SPREAD_CHANNELS).max(1);
+    let names: Vec<String> = (0..SPREAD_CHANNELS).map(|k| format!("bench-spread-{k}")).collect();
+    let runs = futures_util::future::join_all(names.iter().map(|c| post_load(plan, server, c, each))).await;
+    let (mut rate, mut latencies) = (0.0, Vec::new());
+    for run in runs {
+        let run = run?;
+        run.check("durable POST over channels")?;
+        rate += run.rate();
+        latencies.extend(run.latencies);
+    }
+    let lat = summarize(&latencies);
+    rec.set("post_spread_per_s", rate);
+    rec.set("post_spread_p99_ms", lat.p99_ms);
+    rec.note(format!(
+        "POST: {} connections over {SPREAD_CHANNELS} channels ({each} each): {rate:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
+        each * SPREAD_CHANNELS,
+        lat.p50_ms,
+        lat.p99_ms
+    ));
+    Ok(())
 }
 
 /// Of `runs` (connections, rate, p99 ms), the best rate whose p99 stays within `p99_ms`; if
