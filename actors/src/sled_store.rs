@@ -65,13 +65,15 @@ pub struct SledStore {
 struct Round {
     /// Between `begin_round` and `end_round`.
     open: bool,
-    /// The writes gathered, in order (`None` removes).
+    /// The writes gathered, in order.
     writes: Writes,
-    /// The keys `writes` writes: an append that reads one of them applies them first.
+    /// The keys of `writes` that an append overwrites (a summary, a state, an overlay): an
+    /// append that reads one of them for its undo applies the writes first. Events, replies
+    /// and idempotency keys are new by construction and never read back here.
     keys: std::collections::HashSet<Vec<u8>>,
 }
 
-type Writes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+type Writes = Vec<(Vec<u8>, sled::IVec)>;
 
 impl Round {
     /// Applies what was gathered, as one atomic batch (holding the round's lock, so that no
@@ -88,10 +90,7 @@ impl Round {
 fn batch_of(writes: Writes) -> sled::Batch {
     let mut batch = sled::Batch::default();
     for (key, value) in writes {
-        match value {
-            Some(value) => batch.insert(key, value),
-            None => batch.remove(key),
-        }
+        batch.insert(key, value);
     }
     batch
 }
@@ -228,7 +227,6 @@ impl SledStore {
         })
     }
 
-    /// The open database, for one operation.
     /// The open database, for one operation, with every append made so far applied.
     fn handles(&self) -> Result<Arc<Handles>, StoreError> {
         let h = self.handles_as_is()?;
@@ -246,14 +244,15 @@ impl SledStore {
             .ok_or_else(|| StoreError::Io("the store is being opened again after a failed write".into()))
     }
 
-    /// What `b` writes, and how to take it back. A key it overwrites is read first for its
-    /// undo; when the round's gathered writes hold that key, they are applied first.
+    /// What `b` writes, how to take it back, and how many of the undo's first entries are keys
+    /// it overwrites. Such a key is read first for its undo; when the round's gathered writes
+    /// hold it, they are applied first.
     fn append_writes(
         &self,
         h: &Handles,
         mut round: Option<&mut Round>,
         b: &Append<'_>,
-    ) -> Result<(Writes, Undo), StoreError> {
+    ) -> Result<(Writes, Undo, usize), StoreError> {
         let mut writes: Writes = Vec::new();
         let mut undo = Vec::new();
         // Keys that may exist already: their undo restores what they held.
@@ -264,7 +263,7 @@ impl SledStore {
                 }
             }
             let before = h.log.get(&key).map_err(io)?.map(|v| v.to_vec());
-            writes.push((key.clone(), Some(value)));
+            writes.push((key.clone(), value.into()));
             undo.push((key, before));
             Ok(())
         };
@@ -281,25 +280,26 @@ impl SledStore {
                 codec::encode(overlay),
             )?;
         }
+        let overwritten = undo.len();
         // Keys that are new by construction (fresh ids, fresh keys): their undo removes them.
         for (id, bytes) in b.events {
             let key = event_key(b.channel, *id);
-            writes.push((key.clone(), Some(bytes.clone())));
+            writes.push((key.clone(), bytes.as_slice().into()));
             undo.push((key, None));
         }
         for (parent, reply) in b.replies {
             let mut key = channel_id_key(b'p', b.channel, *parent);
             key.extend_from_slice(&reply.to_be_bytes());
-            writes.push((key.clone(), Some(Vec::new())));
+            writes.push((key.clone(), sled::IVec::default()));
             undo.push((key, None));
         }
         for (idem, id) in b.idempotency {
             let mut key = channel_prefix(b'k', b.channel);
             key.extend_from_slice(idem.as_bytes());
-            writes.push((key.clone(), Some(id.to_be_bytes().to_vec())));
+            writes.push((key.clone(), id.to_be_bytes().as_slice().into()));
             undo.push((key, None));
         }
-        Ok((writes, Undo(undo)))
+        Ok((writes, Undo(undo), overwritten))
     }
 
     fn appended_through(&self, b: &Append<'_>) {
@@ -340,7 +340,7 @@ impl EventStore for SledStore {
         if !round.open {
             drop(round);
             let h = self.handles()?;
-            let (writes, undo) = self.append_writes(&h, None, &b)?;
+            let (writes, undo, _) = self.append_writes(&h, None, &b)?;
             h.log.apply_batch(batch_of(writes)).map_err(io)?;
             self.appended_through(&b);
             return Ok(undo);
@@ -348,8 +348,10 @@ impl EventStore for SledStore {
         // In a round: gathered with the round's other appends, applied at its end or before
         // anything else reads or writes the store.
         let h = self.handles_as_is()?;
-        let (writes, undo) = self.append_writes(&h, Some(&mut round), &b)?;
-        round.keys.extend(writes.iter().map(|(k, _)| k.clone()));
+        let (writes, undo, overwritten) = self.append_writes(&h, Some(&mut round), &b)?;
+        round
+            .keys
+            .extend(undo.0[..overwritten].iter().map(|(key, _)| key.clone()));
         round.writes.extend(writes);
         self.gathered.store(true, Ordering::Release);
         self.appended_through(&b);

@@ -122,6 +122,14 @@ impl EventStore for Faulty {
     fn id_floor(&self) -> Result<u64, StoreError> {
         self.inner.id_floor()
     }
+    // The store thread's rounds reach the sled store, so every fault below also meets a
+    // round's gathered appends.
+    fn begin_round(&self) {
+        self.inner.begin_round()
+    }
+    fn end_round(&self) -> Result<(), StoreError> {
+        self.inner.end_round()
+    }
     fn flush(&self) -> Result<(), StoreError> {
         self.flush_fault()?;
         self.inner.flush()
