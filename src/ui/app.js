@@ -22,6 +22,10 @@ const state = {
   usedBy: { asked: "", who: new Set() }, // who is on the channel, by the relay, and for what
   seen: JSON.parse(localStorage.getItem("crosstalk-seen") || "{}"), // channel -> count read
   titleAlert: false,
+  // The page's own session requests run one at a time (`sessionQueue`), and `sessionGen` moves
+  // as each starts and ends, so a channel list read before or during one is not trusted after it.
+  sessionQueue: Promise.resolve(),
+  sessionGen: 0,
 };
 
 // ---- the API
@@ -123,6 +127,7 @@ function ago(iso) {
 }
 
 async function refreshChannels() {
+  const gen = state.sessionGen;
   state.channels = await api("/api/channels");
   // Unread for the identity the page posts as, from its read positions on the relay (they
   // move as the page streams a channel as that participant); the browser's own count for
@@ -162,7 +167,7 @@ async function refreshChannels() {
     list.append(li);
   }
   localStorage.setItem("crosstalk-seen", JSON.stringify(state.seen));
-  if (state.channel) await refreshSession();
+  if (state.channel) await refreshSession(gen);
 }
 
 // A small mark on a channel's row, with what it means in words on hover.
@@ -797,9 +802,33 @@ function wakeState(w) {
 
 // The open channel's session, asked for only while its row in the channel list says one runs
 // there (with none, the relay answers crosstalk-mcp's 404, an error in the browser's console).
-async function refreshSession() {
-  const row = state.channels.find((c) => c.channel === state.channel);
-  showSession(row && row.active_session ? await api(`/api/channels/${enc(state.channel)}/session`) : null);
+// `gen` is `sessionGen` when that list was asked for: had the page started or ended a session
+// since, the list may be older than that, and asking could meet a session already ended.
+function refreshSession(gen) {
+  return sessionStep(async () => {
+    if (gen !== state.sessionGen) return;
+    const row = state.channels.find((c) => c.channel === state.channel);
+    showSession(row && row.active_session ? await api(`/api/channels/${enc(state.channel)}/session`) : null);
+  });
+}
+
+// One of the page's session requests, after those before it.
+function sessionStep(f) {
+  const step = state.sessionQueue.then(f);
+  state.sessionQueue = step.catch(() => {});
+  return step;
+}
+
+// Starting or ending a session: a list read before it finished is stale.
+function sessionChange(f) {
+  return sessionStep(async () => {
+    state.sessionGen++;
+    try {
+      return await f();
+    } finally {
+      state.sessionGen++;
+    }
+  });
 }
 
 function showSession(s) {
@@ -811,12 +840,15 @@ function showSession(s) {
 }
 
 $("session-start").addEventListener("click", () =>
-  api(`/api/channels/${enc(state.channel)}/session`, { method: "POST", json: {} }).then(showSession).catch(report),
+  sessionChange(async () => showSession(await api(`/api/channels/${enc(state.channel)}/session`, { method: "POST", json: {} }))).catch(
+    report,
+  ),
 );
 $("session-end").addEventListener("click", () =>
-  api(`/api/channels/${enc(state.channel)}/session`, { method: "DELETE" })
-    .then(() => showSession(null))
-    .catch(report),
+  sessionChange(async () => {
+    await api(`/api/channels/${enc(state.channel)}/session`, { method: "DELETE" });
+    showSession(null);
+  }).catch(report),
 );
 
 function detail(title, nodes) {

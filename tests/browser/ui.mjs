@@ -362,8 +362,26 @@ await post("team", "alice", "turn one");
 await post("team", "bob", "turn two");
 await page.locator("#session-state").getByText("2 turn").waitFor({ timeout: 5_000 });
 ok("a session started on the page shows its turn count");
+// The page ends the session while a channel list it asked for earlier, which still shows the
+// session, is on its way: the relay answers the list at once, the browser gets it only after
+// the session has ended. Acting on that list, the page would ask for a session that no longer
+// exists (a 404 in the console: CI met this by chance).
+let heldLists = 0;
+await page.route("**/api/channels", async (route) => {
+  const answered = await route.fetch();
+  heldLists++;
+  await sleep(1_500);
+  await route.fulfill({ response: answered });
+});
+const listAsked = page.waitForRequest((r) => new URL(r.url()).pathname === "/api/channels", { timeout: 10_000 });
+await post("team", "alice", "turn three");
+await listAsked;
+while (heldLists === 0) await sleep(20);
 await page.click("#session-end");
 await page.locator("#session-start").waitFor({ timeout: 5_000 });
+await sleep(2_000);
+await page.unroute("**/api/channels");
+check(heldLists > 0, "a channel list answered before the session ended reached the page after it", heldLists);
 
 // So far, in a relay's ordinary life, the page asked only for what the relay serves and
 // nothing failed.
