@@ -26,6 +26,21 @@ fn open(dir: &Path) -> SledStore {
     }
 }
 
+/// A copy of a store's files as they are now, for a restart to read while the relay's threads
+/// may still hold the originals' lock.
+pub(crate) fn copy_of(dir: &Path) -> tempfile::TempDir {
+    let copy = tempfile::tempdir().unwrap();
+    for entry in walk(dir) {
+        let to = copy.path().join(entry.strip_prefix(dir).unwrap());
+        if entry.is_dir() {
+            std::fs::create_dir_all(&to).unwrap();
+        } else {
+            std::fs::copy(&entry, &to).unwrap();
+        }
+    }
+    copy
+}
+
 #[actix_rt::test]
 async fn a_full_filesystem_heals_by_itself_once_space_returns() {
     let Some(fs) = Tmpfs::mount("16m") else { return };
@@ -91,15 +106,7 @@ async fn a_full_filesystem_heals_by_itself_once_space_returns() {
 
     // What a restart reads: a copy of the store's files as they are now (the relay's threads
     // may hold the originals' lock a while longer) holds the same, and no refused write.
-    let copy = tempfile::tempdir().unwrap();
-    for entry in walk(&dir) {
-        let to = copy.path().join(entry.strip_prefix(&dir).unwrap());
-        if entry.is_dir() {
-            std::fs::create_dir_all(&to).unwrap();
-        } else {
-            std::fs::copy(&entry, &to).unwrap();
-        }
-    }
+    let copy = copy_of(&dir);
     let restarted = Relay::start(Arc::new(open(copy.path())), RelayConfig::default())
         .unwrap()
         .0;

@@ -10,7 +10,9 @@ use crosstalk_actors::sled_store::SledStore;
 use crosstalk_actors::store::{Append, AuxEntries, Space, StoredEvent, Undo};
 use crosstalk_actors::{EventStore, Relay, RelayConfig, RelayError, RepairReport, StoreError};
 use crosstalk_schema::{ChannelMeta, ChannelName, ChannelState, InstanceKind, Overlay};
-use std::sync::atomic::{AtomicBool, Ordering};
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +24,12 @@ pub(crate) struct Faulty {
     inner: SledStore,
     fail_writes: AtomicBool,
     fail_flush: AtomicBool,
+    /// The round's gathered appends are written, then reported failed: the worst a failed
+    /// `end_round` can leave, everything of the round in the store's memory.
+    fail_end_round: AtomicBool,
+    /// The channels appended to in the current round, and the most a failed round held.
+    round_channels: Mutex<HashSet<ChannelName>>,
+    widest_failed_round: AtomicUsize,
     pub(crate) hang_flush: AtomicBool,
 }
 
@@ -31,6 +39,9 @@ impl Faulty {
             inner: SledStore::open(dir).unwrap(),
             fail_writes: AtomicBool::new(false),
             fail_flush: AtomicBool::new(false),
+            fail_end_round: AtomicBool::new(false),
+            round_channels: Mutex::new(HashSet::new()),
+            widest_failed_round: AtomicUsize::new(0),
             hang_flush: AtomicBool::new(false),
         })
     }
@@ -57,6 +68,7 @@ impl Faulty {
 impl EventStore for Faulty {
     fn append(&self, batch: Append<'_>) -> Result<Undo, StoreError> {
         self.write_fault()?;
+        self.round_channels.lock().insert(batch.channel.clone());
         self.inner.append(batch)
     }
     fn write_aux(&self, space: Space, writes: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<Undo, StoreError> {
@@ -125,10 +137,19 @@ impl EventStore for Faulty {
     // The store thread's rounds reach the sled store, so every fault below also meets a
     // round's gathered appends.
     fn begin_round(&self) {
+        self.round_channels.lock().clear();
         self.inner.begin_round()
     }
     fn end_round(&self) -> Result<(), StoreError> {
-        self.inner.end_round()
+        self.inner.end_round()?;
+        if self.fail_end_round.load(Ordering::SeqCst) {
+            let width = self.round_channels.lock().len();
+            self.widest_failed_round.fetch_max(width, Ordering::SeqCst);
+            return Err(StoreError::Io(
+                "No space left on device (injected, writing the round)".into(),
+            ));
+        }
+        Ok(())
     }
     fn flush(&self) -> Result<(), StoreError> {
         self.flush_fault()?;
@@ -232,6 +253,70 @@ async fn a_flush_error_is_never_acknowledged_and_never_turns_up_later() {
     assert_eq!(meta.count, 2, "the summary was taken back too");
     assert!(store.get_aux(Space::Instances, b"bob").unwrap().is_none());
     relay.shutdown().unwrap();
+}
+
+/// The round's one write of its gathered appends fails: every channel's batch in that round is
+/// refused, none turns up later, and the relay writes again by itself.
+#[actix_rt::test]
+async fn a_failed_round_write_refuses_every_channel_in_it_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Faulty::new(dir.path());
+    let relay = start(&store);
+    let channels = ["dev", "ops", "qa", "ui"];
+    for c in channels {
+        relay.post(&ch(c), msg("a", "before")).await.unwrap();
+    }
+
+    // The store thread held in a flush while every channel's batch queues behind it, so that
+    // the failing round holds them all.
+    store.hang_flush.store(true, Ordering::SeqCst);
+    let slow = actix_rt::spawn({
+        let relay = relay.clone();
+        async move { relay.post(&ch("slow"), msg("a", "held")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    store.fail_end_round.store(true, Ordering::SeqCst);
+    let posts: Vec<_> = channels
+        .iter()
+        .flat_map(|c| (0..10).map(move |i| (*c, format!("refused {i}"))))
+        .map(|(c, body)| {
+            let relay = relay.clone();
+            actix_rt::spawn(async move { relay.post(&ch(c), msg("a", &body)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    store.hang_flush.store(false, Ordering::SeqCst);
+    assert!(slow.await.unwrap().is_ok(), "the held round's write had gone well");
+    for r in futures_util::future::join_all(posts).await {
+        let r = r.unwrap();
+        assert!(r.is_err(), "acknowledged although its round's write failed: {r:?}");
+    }
+    assert!(
+        store.widest_failed_round.load(Ordering::SeqCst) >= 2,
+        "no failed round held more than one channel's batch"
+    );
+    assert!(relay.store_health().is_err());
+
+    store.fail_end_round.store(false, Ordering::SeqCst);
+    for c in channels {
+        post_when_healthy(&relay, c, "after").await;
+    }
+    for c in channels {
+        assert_eq!(bodies(&relay, c).await, ["before", "after"], "{c}");
+        assert_eq!(stored_bodies(store.as_ref(), c), ["before", "after"], "{c}");
+        assert_eq!(
+            store.meta(&ch(c)).unwrap().unwrap().count,
+            2,
+            "{c}: the summary was taken back too"
+        );
+    }
+    relay.shutdown().unwrap();
+    // And in what a restart reads.
+    let copy = crate::full_disk::copy_of(dir.path());
+    let reopened = SledStore::open(copy.path()).unwrap();
+    for c in channels {
+        assert_eq!(stored_bodies(&reopened, c), ["before", "after"], "{c}, reopened");
+    }
 }
 
 #[actix_rt::test]
