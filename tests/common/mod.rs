@@ -417,7 +417,10 @@ impl Drop for Server {
 /// provider (it installs ring itself), so the tests install it too before building clients.
 pub fn builder() -> reqwest::ClientBuilder {
     crosstalk::client::tls();
-    reqwest::Client::builder()
+    // A connection left idle is dropped well before the relay's keep-alive (actix's 5 s)
+    // closes it: reused just as the relay closed it, a POST failed with hyper's
+    // IncompleteMessage under CI's load (the OAuth refresh race test, once).
+    reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(2))
 }
 
 /// A client that sends `Authorization: Bearer <token>` on every request.
