@@ -68,7 +68,7 @@ pub async fn post(plan: &Plan, server: &Server, rec: &mut Record) -> anyhow::Res
 }
 
 /// Channels the last POST run of crosstalk spreads its load over.
-pub const SPREAD_CHANNELS: usize = 16;
+const SPREAD_CHANNELS: usize = 16;
 
 /// The sweep's most connections again, spread evenly over [`SPREAD_CHANNELS`] channels (at
 /// least one connection each): what a fan-out of agents on channels of their own gets, where
