@@ -176,6 +176,10 @@ pub struct ServeArgs {
     /// open
     #[arg(long, help_heading = "Presence")]
     pub idle_after_secs: Option<u64>,
+    /// With more channels than this in memory, the longest-unused of those unused for a second
+    /// leave it before --idle-after-secs (channels with a wait, stream or write stay)
+    #[arg(long, help_heading = "Presence")]
+    pub max_open_channels: Option<usize>,
     /// Remove messages older than this many seconds
     #[arg(long, help_heading = "Retention")]
     pub retention_max_age_secs: Option<u64>,
@@ -291,6 +295,8 @@ pub struct Config {
     pub max_answer_bytes: usize,
     /// How long an unused channel actor lives (`None`: forever).
     pub idle_after: Option<Duration>,
+    /// Open channel actors above which the longest-unused leave early.
+    pub max_open_channels: usize,
     /// Requests a second per token (0: unlimited).
     pub rate_limit: u32,
     /// Failed authentications a second per client address (0: unlimited).
@@ -653,6 +659,9 @@ impl Config {
                 Some(secs) => Some(Duration::from_secs(secs)),
                 None => Some(crosstalk_actors::relay::DEFAULT_IDLE_AFTER),
             },
+            max_open_channels: pick(args.max_open_channels, settings::env("max-open-channels"))?
+                .unwrap_or(crosstalk_actors::relay::DEFAULT_MAX_OPEN_CHANNELS)
+                .max(1),
             max_waits_per_principal: pick(args.max_waits_per_principal, settings::env("max-waits-per-principal"))?
                 .unwrap_or(crate::ops::DEFAULT_MAX_HELD)
                 .max(1),

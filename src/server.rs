@@ -247,6 +247,7 @@ pub fn relay_config(config: &Config) -> RelayConfig {
         max_channels_per_opener: config.max_channels_per_participant,
         max_answer_bytes: config.max_answer_bytes,
         idle_after: config.idle_after,
+        max_open_channels: config.max_open_channels,
         cluster: Arc::new(Embedded),
         search_dir: Some(config.data_dir.join(SEARCH_INDEX_DIR)),
     }

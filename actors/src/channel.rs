@@ -39,6 +39,7 @@ mod waits;
 use crate::proposals::Folded;
 use batch::{InFlight, Pending};
 pub use idle::{CloseIfIdle, Closed};
+pub(crate) use idle::{Exit, QuietParties};
 pub use logged::Apply;
 pub use retention::{Install, LoggedTrims, Retention};
 pub use sessions::{Describe, EndSession, StartSession};
@@ -143,8 +144,9 @@ impl Done {
 
 pub struct ChannelActor {
     view: Arc<ChannelView>,
-    /// The registry's directory, which the actor leaves when it goes idle.
-    directory: Directory,
+    /// The registry's directory, which the actor leaves when it goes idle, and where it
+    /// leaves its parties.
+    exit: Exit,
     store: Arc<dyn EventStore>,
     committer: Committer,
     ids: Arc<IdAllocator>,
@@ -169,7 +171,8 @@ pub struct ChannelActor {
     /// Idempotency keys of events not yet committed.
     idem_uncommitted: HashMap<String, u64>,
     waiters: HashMap<String, Waiter>,
-    /// Active parties: who posted or waited actively, and when.
+    /// Active parties: who posted or waited actively, and when. Left in the exit's
+    /// [`QuietParties`] when the actor closes, and taken back from it when the channel reopens.
     parties: HashMap<String, Instant>,
     next_generation: u64,
     /// Commits so far; a release timer only fires if nobody spoke since it was set.
@@ -185,7 +188,7 @@ pub struct ChannelActor {
 impl ChannelActor {
     pub(crate) fn new(
         view: Arc<ChannelView>,
-        directory: Directory,
+        exit: Exit,
         store: Arc<dyn EventStore>,
         committer: Committer,
         ids: Arc<IdAllocator>,
@@ -198,11 +201,12 @@ impl ChannelActor {
             .copied()
             .unwrap_or(config.retention);
         let log = config.cluster.channel_log(view.name());
+        let parties = exit.parties.take(view.name());
         ChannelActor {
             meta: view.meta(),
             state: view.channel_state(),
             view,
-            directory,
+            exit,
             store,
             committer,
             ids,
@@ -216,7 +220,7 @@ impl ChannelActor {
             in_flight: None,
             idem_uncommitted: HashMap::new(),
             waiters: HashMap::new(),
-            parties: HashMap::new(),
+            parties,
             next_generation: 0,
             spoken: 0,
             release_timer: None,

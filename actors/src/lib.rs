@@ -68,6 +68,14 @@ impl<K: Eq + std::hash::Hash, S: std::hash::BuildHasher> ShrinkAfterBurst for st
     }
 }
 
+impl<T> ShrinkAfterBurst for std::collections::VecDeque<T> {
+    fn shrink_after_burst(&mut self) {
+        if burst_room(self.capacity(), self.len()) {
+            self.shrink_to_fit();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::ShrinkAfterBurst;

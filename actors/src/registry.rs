@@ -5,7 +5,7 @@
 //! trip once a channel is open. It also owns identities: registration, the binding of an
 //! identity to the session that registered it, heartbeats, and per-identity read cursors.
 
-use crate::channel::{ChannelActor, ChannelConfig, ChannelHandle, CloseIfIdle, Closed, Directory};
+use crate::channel::{ChannelActor, ChannelConfig, ChannelHandle, CloseIfIdle, Closed, Directory, Exit, QuietParties};
 use crate::cluster::{CursorChange, Registration};
 use crate::commit::Committer;
 use crate::error::RelayError;
@@ -20,6 +20,7 @@ use crosstalk_schema::{codec, ChannelName, Instance, InstanceKind, Timestamp};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 mod readers;
 pub use readers::ChannelCursors;
@@ -35,6 +36,9 @@ pub(crate) struct ChannelsConfig {
     pub max_channels: usize,
     /// Most channels one [`Opener`] may bring into being.
     pub max_channels_per_opener: usize,
+    /// Above this many open channel actors, the longest-unused close before their quiet period
+    /// is over (see [`Registry::sweep`]).
+    pub max_open_channels: usize,
     /// Where a channel closed with messages the search index may not have yet goes.
     pub unindexed: Backlog,
 }
@@ -114,8 +118,15 @@ pub struct Registry {
     unwritten: HashMap<ChannelName, Opener>,
     max_channels_per_opener: usize,
     unindexed: Backlog,
-    /// Channels the sweep found quiet, waiting to be asked to close.
-    closing: std::collections::VecDeque<(ChannelName, Addr<ChannelActor>)>,
+    /// Channels the sweep found quiet, waiting to be asked to close, each with how long it
+    /// must have been unused to close.
+    closing: std::collections::VecDeque<(ChannelName, Addr<ChannelActor>, Duration)>,
+    /// Open channel actors above which the longest-unused close early.
+    max_open: usize,
+    /// When the last sweep looked.
+    swept: Instant,
+    /// The parties of closed channels that still count in mutual-wait detection.
+    quiet_parties: Arc<QuietParties>,
 }
 
 impl Registry {
@@ -131,6 +142,7 @@ impl Registry {
             channel: channel_config,
             max_channels,
             max_channels_per_opener,
+            max_open_channels,
             unindexed,
         } = channels_config;
         let channels = store.channels()?.len();
@@ -172,24 +184,53 @@ impl Registry {
             max_channels_per_opener,
             unindexed,
             closing: Default::default(),
+            max_open: max_open_channels.max(1),
+            swept: Instant::now(),
+            quiet_parties: Default::default(),
         })
     }
 
     /// Queues every channel nobody has touched for the quiet period (unless a sweep is still
-    /// working through the last queue), and starts closing them.
+    /// working through the last queue), and starts closing them. With more than `max_open`
+    /// channels open it also queues the longest-unused of those unused for [`EARLY_QUIET`],
+    /// enough to bring the open ones to seven eighths of `max_open`: so a burst of new
+    /// channels holds about `max_open` actors, not the burst's rate times the quiet period.
+    /// Channels with a wait, a stream or a write in flight stay open whatever their number.
     fn sweep(&mut self, ctx: &mut Context<Self>) {
         let Some(quiet) = self.channel_config.idle_after else {
             return;
         };
+        self.quiet_parties.expire(self.channel_config.presence_ttl);
         if !self.closing.is_empty() {
             return;
         }
+        self.swept = Instant::now();
+        let early = EARLY_QUIET.min(quiet);
         let directory = self.directory.read();
+        let open = directory.len();
+        let excess = if open > self.max_open {
+            open - (self.max_open - self.max_open / 8)
+        } else {
+            0
+        };
+        let mut sooner = Vec::new();
+        for h in directory.values() {
+            let idle = h.view.idle_for();
+            if idle >= quiet {
+                self.closing.push_back((h.view.name().clone(), h.addr.clone(), quiet));
+            } else if excess > 0 && idle >= early {
+                sooner.push((idle, h));
+            }
+        }
+        let room = excess.saturating_sub(self.closing.len());
+        if sooner.len() > room {
+            sooner.select_nth_unstable_by(room, |a, b| b.0.cmp(&a.0));
+            sooner.truncate(room);
+        }
         self.closing.extend(
-            directory
-                .values()
-                .filter(|h| h.view.idle_for() >= quiet)
-                .map(|h| (h.view.name().clone(), h.addr.clone())),
+            sooner
+                .into_iter()
+                .map(|(_, h)| (h.view.name().clone(), h.addr.clone(), early)),
         );
         drop(directory);
         if !self.closing.is_empty() {
@@ -202,8 +243,9 @@ impl Registry {
     fn close_some(&mut self, ctx: &mut Context<Self>) {
         let n = self.closing.len().min(CLOSE_BATCH);
         let batch: Vec<_> = self.closing.drain(..n).collect();
-        for (name, addr) in batch {
-            ctx.spawn(addr.send(CloseIfIdle).into_actor(self).map(move |closed, act, _| {
+        for (name, addr, quiet) in batch {
+            let close = addr.send(CloseIfIdle { quiet });
+            ctx.spawn(close.into_actor(self).map(move |closed, act, _| {
                 match closed {
                     // Opened but never written: it no longer counts against the limits.
                     Ok(Closed::Stopped { written: false }) => {
@@ -243,15 +285,20 @@ impl Registry {
     }
 }
 
-/// Floor of the idle sweep's period, so a tiny quiet period does not spin.
-const MIN_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+/// Floor of the idle sweep's period, so a tiny quiet period does not spin; also the least time
+/// between sweeps that opening a channel beyond `max_open` starts.
+const MIN_SWEEP_EVERY: Duration = Duration::from_millis(100);
+/// How long a channel must have gone unused to close early, when more than `max_open` are
+/// open (or the quiet period, if shorter): a channel in use now is never the one closed, and
+/// one reopened later costs a read of its summary from the store.
+const EARLY_QUIET: Duration = Duration::from_secs(1);
 /// Channels asked to close per [`CLOSE_EVERY`], only while some are queued: each burst is a
 /// fraction of a millisecond of the actors' thread (larger bursts made a live channel's post
 /// wait behind them), at nearly the rate of larger ones, so closing still keeps up with a
 /// flood of new channels and the peak does not grow (docs/benchmarks.md, "Measurements behind
 /// design choices").
 const CLOSE_BATCH: usize = 48;
-const CLOSE_EVERY: std::time::Duration = std::time::Duration::from_millis(2);
+const CLOSE_EVERY: Duration = Duration::from_millis(2);
 
 impl Actor for Registry {
     type Context = Context<Self>;
@@ -269,7 +316,7 @@ impl Actor for Registry {
 impl Handler<OpenChannel> for Registry {
     type Result = Result<ChannelHandle, RelayError>;
 
-    fn handle(&mut self, msg: OpenChannel, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: OpenChannel, ctx: &mut Context<Self>) -> Self::Result {
         let OpenChannel { name, to_fold, opener } = msg;
         if let Some(handle) = self.directory.read().get(&name) {
             return Ok(handle.clone());
@@ -313,7 +360,10 @@ impl Handler<OpenChannel> for Registry {
         view.seed_newest()?;
         let addr = ChannelActor::new(
             view.clone(),
-            self.directory.clone(),
+            Exit {
+                directory: self.directory.clone(),
+                parties: self.quiet_parties.clone(),
+            },
             self.store.clone(),
             self.committer.clone(),
             self.ids.clone(),
@@ -329,7 +379,16 @@ impl Handler<OpenChannel> for Registry {
             *self.by_opener.entry(o.clone()).or_insert(0) += 1;
             self.unwritten.insert(name.clone(), o);
         }
-        self.directory.write().insert(name.clone(), handle.clone());
+        let open = {
+            let mut directory = self.directory.write();
+            directory.insert(name.clone(), handle.clone());
+            directory.len()
+        };
+        // Beyond the bound on open actors: the longest-unused close early, without waiting for
+        // the sweep's next turn (a burst of new channels opens thousands a second).
+        if open > self.max_open && self.closing.is_empty() && self.swept.elapsed() >= MIN_SWEEP_EVERY {
+            self.sweep(ctx);
+        }
         tracing::debug!(channel = %name, last_id = meta.last_id, "channel opened");
         Ok(handle)
     }

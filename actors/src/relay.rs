@@ -74,6 +74,9 @@ pub struct RelayConfig {
     /// A channel actor nobody has used for this long, with no wait, stream or write in
     /// flight, stops and is reopened on demand (`None`: channels stay open).
     pub idle_after: Option<Duration>,
+    /// With more channel actors than this open, the longest-unused of those unused for a
+    /// second stop before `idle_after` is over (only when `idle_after` is set).
+    pub max_open_channels: usize,
     /// What this relay shares with other nodes: [`Embedded`] for a relay on its own, or a
     /// cluster (`--store nats://…`) whose log channels' writes go through, folded into this
     /// node's own store.
@@ -84,6 +87,9 @@ pub struct RelayConfig {
 
 /// Default of `--idle-after-secs`.
 pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(30);
+
+/// Default of `--max-open-channels`: about 60 MiB of idle channel actors.
+pub const DEFAULT_MAX_OPEN_CHANNELS: usize = 10_000;
 
 /// Default of `--presence-ttl-secs`.
 pub const DEFAULT_PRESENCE_TTL: Duration = Duration::from_secs(120);
@@ -127,6 +133,7 @@ impl Default for RelayConfig {
             max_channels_per_opener: DEFAULT_MAX_CHANNELS_PER_OPENER,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             idle_after: Some(DEFAULT_IDLE_AFTER),
+            max_open_channels: DEFAULT_MAX_OPEN_CHANNELS,
             cluster: Arc::new(Embedded),
             search_dir: None,
         }
@@ -239,6 +246,7 @@ impl Relay {
                 channel: channel_config,
                 max_channels: config.max_channels,
                 max_channels_per_opener: config.max_channels_per_opener,
+                max_open_channels: config.max_open_channels,
                 unindexed: unindexed.clone(),
             },
             identities.clone(),
@@ -352,6 +360,11 @@ impl Relay {
 
     pub fn open_channels(&self) -> usize {
         self.inner.directory.read().len()
+    }
+
+    /// Whether `channel`'s actor is in memory now.
+    pub fn channel_is_open(&self, channel: &ChannelName) -> bool {
+        self.inner.directory.read().contains_key(channel)
     }
 
     /// Bytes the store takes on disk, if it can tell.

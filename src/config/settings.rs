@@ -173,6 +173,9 @@ pub const SETTINGS: &[Setting] = &[
     value("idle-after-secs", &["CROSSTALK_IDLE_AFTER_SECS"], || {
         secs(relay::DEFAULT_IDLE_AFTER)
     }),
+    value("max-open-channels", &["CROSSTALK_MAX_OPEN_CHANNELS"], || {
+        relay::DEFAULT_MAX_OPEN_CHANNELS.to_string()
+    }),
     // Storage
     words(
         "data-dir",

@@ -257,3 +257,104 @@ async fn one_opener_brings_a_bounded_number_of_channels_into_being() {
     post_as_alice("third", "x").await.unwrap();
     assert!(post_as_alice("fourth", "x").await.is_err());
 }
+
+/// Beyond `max_open_channels`, the longest-unused channels close before their quiet period is
+/// over, down to seven eighths of the bound; a channel someone holds, and one used within the
+/// last second, stay; every closed one reopens with its messages.
+#[actix_rt::test]
+async fn beyond_the_open_bound_the_longest_unused_close_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SledStore::open(dir.path()).unwrap());
+    let config = RelayConfig {
+        // Far longer than the test: only the bound closes anything.
+        idle_after: Some(Duration::from_secs(600)),
+        max_open_channels: 8,
+        ..RelayConfig::default()
+    };
+    let relay = Relay::start(store, config).unwrap().0;
+    let posts = (0..40).map(|i| {
+        let relay = relay.clone();
+        async move {
+            relay
+                .post(&ch(&format!("b{i}")), msg("a", None, &format!("body {i}")))
+                .await
+        }
+    });
+    for p in futures_util::future::join_all(posts).await {
+        p.unwrap();
+    }
+    // Nothing has been unused for a second yet: all of them stay.
+    assert_eq!(relay.open_channels(), 40);
+    let held = relay.channel(&ch("b0")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Opening one more looks again at once.
+    relay.post(&ch("fresh"), msg("a", None, "new")).await.unwrap();
+    assert_eq!(
+        settle(&relay, 7).await,
+        7,
+        "the open bound did not close channels early"
+    );
+    let directory_has = |name: &str| relay.channel_is_open(&ch(name));
+    assert!(directory_has("b0"), "a held channel was closed");
+    assert!(directory_has("fresh"), "the channel just used was closed");
+    drop(held);
+    for i in [1, 17, 39] {
+        let got = relay.read(&ch(&format!("b{i}")), 0, 10, None).await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].message.body, format!("body {i}"));
+    }
+}
+
+/// A channel closed early still knows who spoke on it within the presence TTL: two parties
+/// waiting while a third spoke a moment ago are not told to speak first; once the third waits
+/// too, the first of them is.
+#[actix_rt::test]
+async fn who_spoke_on_a_channel_still_counts_after_it_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SledStore::open(dir.path()).unwrap());
+    let config = RelayConfig {
+        idle_after: Some(QUIET),
+        // Far longer than the test: every poster stays a party throughout.
+        presence_ttl: Duration::from_secs(600),
+        release_grace: Duration::from_millis(100),
+        ..RelayConfig::default()
+    };
+    let relay = Relay::start(store, config).unwrap().0;
+    let trio = ch("trio");
+    let mut last = 0;
+    for who in ["a", "b", "c"] {
+        last = relay.post(&trio, msg(who, None, "here")).await.unwrap().id();
+    }
+    // Recent parties no longer keep the actor open.
+    assert_eq!(settle(&relay, 0).await, 0, "a channel with recent parties stayed open");
+    let wait = |who: &'static str, secs: u64| {
+        let (relay, trio) = (relay.clone(), trio.clone());
+        tokio::spawn(async move {
+            relay
+                .wait(
+                    trio,
+                    WaitOptions {
+                        since_id: last,
+                        limit: 10,
+                        timeout: Duration::from_secs(secs),
+                        instance: Some(who.into()),
+                        ..WaitOptions::default()
+                    },
+                )
+                .await
+                .unwrap()
+                .outcome
+        })
+    };
+    let (a, b) = (wait("a", 1), wait("b", 1));
+    assert_eq!(
+        a.await.unwrap(),
+        WaitOutcome::Timeout,
+        "c spoke lately, yet a was released"
+    );
+    assert_eq!(b.await.unwrap(), WaitOutcome::Timeout);
+    let (a, b, c) = (wait("a", 5), wait("b", 5), wait("c", 5));
+    assert_eq!(a.await.unwrap(), WaitOutcome::SpeakFirst);
+    c.abort();
+    b.abort();
+}

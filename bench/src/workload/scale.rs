@@ -146,8 +146,9 @@ fn p99_between(samples: &[(Instant, Duration)], from: Instant, to: Instant) -> f
 /// channel posting beside them; then the channels go idle and their actors stop.
 pub async fn channels(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Record) -> anyhow::Result<Done> {
     let quiet = plan.idle_after_secs.to_string();
-    // A poster counts as a party of its channel for the presence TTL, which keeps the channel
-    // open: the run sets both to the same quiet period.
+    // A poster counts as a party of its channel for the presence TTL (kept aside while the
+    // channel is closed; it once kept the channel open): the run sets both to the same quiet
+    // period, as every earlier run did. `--max-open-channels` is left at its default.
     let args = [
         "--idle-after-secs",
         &quiet,
