@@ -185,15 +185,7 @@ async fn idle_channel_actors_leave_memory_and_come_back_with_their_messages() {
         assert_eq!(r.status(), 200);
     }
     assert!(sample(&scrape(&s).await, "crosstalk_channel_actors").unwrap() >= 20.0);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let open = sample(&scrape(&s).await, "crosstalk_channel_actors").unwrap();
-        if open == 0.0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{open} channel actors still open");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    actors_fall_to(&s, 0.0).await;
     let got: serde_json::Value = http
         .get(s.url("/api/channels/c7/messages"))
         .bearer_auth(TOKEN)
@@ -204,6 +196,54 @@ async fn idle_channel_actors_leave_memory_and_come_back_with_their_messages() {
         .await
         .unwrap();
     assert_eq!(got[0]["body"], "body 7", "{got}");
+}
+
+/// Waits (bounded) until at most `n` channel actors are open, by the relay's own gauge.
+async fn actors_fall_to(s: &Server, n: f64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let open = sample(&scrape(s).await, "crosstalk_channel_actors").unwrap();
+        if open <= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} channel actors still open (expected {n})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `--max-open-channels` reaches the relay: beyond it, channels unused for a second leave
+/// memory long before the quiet period, down to seven eighths of the bound.
+#[tokio::test]
+async fn beyond_max_open_channels_unused_channels_leave_early() {
+    let s = Server::process(&["--token", TOKEN, "--idle-after-secs", "600", "--max-open-channels", "8"]);
+    let http = client();
+    let post = |name: String| {
+        http.post(s.url(&format!("/api/channels/{name}/messages")))
+            .bearer_auth(TOKEN)
+            .json(&json!({"sender": "a", "body": format!("in {name}")}))
+            .send()
+    };
+    for i in 0..20 {
+        assert_eq!(post(format!("c{i}")).await.unwrap().status(), 200);
+    }
+    assert!(sample(&scrape(&s).await, "crosstalk_channel_actors").unwrap() >= 20.0);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Opening one more channel beyond the bound starts the early close.
+    assert_eq!(post("one-more".into()).await.unwrap().status(), 200);
+    actors_fall_to(&s, 7.0).await;
+    let got: serde_json::Value = http
+        .get(s.url("/api/channels/c3/messages"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got[0]["body"], "in c3", "{got}");
 }
 
 /// A post by a registered sender is one store write: joining the channel by posting writes
