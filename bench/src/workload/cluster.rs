@@ -272,6 +272,28 @@ async fn bare_server_cpu(
     Ok(())
 }
 
+/// Waits (bounded) until a publish to `subject` is acknowledged. A stream just made answers on
+/// the server it was made on at once, but the other servers learn its subjects a moment later:
+/// on a loaded machine (the test command's smoke, beside other suites) the first publishes
+/// through another server found no stream ("no stream found for given subject").
+async fn stream_takes_publishes(js: &async_nats::jetstream::Context, subject: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let acked = match js
+            .publish(subject.to_owned(), bytes::Bytes::from_static(b"probe"))
+            .await
+        {
+            Ok(ack) => ack.await.map(|_| ()).map_err(anyhow::Error::from),
+            Err(e) => Err(e.into()),
+        };
+        match acked {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => return Err(e.context("the new stream never took a publish")),
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    }
+}
+
 async fn bare_publisher(plan: &Plan, urls: &str, pids: &[u32], rec: &mut Record) -> anyhow::Result<()> {
     let servers = urls
         .split(',')
@@ -293,6 +315,7 @@ async fn bare_publisher(plan: &Plan, urls: &str, pids: &[u32], rec: &mut Record)
         ..Default::default()
     })
     .await?;
+    stream_takes_publishes(&js, "benchbare.probe").await?;
     let mut best: Option<(usize, f64, crate::stats::Summary)> = None;
     let mut seen = Vec::new();
     for flight in [16, 256] {
