@@ -25,14 +25,19 @@ fn msg(sender: &str, kind: Option<&str>, body: &str) -> NewMessage {
 }
 
 fn start(dir: &std::path::Path, max_channels: usize) -> Relay {
+    start_with(
+        dir,
+        RelayConfig {
+            idle_after: Some(QUIET),
+            presence_ttl: Duration::from_millis(300),
+            max_channels,
+            ..RelayConfig::default()
+        },
+    )
+}
+
+fn start_with(dir: &std::path::Path, config: RelayConfig) -> Relay {
     let store = Arc::new(SledStore::open(dir).unwrap());
-    let config = RelayConfig {
-        idle_after: Some(QUIET),
-        // A poster counts as a party of the channel for this long, which keeps it open.
-        presence_ttl: Duration::from_millis(300),
-        max_channels,
-        ..RelayConfig::default()
-    };
     Relay::start(store, config).unwrap().0
 }
 
@@ -222,7 +227,6 @@ async fn a_channel_opened_but_never_written_stops_counting_against_the_limit() {
 #[actix_rt::test]
 async fn one_opener_brings_a_bounded_number_of_channels_into_being() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SledStore::open(dir.path()).unwrap());
     let config = RelayConfig {
         idle_after: Some(QUIET),
         presence_ttl: Duration::from_millis(300),
@@ -230,7 +234,7 @@ async fn one_opener_brings_a_bounded_number_of_channels_into_being() {
         max_channels_per_opener: 2,
         ..RelayConfig::default()
     };
-    let relay = Relay::start(store, config).unwrap().0;
+    let relay = start_with(dir.path(), config);
     let short = WaitOptions {
         limit: 10,
         timeout: Duration::from_millis(50),
@@ -264,14 +268,13 @@ async fn one_opener_brings_a_bounded_number_of_channels_into_being() {
 #[actix_rt::test]
 async fn beyond_the_open_bound_the_longest_unused_close_early() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SledStore::open(dir.path()).unwrap());
     let config = RelayConfig {
         // Far longer than the test: only the bound closes anything.
         idle_after: Some(Duration::from_secs(600)),
         max_open_channels: 8,
         ..RelayConfig::default()
     };
-    let relay = Relay::start(store, config).unwrap().0;
+    let relay = start_with(dir.path(), config);
     let posts = (0..40).map(|i| {
         let relay = relay.clone();
         async move {
@@ -311,7 +314,6 @@ async fn beyond_the_open_bound_the_longest_unused_close_early() {
 #[actix_rt::test]
 async fn who_spoke_on_a_channel_still_counts_after_it_closes() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SledStore::open(dir.path()).unwrap());
     let config = RelayConfig {
         idle_after: Some(QUIET),
         // Far longer than the test: every poster stays a party throughout.
@@ -319,7 +321,7 @@ async fn who_spoke_on_a_channel_still_counts_after_it_closes() {
         release_grace: Duration::from_millis(100),
         ..RelayConfig::default()
     };
-    let relay = Relay::start(store, config).unwrap().0;
+    let relay = start_with(dir.path(), config);
     let trio = ch("trio");
     let mut last = 0;
     for who in ["a", "b", "c"] {
