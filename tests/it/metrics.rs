@@ -173,29 +173,14 @@ async fn the_allocator_purges_in_background_threads_unless_malloc_conf_says_othe
 #[tokio::test]
 async fn idle_channel_actors_leave_memory_and_come_back_with_their_messages() {
     let s = Server::process(&["--token", TOKEN, "--idle-after-secs", "1", "--presence-ttl-secs", "1"]);
-    let http = client();
+    let http = common::client_with_token(TOKEN);
     for i in 0..20 {
-        let r = http
-            .post(s.url(&format!("/api/channels/c{i}/messages")))
-            .bearer_auth(TOKEN)
-            .json(&json!({"sender": "a", "body": format!("body {i}")}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        common::post(&http, &s, &format!("c{i}"), common::msg("a", &format!("body {i}"))).await;
     }
     assert!(sample(&scrape(&s).await, "crosstalk_channel_actors").unwrap() >= 20.0);
     actors_fall_to(&s, 0.0).await;
-    let got: serde_json::Value = http
-        .get(s.url("/api/channels/c7/messages"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(got[0]["body"], "body 7", "{got}");
+    let got = common::messages(&http, &s, "c7", 0).await;
+    assert_eq!(got[0]["body"], "body 7", "{got:?}");
 }
 
 /// Waits (bounded) until at most `n` channel actors are open, by the relay's own gauge.
@@ -219,31 +204,17 @@ async fn actors_fall_to(s: &Server, n: f64) {
 #[tokio::test]
 async fn beyond_max_open_channels_unused_channels_leave_early() {
     let s = Server::process(&["--token", TOKEN, "--idle-after-secs", "600", "--max-open-channels", "8"]);
-    let http = client();
-    let post = |name: String| {
-        http.post(s.url(&format!("/api/channels/{name}/messages")))
-            .bearer_auth(TOKEN)
-            .json(&json!({"sender": "a", "body": format!("in {name}")}))
-            .send()
-    };
+    let http = common::client_with_token(TOKEN);
     for i in 0..20 {
-        assert_eq!(post(format!("c{i}")).await.unwrap().status(), 200);
+        common::post(&http, &s, &format!("c{i}"), common::msg("a", &format!("in c{i}"))).await;
     }
     assert!(sample(&scrape(&s).await, "crosstalk_channel_actors").unwrap() >= 20.0);
     tokio::time::sleep(Duration::from_millis(1200)).await;
     // Opening one more channel beyond the bound starts the early close.
-    assert_eq!(post("one-more".into()).await.unwrap().status(), 200);
+    common::post(&http, &s, "one-more", common::msg("a", "in one-more")).await;
     actors_fall_to(&s, 7.0).await;
-    let got: serde_json::Value = http
-        .get(s.url("/api/channels/c3/messages"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(got[0]["body"], "in c3", "{got}");
+    let got = common::messages(&http, &s, "c3", 0).await;
+    assert_eq!(got[0]["body"], "in c3", "{got:?}");
 }
 
 /// A post by a registered sender is one store write: joining the channel by posting writes

@@ -123,7 +123,7 @@ impl Handler<CloseIfIdle> for ChannelActor {
     type Result = Closed;
 
     fn handle(&mut self, msg: CloseIfIdle, ctx: &mut Context<Self>) -> Closed {
-        if self.config.idle_after.is_none() || self.view.idle_for() < msg.quiet || self.busy() {
+        if self.view.idle_for() < msg.quiet || self.busy() {
             return Closed::Busy;
         }
         let name = self.view.name().clone();
