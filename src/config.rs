@@ -199,7 +199,7 @@ pub struct ServeArgs {
     /// Copies of the JetStream stream: 3 on a three-server cluster
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_replicas: Option<usize>,
-    /// Milliseconds a loaded channel's next log message waits to fill, 0 to 20; 0 sends each at
+    /// Milliseconds a loaded node's next log message waits to fill, 0 to 20; 0 sends each at
     /// once
     #[arg(long, help_heading = "Cluster (NATS JetStream)")]
     pub nats_linger_ms: Option<u64>,
@@ -365,7 +365,7 @@ fn nats_config(args: &ServeArgs) -> Result<Option<crosstalk_actors::nats::NatsCo
     if let Some(ms) = pick(args.nats_linger_ms, settings::env("nats-linger-ms"))? {
         if ms > 20 {
             return Err(format!(
-                "--nats-linger-ms {ms}: at most 20 (every post of a loaded channel may wait this long)"
+                "--nats-linger-ms {ms}: at most 20 (every post of a loaded node may wait this long)"
             ));
         }
         c.linger = std::time::Duration::from_millis(ms);

@@ -38,6 +38,9 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full("crosstalk_cluster_append_events".into()), ROUND_BUCKETS)
                 })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full("crosstalk_cluster_append_channels".into()), ROUND_BUCKETS)
+                })
                 .and_then(|b| b.install_recorder());
             match built {
                 Ok(handle) => {
@@ -129,11 +132,19 @@ fn describe() {
     describe_histogram!(
         "crosstalk_cluster_append_gather_seconds",
         Unit::Seconds,
-        "A cluster node: how long an event waited for the message of its channel already on its way to the log before its own went"
+        "A cluster node: how long an event waited for the node's message already on its way to the log before its own went"
     );
     describe_histogram!(
         "crosstalk_cluster_append_events",
         "A cluster node: events one message it appended to the log carried"
+    );
+    describe_histogram!(
+        "crosstalk_cluster_append_channels",
+        "A cluster node: channels whose events one message it appended to the log carried (more than one: a message of several channels)"
+    );
+    describe_counter!(
+        "crosstalk_cluster_several_removed_total",
+        "A cluster node: messages of several channels it removed from the log once retention had cut each of their channels past them"
     );
     describe_histogram!(
         "crosstalk_cluster_append_seconds",

@@ -157,6 +157,16 @@ pub struct IdFloor(pub u64);
 
 crate::stored!(IdFloor => "id floor");
 
+/// A message of a cluster's shared log that holds several channels' events, as a node keeps
+/// it until every one of them is cut past it: the channels not cut past it yet, each with the
+/// id of its last event in the message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldMessage {
+    pub channels: Vec<(ChannelName, u64)>,
+}
+
+crate::stored!(HeldMessage => "held message");
+
 /// A position in the log kept on its own: a read cursor (how far an identity has read a
 /// channel), or how far a node has folded the shared log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,7 +13,7 @@ pub mod time;
 pub mod wake;
 pub mod webhook;
 
-pub use channel::{ChannelMeta, ChannelName, ChannelSummary, IdFloor, Position};
+pub use channel::{ChannelMeta, ChannelName, ChannelSummary, HeldMessage, IdFloor, Position};
 pub use codec::{decode, encode, CodecError, Stored};
 pub use identity::{Instance, InstanceId, InstanceKind, SharedData};
 pub use message::{

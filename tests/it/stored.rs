@@ -23,8 +23,8 @@ use crosstalk_schema::task::TaskRecord;
 use crosstalk_schema::wake::WakeState;
 use crosstalk_schema::webhook::{Delivery, Lease, Webhook};
 use crosstalk_schema::{
-    ChannelMeta, ChannelState, CutState, IdFloor, Instance, Overlay, Position, Record, SharedData, StreamEntry,
-    Timestamp,
+    ChannelMeta, ChannelState, CutState, HeldMessage, IdFloor, Instance, Overlay, Position, Record, SharedData,
+    StreamEntry, Timestamp,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -259,6 +259,15 @@ fn every_stored_type_reads_its_committed_bytes_in_every_layout() {
     );
     c.stored(vec![IdFloor(42)], vec![]);
     c.stored(vec![Position(4242)], vec![]);
+    c.stored(
+        vec![HeldMessage {
+            channels: vec![
+                (crosstalk_schema::ChannelName::parse("dev").unwrap(), (7 << 10) | 2),
+                (crosstalk_schema::ChannelName::parse("team.ops").unwrap(), (7 << 10) | 5),
+            ],
+        }],
+        vec![],
+    );
 
     // Channel summary: version 1 held either layout (release 0.1 wrote both).
     let meta = ChannelMeta {

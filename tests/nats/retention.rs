@@ -285,3 +285,117 @@ async fn a_cut_inside_a_message_of_several_posts_is_kept_to_the_event_for_a_late
     assert_eq!(reply_status(&c, &b, posted[2]).await, 400);
     assert_eq!(reply_status(&c, &b, posted[3]).await, 200, "a reply to a kept message");
 }
+
+/// Posts `queued` (channel, body) on `node` while its append of a first post to `first` is
+/// held back, so they go to the log together after it: answers the stream sequence of the
+/// message that holds them (of several channels when they name several).
+async fn one_message(
+    c: &reqwest::Client,
+    js: &async_nats::jetstream::Context,
+    node: &Server,
+    first: &str,
+    queued: &[(&str, &str)],
+) -> u64 {
+    let config = hold_the_stream(js).await;
+    let held = stream::post_in_background(c, node, first, msg("w", "held"));
+    until_an_append_is_held(node).await;
+    let mut answers = Vec::new();
+    for (n, (channel, body)) in queued.iter().enumerate() {
+        answers.push(stream::post_in_background(c, node, channel, msg("w", body)));
+        stream::until_metric(c, node, "crosstalk_cluster_appends_waiting", (n + 1) as f64).await;
+    }
+    js.update_stream(&config).await.expect("give the subjects back");
+    held.await.unwrap();
+    let mut seqs = std::collections::BTreeSet::new();
+    for answer in answers {
+        seqs.insert(answer.await.unwrap()["id"].as_u64().unwrap() >> 10);
+    }
+    assert_eq!(seqs.len(), 1, "one message: {seqs:?}");
+    seqs.into_iter().next().unwrap()
+}
+
+/// A message holding several channels' events leaves the stream once every one of its
+/// channels is cut past it, and not before; a node that joins afterwards folds what is left of
+/// it (the events of the channel not cut yet, and not those behind another channel's cut) and
+/// holds what the others hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_of_several_channels_leaves_the_log_once_each_is_cut_past_it() {
+    use async_nats::jetstream;
+    let _one = ONE_CLUSTER.lock().await;
+    let nats = single("");
+    let url = nats.url();
+    let c = client();
+    let a = Server::start_logging(&[
+        "--store",
+        &url,
+        "--retention-channels",
+        "logs=3/,ops=3/",
+        "--retention-interval-secs",
+        "1",
+    ]);
+    post(&c, &a, "logs", msg("w", "first")).await;
+    let js = jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
+    // `logs` and `ops`, both of them cut later; then `logs` and `keep`, which is never cut.
+    let both_cut = one_message(&c, &js, &a, "logs", &[("logs", "l1"), ("ops", "o1")]).await;
+    let one_cut = one_message(&c, &js, &a, "logs", &[("logs", "l2"), ("keep", "k1")]).await;
+    // A records the messages it holds with its fold's watermark (about every second); the
+    // cuts below come after that.
+    let deadline = Instant::now() + T;
+    while common::sample(&stream::metrics_of(&c, &a).await, "crosstalk_cluster_folded_through").unwrap_or(0.0)
+        < one_cut as f64
+    {
+        assert!(Instant::now() < deadline, "A never recorded its fold past {one_cut}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = js.get_stream("CROSSTALK").await.unwrap();
+    for seq in [both_cut, one_cut] {
+        assert!(log.get_raw_message(seq).await.is_ok(), "message {seq} is in the log");
+    }
+    // Enough on both channels for the policy to cut past both messages.
+    let mut newest = std::collections::HashMap::new();
+    for channel in ["logs", "ops"] {
+        for i in 0..4 {
+            let id = post(&c, &a, channel, msg("w", &format!("{channel} {i}"))).await["id"]
+                .as_u64()
+                .unwrap();
+            newest.entry(channel).or_insert_with(Vec::new).push(id);
+        }
+    }
+    for channel in ["logs", "ops"] {
+        let want = newest[channel][1..].to_vec();
+        assert_eq!(until_ids(&c, &a, channel, &want).await, want, "{channel} on A");
+    }
+    let deadline = Instant::now() + T;
+    while log.get_raw_message(both_cut).await.is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the message of logs and ops stayed after both were cut past it:\n{}",
+            a.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        log.get_raw_message(one_cut).await.is_ok(),
+        "the message holding keep's event went while keep was not cut"
+    );
+    let scrape = stream::metrics_of(&c, &a).await;
+    assert_eq!(
+        common::sample(&scrape, "crosstalk_cluster_several_removed_total"),
+        Some(1.0)
+    );
+
+    // A node that joins now reads the message kept for `keep`, skips its `logs` event (behind
+    // logs' cut) and holds what A holds on every channel.
+    let b = Server::start_logging(&["--store", &url, "--retention-interval-secs", "1"]);
+    for channel in ["logs", "ops", "keep"] {
+        let on_a = messages(&c, &a, channel, 0).await;
+        assert_eq!(
+            until_ids(&c, &b, channel, &ids(&on_a)).await,
+            ids(&on_a),
+            "{channel} on B:\n{}",
+            b.stderr()
+        );
+        assert_eq!(messages(&c, &b, channel, 0).await, on_a, "{channel}: the same messages");
+    }
+    assert_eq!(ids(&messages(&c, &b, "keep", 0).await).len(), 1);
+}

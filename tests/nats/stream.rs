@@ -134,6 +134,18 @@ async fn a_post_that_reaches_no_stream_is_sent_again_until_one_takes_it() {
     assert_eq!(all[1]["id"], second["id"]);
 }
 
+/// One nats-server, node A (logging, to tell when an append is held) and node B on it, a
+/// first post to `dev` through A, and a JetStream context on the server.
+async fn two_nodes_after_a_first_post() -> (Single, Server, Server, reqwest::Client, async_nats::jetstream::Context) {
+    let server = single("");
+    let a = Server::start_logging(&["--store", server.url().as_str()]);
+    let b = Server::process(&["--store", server.url().as_str()]);
+    let c = client();
+    post(&c, &a, "dev", msg("a", "first")).await;
+    let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    (server, a, b, c, js)
+}
+
 /// Posts to one channel that arrive at a node while its previous append to the log is on its
 /// way go to the log together, as one message. Here the stream is kept from taking the first
 /// post (its subjects taken away, as above) until the node says nine posts wait behind it
@@ -144,19 +156,13 @@ async fn a_post_that_reaches_no_stream_is_sent_again_until_one_takes_it() {
 /// its acknowledgement at least as long as the test held them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
-    use async_nats::jetstream;
     let _one = ONE_CLUSTER.lock().await;
-    let server = single("");
-    let a = Server::start_logging(&["--store", server.url().as_str()]);
-    let b = Server::process(&["--store", server.url().as_str()]);
-    let c = client();
-    post(&c, &a, "dev", msg("a", "first")).await;
-    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let (_server, a, b, c, js) = two_nodes_after_a_first_post().await;
     let config = stream_info(&js).await.config;
     assert_eq!(
         config.metadata.get("crosstalk_ids").map(String::as_str),
-        Some("entries-v1"),
-        "the stream says how its events are numbered"
+        Some("entries-v2"),
+        "the stream says how its messages hold events"
     );
     let before = last_sequence(&js).await;
     hold_the_stream(&js).await;
@@ -235,6 +241,123 @@ async fn posts_waiting_for_an_append_go_to_the_log_as_one_message() {
             "{name} on B:\n{on_b}"
         );
     }
+}
+
+/// Posts to several channels that arrive at a node while its previous append is on its way
+/// go to the log together, as one message of several channels (`crosstalk.ch.+several`), in
+/// the order the node took them. Their ids count within that message whatever their channel,
+/// so each channel's ids still increase, and both nodes hold the same on every channel. The
+/// node's `/metrics` count the message's channels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posts_to_several_channels_waiting_for_an_append_go_as_one_message() {
+    let _one = ONE_CLUSTER.lock().await;
+    let (_server, a, b, c, js) = two_nodes_after_a_first_post().await;
+    let before = last_sequence(&js).await;
+    let config = hold_the_stream(&js).await;
+    let held = post_in_background(&c, &a, "dev", msg("a", "held"));
+    until_an_append_is_held(&a).await;
+    // One at a time, so the node takes them in this order.
+    let mut meanwhile = Vec::new();
+    for (n, channel) in ["ops", "dev", "team.x", "ops"].into_iter().enumerate() {
+        meanwhile.push((
+            channel,
+            post_in_background(&c, &a, channel, msg("a", &format!("meanwhile {n}"))),
+        ));
+        until_metric(&c, &a, "crosstalk_cluster_appends_waiting", (n + 1) as f64).await;
+    }
+    js.update_stream(&config).await.expect("give the subjects back");
+    held.await.unwrap();
+    let mut ids = Vec::new();
+    for (channel, answer) in meanwhile {
+        ids.push((channel, answer.await.unwrap()["id"].as_u64().unwrap()));
+    }
+    assert_eq!(
+        last_sequence(&js).await,
+        before + 2,
+        "the held post's message, then one for the rest"
+    );
+    let message = before + 2;
+    assert_eq!(
+        ids,
+        [
+            ("ops", message << 10),
+            ("dev", (message << 10) | 1),
+            ("team.x", (message << 10) | 2),
+            ("ops", (message << 10) | 3)
+        ]
+    );
+    let stream = js.get_stream("CROSSTALK").await.unwrap();
+    let raw = stream.get_raw_message(message).await.unwrap();
+    assert_eq!(raw.subject.as_str(), "crosstalk.ch.+several");
+    for (channel, n) in [("dev", 3), ("ops", 2), ("team.x", 1)] {
+        let on_a = until_count(&c, &a, channel, n).await;
+        assert_eq!(on_a.len(), n, "{channel}: {on_a:?}");
+        assert_eq!(
+            until_count(&c, &b, channel, n).await,
+            on_a,
+            "{channel}: both nodes hold the same"
+        );
+    }
+    let scrape = metrics_of(&c, &a).await;
+    let value = |name: &str| common::sample(&scrape, name).unwrap_or_else(|| panic!("no {name} in\n{scrape}"));
+    assert_eq!(value("crosstalk_cluster_append_channels_count"), 3.0, "three messages");
+    assert_eq!(
+        value("crosstalk_cluster_append_channels_sum"),
+        5.0,
+        "of one, one and three channels"
+    );
+}
+
+/// A stream that an earlier release marked `entries-v1` (no message of several channels) is
+/// read as it was and marked as this release writes it, so that earlier release refuses it
+/// from then on; one a later release marked otherwise is refused and left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_the_release_before_is_marked_anew_and_a_later_ones_refused() {
+    use async_nats::jetstream;
+    let _one = ONE_CLUSTER.lock().await;
+    let server = single("");
+    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mark = |value: &'static str| {
+        let js = js.clone();
+        async move {
+            let mut config = stream_info(&js).await.config;
+            config.metadata.insert("crosstalk_ids".into(), value.into());
+            js.update_stream(&config).await.expect("mark the stream");
+        }
+    };
+    let c = client();
+    let first = {
+        let node = Server::start_in(dir.path(), &["--store", server.url().as_str()]);
+        post(&c, &node, "dev", msg("a", "before the upgrade")).await
+    };
+    mark("entries-v1").await;
+    {
+        let node = Server::start_in(dir.path(), &["--store", server.url().as_str()]);
+        assert_eq!(messages(&c, &node, "dev", 0).await[0]["id"], first["id"]);
+        post(&c, &node, "dev", msg("a", "after")).await;
+        assert_eq!(until_count(&c, &node, "dev", 2).await.len(), 2);
+    }
+    assert_eq!(
+        stream_info(&js)
+            .await
+            .config
+            .metadata
+            .get("crosstalk_ids")
+            .map(String::as_str),
+        Some("entries-v2")
+    );
+    mark("entries-v9").await;
+    let messages_before = stream_info(&js).await.state.messages;
+    let (status, err, _) = refused_start(dir.path(), &["--store", &server.url()]);
+    assert!(!status.success(), "started on a later release's stream");
+    assert!(err.contains("crosstalk_ids=entries-v9"), "{err}");
+    let info = stream_info(&js).await;
+    assert_eq!(info.state.messages, messages_before);
+    assert_eq!(
+        info.config.metadata.get("crosstalk_ids").map(String::as_str),
+        Some("entries-v9")
+    );
 }
 
 /// A node's `/metrics`.

@@ -57,12 +57,13 @@ impl ChannelLog for LogCopy {
     }
 
     fn publish_cut(&self, cut: CutState) -> BoxFuture<'static, Result<(), RelayError>> {
-        let (cuts, log, channel) = (
+        let (cuts, log, several, channel) = (
             self.cluster.cuts.clone(),
             self.cluster.log.clone(),
+            self.cluster.several.clone(),
             self.channel.clone(),
         );
-        Box::pin(async move { cuts.publish(&log, &channel, cut).await })
+        Box::pin(async move { cuts.publish(&log, &several, &channel, cut).await })
     }
 
     fn cut_published(&mut self, through: u64) {

@@ -9,6 +9,7 @@
 
 use super::kv::{hex, unhex, Bucket, Coded, Step};
 use super::log::Log;
+use super::several::Several;
 use crate::error::RelayError;
 use crosstalk_schema::{ChannelName, CutState};
 use std::collections::HashMap;
@@ -22,9 +23,17 @@ pub(super) struct Cuts {
 
 impl Cuts {
     /// Records `cut` unless a later one of the channel is recorded, then removes the channel's
-    /// events up to it from the log. Every node that applies a cut does this: whichever comes
-    /// first records it, and removing what is already removed changes nothing.
-    pub async fn publish(&self, log: &Log, channel: &ChannelName, cut: CutState) -> Result<(), RelayError> {
+    /// events up to it from the log: its own messages, and each message of several channels
+    /// once every channel in it is cut past it ([`Several`]). Every node that applies a cut
+    /// does this: whichever comes first records it, and removing what is already removed
+    /// changes nothing.
+    pub async fn publish(
+        &self,
+        log: &Log,
+        several: &Several,
+        channel: &ChannelName,
+        cut: CutState,
+    ) -> Result<(), RelayError> {
         let through = cut.trim.through;
         self.bucket
             .change(&hex(channel.as_str()), |current| {
@@ -36,7 +45,8 @@ impl Cuts {
             .await?
             .ok_or_else(|| RelayError::Conflict(format!("the cut of {channel} is being recorded elsewhere")))?;
         // Only once the state after them is recorded: a node missing them starts from it.
-        log.purge_through(channel, through).await
+        log.purge_through(channel, through).await?;
+        several.release(channel, through).await
     }
 
     /// Every channel's recorded cut, and the bucket's revision before they were read.

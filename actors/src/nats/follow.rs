@@ -12,6 +12,7 @@ use super::cuts::Cuts;
 use super::log::Log;
 use super::presence::SharedPresence;
 use super::registrations::Registrations;
+use super::several::Writes;
 use super::waits::{ClusterWaits, SharedWaits, WaitNews, NODE_ALIVE_EVERY};
 use crate::cluster::{LogEvent, Node};
 use crate::presence::Outgoing;
@@ -81,18 +82,23 @@ pub(super) async fn project(node: Arc<dyn Node>, log: Log, cuts: Cuts, caught_up
                     heard = Instant::now();
                     behind = None;
                     match event {
-                        Some(Ok(event)) => {
+                        Some(Ok(message)) => {
                             // Events between are missing from the log: a retention cut
                             // removed them before this node folded them.
-                            if event.seq > next && !known.refresh(&cuts, &shutdown).await {
+                            if message.seq > next && !known.refresh(&cuts, &shutdown).await {
                                 return;
                             }
-                            known.install_if_behind(&*node, &event.channel).await;
-                            next = event.seq + 1;
-                            let (seq, channel) = (event.seq, event.channel.clone());
-                            match deliver(&*node, event).await {
-                                Ok(stored) => mark.delivered(seq, channel, stored),
-                                Err(()) => mark.lost(seq),
+                            next = message.seq + 1;
+                            if message.several {
+                                mark.held(message.seq, &message.events);
+                            }
+                            for event in message.events {
+                                known.install_if_behind(&*node, &event.channel).await;
+                                let (seq, channel) = (event.seq, event.channel.clone());
+                                match deliver(&*node, event).await {
+                                    Ok(stored) => mark.delivered(seq, channel, stored),
+                                    Err(()) => mark.lost(seq),
+                                }
                             }
                             heard = Instant::now();
                         }
@@ -197,8 +203,12 @@ struct Watermark {
     last: u64,
     /// Channels given events since the candidate was taken, and the last id each stored.
     touched: HashMap<ChannelName, u64>,
-    /// A position to record once its channels have committed what they stored up to it.
-    candidate: Option<(u64, HashMap<ChannelName, u64>)>,
+    /// Messages of several channels folded since the candidate was taken: their writes
+    /// ([`super::several::held`]), recorded with the next candidate.
+    held: Vec<(u64, Writes)>,
+    /// A position to record once its channels have committed what they stored up to it, and
+    /// the messages of several channels to record with it.
+    candidate: Option<(u64, HashMap<ChannelName, u64>, Writes)>,
     /// The first event this node could not fold: nothing from it on is recorded, so a restart
     /// folds it again.
     lost: Option<u64>,
@@ -228,6 +238,11 @@ impl Watermark {
         }
     }
 
+    /// A message of several channels, `events` one for each, was folded (or is being).
+    fn held(&mut self, seq: u64, events: &[LogEvent]) {
+        self.held.push((seq, super::several::held(seq, events)));
+    }
+
     fn lost(&mut self, seq: u64) {
         self.last = seq;
         self.lost = Some(self.lost.map_or(seq, |l| l.min(seq)));
@@ -237,9 +252,15 @@ impl Watermark {
     async fn advance(&mut self, node: &dyn Node) {
         let limit = self.lost.map_or(self.last, |l| self.last.min(l - 1));
         if self.candidate.is_none() && limit > self.recorded {
-            self.candidate = Some((limit, std::mem::take(&mut self.touched)));
+            // Those past the limit are folded again after a restart, and recorded then.
+            let held = std::mem::take(&mut self.held)
+                .into_iter()
+                .filter(|(seq, _)| *seq <= limit)
+                .flat_map(|(_, writes)| writes)
+                .collect();
+            self.candidate = Some((limit, std::mem::take(&mut self.touched), held));
         }
-        let Some((at, waiting)) = &mut self.candidate else {
+        let Some((at, waiting, held)) = &mut self.candidate else {
             return;
         };
         waiting.retain(|channel, id| node.channel_last_id(channel).map_or(true, |last| last < *id));
@@ -247,7 +268,8 @@ impl Watermark {
             return;
         }
         let at = *at;
-        let writes = vec![(WATERMARK_KEY.to_vec(), Some(crosstalk_schema::Position(at).encode()))];
+        let mut writes = held.clone();
+        writes.push((WATERMARK_KEY.to_vec(), Some(crosstalk_schema::Position(at).encode())));
         match node.write_aux(Space::Jobs, writes).await {
             Ok(()) => {
                 self.recorded = at;

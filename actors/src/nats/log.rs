@@ -1,8 +1,15 @@
 //! The cluster's log: every channel's events in one JetStream stream, one subject per channel
-//! (`crosstalk.ch.<channel>`). A message of the stream holds one or more events of its channel
-//! that a node appended together ([`super::appends`]); an event's id is its message's stream
-//! sequence shifted left by [`ENTRY_BITS`], plus its place in the message ([`entry_id`]): unique
-//! across the cluster, increasing along the log, and the same on every node.
+//! (`crosstalk.ch.<channel>`). A message of the stream holds one or more events that a node
+//! appended together ([`super::appends`]): of one channel, on that channel's subject, or of
+//! several, each event naming its channel, on a subject of their own
+//! (`crosstalk.ch.+several`, [`SEVERAL`]; a channel name cannot hold a `+`). An event's id is
+//! its message's stream sequence shifted left by [`ENTRY_BITS`], plus its place in the
+//! message ([`entry_id`]): unique across the cluster, increasing along the log and within
+//! each channel, and the same on every node.
+//!
+//! A retention cut removes its channel's own messages up to the cut ([`Log::purge_through`]);
+//! a message of several channels goes once each of them was cut past it
+//! ([`super::several`]).
 
 use super::unavailable;
 use crate::cluster::{LogEntry, LogEvent};
@@ -24,6 +31,9 @@ pub(super) const MAX_ENTRIES: usize = 1 << ENTRY_BITS;
 /// Most bytes of events one message carries (NATS's own limit is 1 MiB by default); one event
 /// bigger than this goes alone.
 pub(super) const MAX_MESSAGE_BYTES: usize = 512 * 1024;
+
+/// The last token of the subject of messages holding several channels' events.
+pub(super) const SEVERAL: &str = "+several";
 
 /// The id of the `index`th event of the message at stream sequence `seq`.
 pub(super) fn entry_id(seq: u64, index: usize) -> u64 {
@@ -73,6 +83,10 @@ fn subject(prefix: &str, channel: &ChannelName) -> String {
     format!("{prefix}{}", channel.as_str().replace('.', "~"))
 }
 
+fn several(prefix: &str) -> String {
+    format!("{prefix}{SEVERAL}")
+}
+
 fn channel_of(prefix: &str, subject: &str) -> Option<ChannelName> {
     let name = subject.strip_prefix(prefix)?.replace('~', ".");
     ChannelName::parse(&name).ok()
@@ -87,21 +101,29 @@ impl Log {
         }))
     }
 
-    /// Appends `entries` (from [`Log::entry`]), events of `channel`, as one message; answers
-    /// its stream sequence once JetStream has acknowledged it. Its events' ids follow from it
-    /// ([`entry_id`]).
+    /// Appends `events` (each its channel and its entry from [`Log::entry`]) as one message:
+    /// on the channel's subject when they are all of one channel, else on [`SEVERAL`]'s, each
+    /// naming its channel. Answers its stream sequence once JetStream has acknowledged it; its
+    /// events' ids follow from it ([`entry_id`]).
     pub async fn append<'a>(
         &self,
-        channel: &ChannelName,
-        entries: impl Iterator<Item = &'a [u8]> + Clone,
+        events: impl Iterator<Item = (&'a ChannelName, &'a [u8])> + Clone,
     ) -> Result<u64, RelayError> {
-        let publish = jetstream::message::PublishMessage::build().payload(frame(entries));
+        let Some((channel, _)) = events.clone().next() else {
+            return Err(RelayError::Unavailable("an append of no events"));
+        };
+        let (subject, payload) = if events.clone().all(|(c, _)| c == channel) {
+            (subject(&self.prefix, channel), frame(events.map(|(_, e)| e)))
+        } else {
+            (several(&self.prefix), frame_several(events))
+        };
+        let publish = jetstream::message::PublishMessage::build().payload(payload);
         let append = async {
             let mut pause = Duration::from_millis(10);
             loop {
                 let ack = self
                     .js
-                    .send_publish(subject(&self.prefix, channel), publish.clone())
+                    .send_publish(subject.clone(), publish.clone())
                     .await
                     .map_err(|e| unavailable("publishing", e))?;
                 match ack.await {
@@ -152,6 +174,21 @@ impl Log {
         Ok(())
     }
 
+    /// Removes the message at `seq` (one of several channels' events, each of them cut past
+    /// it); answers whether this removed it (`false`: it was gone already).
+    pub async fn delete(&self, seq: u64) -> Result<bool, RelayError> {
+        let stream = self
+            .js
+            .get_stream(&self.stream)
+            .await
+            .map_err(|e| unavailable("opening the stream", e))?;
+        match stream.delete_message(seq).await {
+            Ok(removed) => Ok(removed),
+            Err(e) if gone(&e) => Ok(false),
+            Err(e) => Err(unavailable("removing a message of several channels' events", e)),
+        }
+    }
+
     /// The sequence of the newest event in the log (0 when it is empty).
     pub async fn last_sequence(&self) -> Result<u64, RelayError> {
         let mut stream = self
@@ -180,7 +217,7 @@ impl Log {
         from: u64,
     ) -> Result<
         (
-            impl futures_util::Stream<Item = Result<LogEvent, RelayError>> + Unpin,
+            impl futures_util::Stream<Item = Result<LogMessage, RelayError>> + Unpin,
             Arc<AtomicU64>,
         ),
         RelayError,
@@ -246,14 +283,35 @@ impl Log {
                 through_now.store(info.stream_sequence, Ordering::Relaxed);
                 Ok(m)
             });
-            std::future::ready(log_event(&prefix, m))
+            std::future::ready(log_message(&prefix, m))
         });
         Ok((events, through))
     }
 }
 
-/// One stream message as an event of the log; `None` (logged) for one that is not.
-fn log_event(prefix: &str, m: Result<jetstream::Message, RelayError>) -> Option<Result<LogEvent, RelayError>> {
+/// Whether a deletion failed because the message is not there (any more).
+fn gone(e: &jetstream::stream::DeleteMessageError) -> bool {
+    use jetstream::stream::DeleteMessageErrorKind as K;
+    match e.kind() {
+        K::JetStream(js) => {
+            js.error_code() == jetstream::ErrorCode::NO_MESSAGE_FOUND
+                || js.to_string().to_ascii_lowercase().contains("no message found")
+        }
+        _ => false,
+    }
+}
+
+/// One stream message of the log: its events, a [`LogEvent`] for each channel they belong to
+/// (one unless it holds several channels' events), in the order of their first events.
+pub(super) struct LogMessage {
+    pub seq: u64,
+    /// Whether it is a message of several channels' events ([`SEVERAL`]).
+    pub several: bool,
+    pub events: Vec<LogEvent>,
+}
+
+/// One stream message as the log's events; `None` (logged) for one that is not.
+fn log_message(prefix: &str, m: Result<jetstream::Message, RelayError>) -> Option<Result<LogMessage, RelayError>> {
     let m = match m {
         Ok(m) => m,
         Err(e) => return Some(Err(e)),
@@ -262,27 +320,49 @@ fn log_event(prefix: &str, m: Result<jetstream::Message, RelayError>) -> Option<
         Ok(info) => info.stream_sequence,
         Err(e) => return Some(Err(unavailable("reading a message's sequence", e))),
     };
-    let Some(channel) = channel_of(prefix, m.subject.as_str()) else {
-        tracing::warn!(seq, subject = %m.subject, "skipping a log entry on a subject that names no channel");
-        return None;
+    let several = m.subject.as_str() == several(prefix);
+    let entries = if several {
+        unframe_several(&m.payload)
+    } else {
+        let Some(channel) = channel_of(prefix, m.subject.as_str()) else {
+            tracing::warn!(seq, subject = %m.subject, "skipping a log entry on a subject that names no channel");
+            return None;
+        };
+        unframe(&m.payload).map(|entries| entries.into_iter().map(|e| (channel.clone(), e)).collect())
     };
-    let entries = match unframe(&m.payload) {
+    let entries = match entries {
         Ok(entries) => entries,
         Err(e) => {
-            tracing::error!(seq, channel = %channel, error = %e, "skipping a log entry that does not decode");
+            tracing::error!(seq, subject = %m.subject, error = %e, "skipping a log entry that does not decode");
             return None;
         }
     };
-    let entries = entries
-        .into_iter()
-        .enumerate()
-        .map(|(index, e)| LogEntry {
+    Some(Ok(LogMessage {
+        seq,
+        several,
+        events: by_channel(seq, entries),
+    }))
+}
+
+/// A message's events, numbered by their place in it, as a [`LogEvent`] for each channel.
+fn by_channel(seq: u64, entries: Vec<(ChannelName, StreamEntry)>) -> Vec<LogEvent> {
+    let mut events: Vec<LogEvent> = Vec::new();
+    for (index, (channel, e)) in entries.into_iter().enumerate() {
+        let entry = LogEntry {
             id: entry_id(seq, index),
             record: e.record,
             idempotency_key: e.idempotency_key,
-        })
-        .collect();
-    Some(Ok(LogEvent { seq, channel, entries }))
+        };
+        match events.iter_mut().find(|ev| ev.channel == channel) {
+            Some(event) => event.entries.push(entry),
+            None => events.push(LogEvent {
+                seq,
+                channel,
+                entries: vec![entry],
+            }),
+        }
+    }
+    events
 }
 
 /// A message's payload: each entry after its length (4 bytes, little-endian).
@@ -295,24 +375,74 @@ fn frame<'a>(entries: impl Iterator<Item = &'a [u8]> + Clone) -> Bytes {
     Bytes::from(out)
 }
 
-fn unframe(mut payload: &[u8]) -> Result<Vec<StreamEntry>, String> {
-    let mut entries = Vec::new();
-    while !payload.is_empty() {
-        let Some((len, rest)) = payload.split_first_chunk::<4>() else {
-            return Err(format!("{} bytes where an entry's length belongs", payload.len()));
-        };
-        let len = u32::from_le_bytes(*len) as usize;
-        let Some(entry) = rest.get(..len) else {
-            return Err(format!("an entry of {len} bytes with {} left", rest.len()));
-        };
-        entries.push(codec::decode::<StreamEntry>(entry).map_err(|e| e.to_string())?);
-        payload = &rest[len..];
+/// Bytes a message of several channels spends on an event besides the event itself: its
+/// channel's name (after its length, one byte) and the event's length.
+pub(super) fn several_overhead(channel: &ChannelName) -> usize {
+    1 + channel.as_str().len() + 4
+}
+
+/// The payload of a message of several channels' events: each entry after its channel's name
+/// (after the name's length, one byte) and its own length (4 bytes, little-endian).
+fn frame_several<'a>(events: impl Iterator<Item = (&'a ChannelName, &'a [u8])> + Clone) -> Bytes {
+    let mut out = Vec::with_capacity(events.clone().map(|(c, e)| several_overhead(c) + e.len()).sum());
+    for (channel, e) in events {
+        // A channel name is at most 64 bytes ([`crosstalk_schema::MAX_CHANNEL_NAME`]).
+        out.push(channel.as_str().len() as u8);
+        out.extend_from_slice(channel.as_str().as_bytes());
+        out.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        out.extend_from_slice(e);
     }
+    Bytes::from(out)
+}
+
+fn unframe_several(mut payload: &[u8]) -> Result<Vec<(ChannelName, StreamEntry)>, String> {
+    let mut entries = Vec::new();
+    while let Some((&name_len, rest)) = payload.split_first() {
+        let Some(name) = rest.get(..name_len as usize) else {
+            return Err(format!("a channel name of {name_len} bytes with {} left", rest.len()));
+        };
+        let channel = std::str::from_utf8(name)
+            .ok()
+            .and_then(|name| ChannelName::parse(name).ok().filter(|c| c.as_str() == name))
+            .ok_or_else(|| format!("{:?} names no channel", String::from_utf8_lossy(name)))?;
+        let (entry, rest) = unframe_one(&rest[name_len as usize..])?;
+        entries.push((channel, entry));
+        payload = rest;
+    }
+    check_count(entries)
+}
+
+/// The first entry of `payload` (after its length), and what follows it.
+fn unframe_one(payload: &[u8]) -> Result<(StreamEntry, &[u8]), String> {
+    let Some((len, rest)) = payload.split_first_chunk::<4>() else {
+        return Err(format!("{} bytes where an entry's length belongs", payload.len()));
+    };
+    let len = u32::from_le_bytes(*len) as usize;
+    let Some(entry) = rest.get(..len) else {
+        return Err(format!("an entry of {len} bytes with {} left", rest.len()));
+    };
+    Ok((
+        codec::decode::<StreamEntry>(entry).map_err(|e| e.to_string())?,
+        &rest[len..],
+    ))
+}
+
+fn check_count<T>(entries: Vec<T>) -> Result<Vec<T>, String> {
     match entries.len() {
         0 => Err("no entries".into()),
         n if n > MAX_ENTRIES => Err(format!("{n} entries, more than {MAX_ENTRIES}")),
         _ => Ok(entries),
     }
+}
+
+fn unframe(mut payload: &[u8]) -> Result<Vec<StreamEntry>, String> {
+    let mut entries = Vec::new();
+    while !payload.is_empty() {
+        let (entry, rest) = unframe_one(payload)?;
+        entries.push(entry);
+        payload = rest;
+    }
+    check_count(entries)
 }
 
 #[cfg(test)]
@@ -353,6 +483,45 @@ mod tests {
         assert!(unframe(&whole[..whole.len() - 1]).is_err());
         assert!(unframe(&codec::encode(&records[0])).is_err());
         assert!(unframe(&[]).is_err());
+    }
+
+    #[test]
+    fn a_message_of_several_channels_names_each_events_channel_and_numbers_them_in_it() {
+        let entry = |n: usize| {
+            Log::entry(
+                &Record::Described {
+                    description: format!("d{n}"),
+                    at: Default::default(),
+                },
+                None,
+            )
+        };
+        let (dev, ops) = (
+            ChannelName::parse("dev").unwrap(),
+            ChannelName::parse("team.ops").unwrap(),
+        );
+        let entries: Vec<Bytes> = (0..4).map(entry).collect();
+        let channels = [&dev, &ops, &dev, &ops];
+        let payload = frame_several(channels.iter().copied().zip(entries.iter().map(|e| &e[..])));
+        let back = unframe_several(&payload).unwrap();
+        let events = by_channel(5, back);
+        assert_eq!(events.len(), 2);
+        assert_eq!((&events[0].channel, &events[1].channel), (&dev, &ops));
+        let ids = |e: &LogEvent| e.entries.iter().map(|x| x.id).collect::<Vec<_>>();
+        assert_eq!(ids(&events[0]), [entry_id(5, 0), entry_id(5, 2)]);
+        assert_eq!(ids(&events[1]), [entry_id(5, 1), entry_id(5, 3)]);
+        assert!(matches!(&events[1].entries[1].record, Record::Described { description, .. } if description == "d3"));
+        // Cut short, or naming what no channel is called, it does not decode.
+        assert!(unframe_several(&payload[..payload.len() - 1]).is_err());
+        let mut bad = payload.to_vec();
+        bad[1] = b'D';
+        assert!(unframe_several(&bad).is_err(), "a name a channel is not stored under");
+        assert!(unframe_several(&[]).is_err());
+        assert_ne!(
+            several(&subject_prefix("CROSSTALK")),
+            subject(&subject_prefix("CROSSTALK"), &dev)
+        );
+        assert!(channel_of(&subject_prefix("CROSSTALK"), &several(&subject_prefix("CROSSTALK"))).is_none());
     }
 
     #[test]

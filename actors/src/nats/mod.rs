@@ -28,6 +28,7 @@ mod log;
 mod presence;
 mod records;
 mod registrations;
+mod several;
 mod waits;
 
 use crate::cluster::{
@@ -76,7 +77,7 @@ pub struct NatsConfig {
     pub tls_cert: Option<(PathBuf, PathBuf)>,
     /// Refuse a connection without TLS.
     pub tls_required: bool,
-    /// How long a loaded channel's next message of the log waits to fill (`appends`);
+    /// How long a loaded node's next message of the log waits to fill (`appends`);
     /// zero sends each at once.
     pub linger: Duration,
 }
@@ -152,33 +153,50 @@ async fn until_ready<T, E: std::fmt::Display, F: std::future::Future<Output = Re
     }
 }
 
-/// The stream's metadata that says its events are numbered as this release numbers them
-/// ([`log::entry_id`]: several events to a message). Before it, an event's id was its stream
-/// sequence, and each message held one.
+/// The stream's metadata that says how its messages hold events, as this release writes them
+/// ([`log::entry_id`]): several events to a message, and messages of several channels' events
+/// ([`log::SEVERAL`]). Before `entries-v1`, an event's id was its stream sequence, and each
+/// message held one; a stream marked `entries-v1` holds no message of several channels, which
+/// this release reads as it always was.
 const IDS_KEY: &str = "crosstalk_ids";
-const IDS_VALUE: &str = "entries-v1";
+const IDS_VALUE: &str = "entries-v2";
+/// The mark this release reads, and raises to [`IDS_VALUE`] before it writes.
+const IDS_EARLIER: &str = "entries-v1";
 
-/// Checks that the stream's events are numbered as this release numbers them, marking an
-/// empty stream that is not marked yet. A stream written by an earlier release is refused:
-/// its events would fold under other ids than the nodes' copies hold.
+/// Checks that the stream's messages hold events as this release reads them, marking the
+/// stream as this release writes them. A stream written by a release before 2026-12-03 is
+/// refused (its events would fold under other ids than the nodes' copies hold), and so is one
+/// a later release marked otherwise. A release before this one refuses a stream this one
+/// marked, rather than skip the messages of several channels it could not read.
 async fn numbered_as_now(js: &jetstream::Context, info: &stream::Info) -> Result<(), RelayError> {
-    if info.config.metadata.get(IDS_KEY).map(String::as_str) == Some(IDS_VALUE) {
-        return Ok(());
-    }
-    if info.state.last_sequence > 0 {
-        return Err(RelayError::StoreUnavailable(format!(
-            "NATS: stream {} was written by a crosstalk release before 2026-12-03, whose events \
-             were numbered by their stream sequence; this release numbers several events to a \
-             message. Run the cluster on a new stream (--nats-stream NAME) with fresh data \
-             directories, or keep the earlier release",
-            info.config.name
-        )));
+    let mark = info.config.metadata.get(IDS_KEY).map(String::as_str);
+    match mark {
+        Some(IDS_VALUE) => return Ok(()),
+        Some(IDS_EARLIER) => {}
+        None if info.state.last_sequence == 0 => {}
+        None => {
+            return Err(RelayError::StoreUnavailable(format!(
+                "NATS: stream {} was written by a crosstalk release before 2026-12-03, whose events \
+                 were numbered by their stream sequence; this release numbers several events to a \
+                 message. Run the cluster on a new stream (--nats-stream NAME) with fresh data \
+                 directories, or keep the earlier release",
+                info.config.name
+            )))
+        }
+        Some(other) => {
+            return Err(RelayError::StoreUnavailable(format!(
+                "NATS: stream {} is marked {IDS_KEY}={other}, a layout this release does not read \
+                 (it reads {IDS_EARLIER} and {IDS_VALUE}): it was written by a later release. Run \
+                 this node on that release",
+                info.config.name
+            )))
+        }
     }
     let mut config = info.config.clone();
     config.metadata.insert(IDS_KEY.to_owned(), IDS_VALUE.to_owned());
     js.update_stream(&config)
         .await
-        .map_err(|e| unavailable("marking the stream's numbering", e))?;
+        .map_err(|e| unavailable("marking the stream's layout", e))?;
     Ok(())
 }
 
@@ -288,6 +306,8 @@ pub struct NatsCluster {
     registrations: registrations::Registrations,
     cursors: cursors::SharedCursors,
     cuts: cuts::Cuts,
+    /// This node's messages of several channels, until each of them is cut past them.
+    several: Arc<several::Several>,
     /// The other nodes' active waits, and this node's changes on their way to the bucket.
     waits: Arc<waits::ClusterWaits>,
     news: Arc<parking_lot::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<waits::WaitNews>>>>,
@@ -408,6 +428,7 @@ impl NatsCluster {
             client,
             link,
             appends: Arc::new(appends::Appends::new(log.clone(), config.linger)),
+            several: Arc::new(several::Several::new(log.clone())),
             log,
             js,
             replicas,
@@ -487,6 +508,7 @@ impl Cluster for NatsCluster {
     fn start(&self, node: Arc<dyn Node>) -> Vec<tokio::task::JoinHandle<()>> {
         // A node restarted with its copy up to date is ready before it serves a request.
         self.caught_up.check_stored(&*node);
+        self.several.attach(node.clone());
         let mut tasks = Vec::new();
         if let Some(news) = self.news.lock().take() {
             let this = self.clone();
