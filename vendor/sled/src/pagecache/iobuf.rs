@@ -842,6 +842,13 @@ impl IoBufs {
     }
 
     pub(in crate::pagecache) fn current_iobuf(&self) -> Arc<IoBuf> {
+        // Pinned while the pointer is loaded and its count bumped: a
+        // sealer swaps the pointer and drops the old Arc through
+        // crossbeam-epoch (`pin().defer(..)` in
+        // `maybe_seal_and_write_iobuf`), which only waits for pinned
+        // threads. Callers such as `make_stable` (every `flush`) and
+        // the flusher's `roll_iobuf` hold no guard of their own.
+        let _guard = crate::crossbeam_pin();
         // we bump up the ref count, and forget the arc to retain a +1.
         // If we didn't forget it, it would then go back down again,
         // even though we just created a new reference to it, leading
