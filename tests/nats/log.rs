@@ -163,7 +163,7 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
     // to stop; the steps below go by how many posts each has had acknowledged, not by time (on
     // a loaded machine a fixed time may hold few posts).
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = |node: String, who: &'static str, count: Arc<AtomicUsize>| {
+    let writer = |node: String, who: &'static str, channel: &'static str, count: Arc<AtomicUsize>| {
         let (c, stop) = (c.clone(), stop.clone());
         tokio::spawn(async move {
             let mut acked: Vec<(u64, String)> = Vec::new();
@@ -173,7 +173,7 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
                 i += 1;
                 let body = format!("{who}-{i}");
                 let r = c
-                    .post(format!("{node}/api/channels/busy/messages"))
+                    .post(format!("{node}/api/channels/{channel}/messages"))
                     .json(&json!({"sender": who, "body": body}))
                     .timeout(Duration::from_secs(10))
                     .send()
@@ -192,8 +192,12 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
         })
     };
     let (count_a, count_b) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let wa = writer(a.base.clone(), "a", count_a.clone());
-    let wb = writer(b.base.clone(), "b", count_b.clone());
+    let wa = writer(a.base.clone(), "a", "busy", count_a.clone());
+    let wb = writer(b.base.clone(), "b", "busy", count_b.clone());
+    // A second writer on A, on a channel of its own: A's posts of both channels that wait for
+    // its append go to the log as messages of several channels.
+    let count_side = Arc::new(AtomicUsize::new(0));
+    let ws = writer(a.base.clone(), "s", "side", count_side.clone());
     let mut seen_on_b: Vec<Value> = Vec::new();
     read_while_writing(&mut sse, &mut seen_on_b, [&count_a, &count_b], 5).await;
     // A NATS server dies: both nodes go on writing.
@@ -209,6 +213,7 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
     stop.store(true, Ordering::SeqCst);
     let acked_a = wa.await.unwrap();
     let acked_b = wb.await.unwrap();
+    let acked_side = ws.await.unwrap();
     assert!(
         acked_a.len() >= 15 && acked_b.len() >= 10,
         "{} {}",
@@ -274,6 +279,26 @@ async fn a_node_and_a_nats_server_killed_during_writes_lose_nothing() {
         );
     }
     assert!(ids(&log).windows(2).all(|w| w[0] < w[1]), "ids increase");
+
+    // The same of the channel A's second writer posted to beside it, and some of its posts
+    // shared a message of the log with the first writer's.
+    assert!(acked_side.len() >= 10, "{}", acked_side.len());
+    let side = messages(&c, &a, "side", 0).await;
+    for (id, body) in &acked_side {
+        let m = side
+            .iter()
+            .filter(|m| m["id"].as_u64() == Some(*id))
+            .collect::<Vec<_>>();
+        assert_eq!(m.len(), 1, "acknowledged {id} on side: {m:?}");
+        assert_eq!(m[0]["body"].as_str(), Some(body.as_str()));
+    }
+    assert!(ids(&side).windows(2).all(|w| w[0] < w[1]), "ids increase on side");
+    let busy_messages: std::collections::HashSet<u64> = ids(&log).iter().map(|id| id >> 10).collect();
+    let shared = ids(&side)
+        .iter()
+        .filter(|id| busy_messages.contains(&(**id >> 10)))
+        .count();
+    assert!(shared > 0, "no message of the log held both channels");
 }
 
 /// Posts until the node acknowledges (its NATS connection may be moving to another server,
