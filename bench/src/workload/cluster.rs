@@ -513,7 +513,7 @@ fn where_the_time_goes(
     rec.set("cluster_events_per_message", per_message);
     rec.note(format!(
         "cluster, where a post's time goes (node A's /metrics over the {connections}-connection step): waiting for the \
-         message of its channel already on its way {}; its message's publish → JetStream's acknowledgement {} ({messages:.0} messages of {per_message:.1} events on average); \
+         node's message already on its way {}; its message's publish → JetStream's acknowledgement {} ({messages:.0} messages of {per_message:.1} events on average); \
          acknowledgement → the node's fold reaching it {}; fold → durable in the node's store {}; the client saw p50 \
          {:.2} ms, p99 {:.2} ms. The rest is HTTP and the hops between the node's threads",
         step("crosstalk_cluster_append_gather_seconds"),
