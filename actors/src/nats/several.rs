@@ -113,11 +113,14 @@ impl Several {
                     break;
                 }
                 let message = message_key(seq);
-                let mut kept = match store.get_aux(Space::Jobs, &message)? {
-                    Some(bytes) => codec::decode::<HeldMessage>(&bytes)
-                        .map_err(|e| crate::StoreError::Corrupt(format!("a held message of the log: {e}")))?,
-                    None => HeldMessage { channels: Vec::new() },
+                let Some(bytes) = store.get_aux(Space::Jobs, &message)? else {
+                    // A channel's key without its message's record: nothing says which
+                    // channels still need the message, so it stays in the stream.
+                    writes.push((key, None));
+                    continue;
                 };
+                let mut kept = codec::decode::<HeldMessage>(&bytes)
+                    .map_err(|e| crate::StoreError::Corrupt(format!("a held message of the log: {e}")))?;
                 if kept.channels.iter().any(|(c, last)| c == channel && *last > through) {
                     // The message holding the cut's last event has later events of the channel.
                     done = true;
