@@ -174,19 +174,27 @@ impl Log {
         Ok(())
     }
 
-    /// Removes the message at `seq` (one of several channels' events, each of them cut past
-    /// it); answers whether this removed it (`false`: it was gone already).
-    pub async fn delete(&self, seq: u64) -> Result<bool, RelayError> {
+    /// Removes the messages at `seqs` (each of several channels' events, each of those
+    /// channels cut past it); answers how many this removed (one already gone is not counted).
+    pub async fn delete(&self, seqs: &[u64]) -> Result<usize, RelayError> {
+        if seqs.is_empty() {
+            return Ok(0);
+        }
         let stream = self
             .js
             .get_stream(&self.stream)
             .await
             .map_err(|e| unavailable("opening the stream", e))?;
-        match stream.delete_message(seq).await {
-            Ok(removed) => Ok(removed),
-            Err(e) if gone(&e) => Ok(false),
-            Err(e) => Err(unavailable("removing a message of several channels' events", e)),
+        let mut removed = 0;
+        for &seq in seqs {
+            match stream.delete_message(seq).await {
+                Ok(true) => removed += 1,
+                Ok(false) => {}
+                Err(e) if gone(&e) => {}
+                Err(e) => return Err(unavailable("removing a message of several channels' events", e)),
+            }
         }
+        Ok(removed)
     }
 
     /// The sequence of the newest event in the log (0 when it is empty).
@@ -321,45 +329,58 @@ fn log_message(prefix: &str, m: Result<jetstream::Message, RelayError>) -> Optio
         Err(e) => return Some(Err(unavailable("reading a message's sequence", e))),
     };
     let several = m.subject.as_str() == several(prefix);
-    let entries = if several {
-        unframe_several(&m.payload)
+    let events = if several {
+        unframe_several(&m.payload).map(|entries| by_channel(seq, entries))
     } else {
         let Some(channel) = channel_of(prefix, m.subject.as_str()) else {
             tracing::warn!(seq, subject = %m.subject, "skipping a log entry on a subject that names no channel");
             return None;
         };
-        unframe(&m.payload).map(|entries| entries.into_iter().map(|e| (channel.clone(), e)).collect())
+        unframe(&m.payload).map(|entries| {
+            let entries = entries
+                .into_iter()
+                .enumerate()
+                .map(|(index, e)| numbered(seq, index, e))
+                .collect();
+            vec![LogEvent { seq, channel, entries }]
+        })
     };
-    let entries = match entries {
-        Ok(entries) => entries,
+    match events {
+        Ok(events) => Some(Ok(LogMessage { seq, several, events })),
         Err(e) => {
             tracing::error!(seq, subject = %m.subject, error = %e, "skipping a log entry that does not decode");
-            return None;
+            None
         }
-    };
-    Some(Ok(LogMessage {
-        seq,
-        several,
-        events: by_channel(seq, entries),
-    }))
+    }
 }
 
-/// A message's events, numbered by their place in it, as a [`LogEvent`] for each channel.
+/// The `index`th event of the message at `seq`.
+fn numbered(seq: u64, index: usize, e: StreamEntry) -> LogEntry {
+    LogEntry {
+        id: entry_id(seq, index),
+        record: e.record,
+        idempotency_key: e.idempotency_key,
+    }
+}
+
+/// A message of several channels' events, numbered by their place in it, as a [`LogEvent`]
+/// for each channel, in the order of their first events.
 fn by_channel(seq: u64, entries: Vec<(ChannelName, StreamEntry)>) -> Vec<LogEvent> {
     let mut events: Vec<LogEvent> = Vec::new();
+    // A message may hold up to 1,024 channels: each found by name, not by a walk of the others.
+    let mut at: std::collections::HashMap<ChannelName, usize> = std::collections::HashMap::new();
     for (index, (channel, e)) in entries.into_iter().enumerate() {
-        let entry = LogEntry {
-            id: entry_id(seq, index),
-            record: e.record,
-            idempotency_key: e.idempotency_key,
-        };
-        match events.iter_mut().find(|ev| ev.channel == channel) {
-            Some(event) => event.entries.push(entry),
-            None => events.push(LogEvent {
-                seq,
-                channel,
-                entries: vec![entry],
-            }),
+        let entry = numbered(seq, index, e);
+        match at.get(&channel) {
+            Some(&i) => events[i].entries.push(entry),
+            None => {
+                at.insert(channel.clone(), events.len());
+                events.push(LogEvent {
+                    seq,
+                    channel,
+                    entries: vec![entry],
+                });
+            }
         }
     }
     events

@@ -103,6 +103,9 @@ impl Several {
             let keys = store.scan_aux(Space::Jobs, &prefix, BATCH)?;
             let mut done = keys.len() < BATCH;
             let mut writes = Vec::new();
+            // Messages no channel holds any more: removed from the stream before their
+            // records are.
+            let mut gone = Vec::new();
             for (key, _) in keys {
                 let Some(seq) = <[u8; 8]>::try_from(&key[prefix.len()..]).ok().map(u64::from_be_bytes) else {
                     writes.push((key, None));
@@ -129,14 +132,14 @@ impl Several {
                 kept.channels.retain(|(c, _)| c != channel);
                 writes.push((key, None));
                 if kept.channels.is_empty() {
-                    if self.log.delete(seq).await? {
-                        metrics::counter!("crosstalk_cluster_several_removed_total").increment(1);
-                    }
+                    gone.push(seq);
                     writes.push((message, None));
                 } else {
                     writes.push((message, Some(codec::encode(&kept))));
                 }
             }
+            let removed = self.log.delete(&gone).await?;
+            metrics::counter!("crosstalk_cluster_several_removed_total").increment(removed as u64);
             if !writes.is_empty() {
                 node.write_aux(Space::Jobs, writes).await?;
             }
