@@ -358,14 +358,33 @@ impl<V: Value> Bucket<V> {
         Ok(info.state.last_sequence)
     }
 
-    /// Every key with a current value.
+    /// Every key the bucket holds, in order; a key deleted lately may be among them (its
+    /// [`Bucket::get`] is `None`), so a caller reads each.
+    ///
+    /// One answer of the stream's leader, of the subjects it holds messages on, taken at one
+    /// moment. Not the client's key listing: that walks a consumer over each key's last
+    /// message and stops when the server counts nothing left, so a key whose only message
+    /// is replaced during the walk (a task settling while its owner lists tasks) can be
+    /// skipped at its old place and not yet counted at its new one, and is missing from the
+    /// list. A listing also then cost a consumer, created and deleted through the cluster's
+    /// meta group.
     pub async fn keys(&self) -> Result<Vec<String>, RelayError> {
         let what = format!("listing the {} bucket", self.what);
-        let mut keys = self.store.keys().await.map_err(|e| unavailable(&what, e))?;
+        let filter = format!("{}>", self.store.prefix);
+        let mut subjects = self
+            .store
+            .stream
+            .info_with_subjects(&filter)
+            .await
+            .map_err(|e| unavailable(&what, e))?;
         let mut out = Vec::new();
-        while let Some(k) = keys.next().await {
-            out.push(k.map_err(|e| unavailable(&what, e))?);
+        while let Some(subject) = subjects.next().await {
+            let (subject, _messages) = subject.map_err(|e| unavailable(&what, e))?;
+            if let Some(key) = subject.strip_prefix(self.store.prefix.as_str()) {
+                out.push(key.to_owned());
+            }
         }
+        out.sort_unstable();
         Ok(out)
     }
 

@@ -77,8 +77,8 @@ impl RecordStore for RecordBuckets {
     }
 
     /// The bucket's stream's last sequence, asked of its leader: every put or delete takes
-    /// one. Asking costs the servers a stream info, where listing the keys creates (and
-    /// deletes) a consumer, replicated through the cluster's meta group.
+    /// one. Asking costs the servers a stream info, where a listing costs one naming every
+    /// key and then a read of each.
     fn version(&self, kind: Kind) -> Answer<Option<u64>> {
         let this = self.clone();
         Box::pin(async move { Ok(Some(this.bucket(kind).await?.revision().await?)) })

@@ -10,6 +10,7 @@
 use crate::support::*;
 use crosstalk_actors::cluster::{Cluster, Embedded};
 use crosstalk_actors::nats::{NatsCluster, NatsConfig};
+use crosstalk_actors::records::Kind as RecordKind;
 use crosstalk_actors::sled_store::SledStore;
 use crosstalk_actors::{Relay, RelayConfig, RelayError, Retention};
 use crosstalk_schema::{InstanceKind, NewMessage};
@@ -509,5 +510,52 @@ fn a_joining_node_is_ready_only_once_it_holds_the_log() {
         assert_eq!(read.len(), posted, "ready, and holding every event the log held");
         b.shutdown().unwrap();
         a.shutdown().unwrap();
+    });
+}
+
+/// A listing of a kind's records holds every record, while other records of that kind are
+/// rewritten under it: a task settling while its owner lists its tasks, a cut recorded while
+/// a node reads the cuts. On NATS a listing that walks the keys through a consumer can lose a
+/// key whose only message was replaced after the walk began.
+#[test]
+fn a_listing_holds_every_record_while_they_are_rewritten() {
+    both(|setup| async move {
+        const N: usize = 40;
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        let records = relay.records();
+        let key = |i: usize| format!("task-{i:03}");
+        for i in 0..N {
+            records.put(RecordKind::Tasks, key(i), vec![0]).await.unwrap();
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (records, stop) = (records.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut round = 0u8;
+                while !stop.load(Ordering::Relaxed) {
+                    round = round.wrapping_add(1);
+                    for i in (0..N).rev() {
+                        records.put(RecordKind::Tasks, key(i), vec![round]).await.unwrap();
+                    }
+                }
+            })
+        };
+        for listing in 0..60 {
+            let mut listed: Vec<String> = records
+                .list(RecordKind::Tasks)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            listed.sort();
+            let missing: Vec<String> = (0..N).map(key).filter(|k| listed.binary_search(k).is_err()).collect();
+            assert!(missing.is_empty(), "listing {listing} lacks {missing:?}");
+            assert_eq!(listed.len(), N, "listing {listing}: {listed:?}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.await.unwrap();
+        relay.shutdown().unwrap();
     });
 }
