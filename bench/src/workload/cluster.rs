@@ -42,6 +42,9 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
     let (b, _) = launcher.start(&dir.join("node-b"), &args, "cluster-b").await?;
     let servers = cluster.pids();
     let mut result = measure(plan, &a, &b, &servers, rec).await;
+    if result.is_ok() {
+        result = own_channels(plan, &[("node A", &a), ("node B", &b)], &servers, rec).await;
+    }
     // The same POST load spread over three and then five relay nodes on the same servers.
     let mut nodes = vec![a, b];
     for (count, key) in [(3, "cluster3_post_per_s"), (5, "cluster5_post_per_s")] {
@@ -60,6 +63,14 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
             nodes.push(n);
         }
         let all: Vec<&Server> = nodes.iter().collect();
+        if count == 3 {
+            let names = ["node A", "node B", "node C"];
+            let named: Vec<(&str, &Server)> = names.into_iter().zip(all.iter().copied()).collect();
+            result = own_channels(plan, &named, &servers, rec).await;
+            if result.is_err() {
+                break;
+            }
+        }
         result = spread_posts(plan, &all, plan.connections).await.map(|(rate, _, s)| {
             rec.set(key, rate);
             rec.note(format!(
@@ -98,6 +109,11 @@ pub async fn cluster(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
                     rec,
                 )
                 .await;
+        }
+        if alone.is_ok() {
+            if let Err(e) = own_channels(plan, &[("node A", &a)], &servers, rec).await {
+                failures.push(format!("{e:#}"));
+            }
         }
         result = alone.map(|(rate, _, s)| {
             rec.set("cluster1_post_per_s", rate);
@@ -180,6 +196,58 @@ async fn spread_over_channels(
         latencies.extend(l);
     }
     Ok((rates.iter().sum(), rates, summarize(&latencies)))
+}
+
+/// Nodes whose clients use channels of their own: the run's connection count on each of
+/// `nodes` at once, each node's on its own channel (`own-0`, `own-1`, …), with the CPU a post
+/// over the step. Recorded as `cluster_own<N>_post_per_s` for `N` nodes, the nodes running
+/// being exactly these: does a node more add throughput when clients keep to their own node's
+/// channels? Every node still folds every post.
+async fn own_channels(
+    plan: &Plan,
+    nodes: &[(&str, &Server)],
+    servers: &[u32],
+    rec: &mut Record,
+) -> anyhow::Result<Done> {
+    let count = nodes.len();
+    let budget = Budget::start(servers, nodes).await;
+    let loads = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, (_, n))| async move { (i, post_load(plan, n, &format!("own-{i}"), plan.connections).await) });
+    let (mut rates, mut latencies) = (vec![0.0; count], Vec::new());
+    for (i, r) in futures_util::future::join_all(loads).await {
+        let r = r?;
+        if r.errors > 0 {
+            bail!(
+                "{} posts failed on {count} nodes with channels of their own: {}",
+                r.errors,
+                r.first_error.as_deref().unwrap_or("-")
+            );
+        }
+        rates[i] = r.rate();
+        latencies.extend(r.latencies);
+    }
+    let rate: f64 = rates.iter().sum();
+    let step = format!(
+        "{count} node(s), each with {} connections on a channel of its own",
+        plan.connections
+    );
+    budget.end(rate, &format!("cluster_own{count}"), &step, rec).await;
+    let s = summarize(&latencies);
+    rec.set(&format!("cluster_own{count}_post_per_s"), rate);
+    let each: Vec<String> = nodes
+        .iter()
+        .zip(&rates)
+        .map(|((name, _), r)| format!("{name} {r:.0}/s"))
+        .collect();
+    rec.note(format!(
+        "cluster: durable POST on {step}: {rate:.0}/s ({}), p50 {:.2} ms, p99 {:.2} ms",
+        each.join(", "),
+        s.p50_ms,
+        s.p99_ms
+    ));
+    Ok(Done::Ran)
 }
 
 /// Publishes `size`-byte messages to a stream of three replicas on `urls` from `flight`
