@@ -229,10 +229,16 @@ async fn own_channels(
         latencies.extend(r.latencies);
     }
     let rate: f64 = rates.iter().sum();
-    let step = format!(
-        "{count} node(s), each with {} connections on a channel of its own",
-        plan.connections
-    );
+    let step = match count {
+        1 => format!(
+            "one node alone, {} connections on a channel of its own",
+            plan.connections
+        ),
+        n => format!(
+            "{n} nodes, each with {} connections on a channel of its own",
+            plan.connections
+        ),
+    };
     budget.end(rate, &format!("cluster_own{count}"), &step, rec).await;
     let s = summarize(&latencies);
     rec.set(&format!("cluster_own{count}_post_per_s"), rate);
