@@ -342,8 +342,18 @@ pub async fn waiters(plan: &Plan, launcher: &Launcher, dir: &Path, rec: &mut Rec
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     if waiting < total {
+        // Why the others did not park, if one of them has already ended with an error.
+        let mut why = String::new();
+        while let Some(ended) = parked.try_join_next() {
+            match ended {
+                Ok(Err(e)) => why = format!("; one waiter failed: {e:#}"),
+                Err(e) => why = format!("; a waiter's task ended: {e}"),
+                Ok(Ok(_)) => continue,
+            }
+            break;
+        }
         bail!(
-            "only {waiting} of {total} waiters parked within {:?}",
+            "only {waiting} of {total} waiters parked within {:?}{why}",
             plan.connect_budget
         );
     }
