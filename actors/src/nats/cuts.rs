@@ -53,14 +53,12 @@ impl Cuts {
     pub async fn all(&self) -> Result<(u64, HashMap<ChannelName, CutState>), RelayError> {
         let revision = self.bucket.revision().await?;
         let mut out = HashMap::new();
-        for key in self.bucket.keys().await? {
+        for (key, cut) in self.bucket.values(usize::MAX).await? {
             let Some(channel) = unhex(&key).and_then(|name| ChannelName::parse(&name).ok()) else {
                 tracing::warn!(%key, "skipping a recorded cut whose key names no channel");
                 continue;
             };
-            if let Some(cut) = self.bucket.get(&key).await? {
-                out.insert(channel, cut);
-            }
+            out.insert(channel, cut);
         }
         Ok((revision, out))
     }

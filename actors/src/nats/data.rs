@@ -91,12 +91,13 @@ impl SharedDataStore for SharedBuckets {
     fn list(&self) -> BoxFuture<'static, Result<Vec<SharedSummary>, RelayError>> {
         let this = self.buckets.clone();
         Box::pin(async move {
-            let mut all = Vec::new();
-            for k in this.current.keys().await? {
-                if let Some(d) = this.current.get(&k).await? {
-                    all.push(d);
-                }
-            }
+            let mut all: Vec<SharedData> = this
+                .current
+                .values(usize::MAX)
+                .await?
+                .into_iter()
+                .map(|(_, d)| d)
+                .collect();
             all.sort_by(|a, b| a.key.cmp(&b.key));
             Ok(all.iter().filter(|d| !d.deleted).map(SharedSummary::from).collect())
         })

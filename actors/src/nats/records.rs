@@ -42,7 +42,8 @@ impl RecordBuckets {
                 Ok::<_, RelayError>(
                     Bucket::open(&open, kind.tag().1, Duration::ZERO, "records")
                         .await?
-                        .reading_from_leader(),
+                        .reading_from_leader()
+                        .forgetting_deletes(),
                 )
             })
             .await?;
@@ -86,15 +87,6 @@ impl RecordStore for RecordBuckets {
 
     fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>> {
         let this = self.clone();
-        Box::pin(async move {
-            let b = this.bucket(kind).await?;
-            let mut out = Vec::new();
-            for k in b.keys().await?.into_iter().take(crate::records::MAX_LISTED) {
-                if let Some(v) = b.get(&k).await? {
-                    out.push((k, v));
-                }
-            }
-            Ok(out)
-        })
+        Box::pin(async move { this.bucket(kind).await?.values(crate::records::MAX_LISTED).await })
     }
 }

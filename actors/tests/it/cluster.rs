@@ -103,6 +103,23 @@ where
     }
 }
 
+/// Runs `test` on NATS only, on a fresh actix system, where there is a nats-server (else one
+/// line says it was skipped).
+fn nats_only<F, Fut>(test: F)
+where
+    F: FnOnce(Setup) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let test_name = std::thread::current().name().unwrap_or("a test").to_owned();
+    let Some(server) = nats::or_skip(&test_name) else {
+        return;
+    };
+    let setup = Setup::new(Kind::Nats, Some(&server));
+    let within =
+        actix_rt::System::new().block_on(async { tokio::time::timeout(Duration::from_secs(60), test(setup)).await });
+    assert!(within.is_ok(), "the test did not finish within 60 s");
+}
+
 /// Waits until `deadline`, failing with `what` past it (a cluster node folds the log a moment
 /// after the append).
 async fn not_past(deadline: Instant, what: &str) {
@@ -435,44 +452,36 @@ fn what_was_acknowledged_is_there_after_a_restart() {
 /// cores. A single relay still abandons such a write after 5 s (`store_faults`).
 #[test]
 fn a_node_waits_for_a_slow_store_instead_of_stopping() {
-    let Some(server) = nats::or_skip("a_node_waits_for_a_slow_store_instead_of_stopping") else {
-        return;
-    };
-    let setup = Setup::new(Kind::Nats, Some(&server));
-    let within = actix_rt::System::new().block_on(async {
-        tokio::time::timeout(Duration::from_secs(60), async {
-            let dir = tempfile::tempdir().unwrap();
-            let store = crate::store_faults::Faulty::new(dir.path());
-            let cluster = setup.cluster().await;
-            cluster.claim_store(store.as_ref()).unwrap();
-            let config = RelayConfig {
-                cluster,
-                ..RelayConfig::default()
-            };
-            let relay = Relay::start(store.clone(), config).unwrap().0;
-            let dev = ch("dev");
-            relay.post(&dev, msg("a", "before")).await.unwrap();
+    nats_only(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store_faults::Faulty::new(dir.path());
+        let cluster = setup.cluster().await;
+        cluster.claim_store(store.as_ref()).unwrap();
+        let config = RelayConfig {
+            cluster,
+            ..RelayConfig::default()
+        };
+        let relay = Relay::start(store.clone(), config).unwrap().0;
+        let dev = ch("dev");
+        relay.post(&dev, msg("a", "before")).await.unwrap();
 
-            store.hang_flush.store(true, Ordering::SeqCst);
-            let started = Instant::now();
-            let release = async {
-                tokio::time::sleep(Duration::from_secs(7)).await;
-                store.hang_flush.store(false, Ordering::SeqCst);
-            };
-            let (slow, ()) = tokio::join!(relay.post(&dev, msg("a", "slow")), release);
-            let slow = slow.expect("answered once the store has it");
-            assert!(started.elapsed() >= Duration::from_secs(7), "{:?}", started.elapsed());
-            assert_eq!(bodies(&relay, "dev").await, ["before", "slow"]);
-            assert_eq!(stored_bodies(store.as_ref(), "dev"), ["before", "slow"]);
+        store.hang_flush.store(true, Ordering::SeqCst);
+        let started = Instant::now();
+        let release = async {
+            tokio::time::sleep(Duration::from_secs(7)).await;
+            store.hang_flush.store(false, Ordering::SeqCst);
+        };
+        let (slow, ()) = tokio::join!(relay.post(&dev, msg("a", "slow")), release);
+        let slow = slow.expect("answered once the store has it");
+        assert!(started.elapsed() >= Duration::from_secs(7), "{:?}", started.elapsed());
+        assert_eq!(bodies(&relay, "dev").await, ["before", "slow"]);
+        assert_eq!(stored_bodies(store.as_ref(), "dev"), ["before", "slow"]);
 
-            let after = relay.post(&dev, msg("a", "after")).await.unwrap();
-            assert!(after.id() > slow.id());
-            assert_eq!(stored_bodies(store.as_ref(), "dev"), ["before", "slow", "after"]);
-            relay.shutdown().unwrap();
-        })
-        .await
+        let after = relay.post(&dev, msg("a", "after")).await.unwrap();
+        assert!(after.id() > slow.id());
+        assert_eq!(stored_bodies(store.as_ref(), "dev"), ["before", "slow", "after"]);
+        relay.shutdown().unwrap();
     });
-    assert!(within.is_ok(), "the test did not finish within 60 s");
 }
 
 /// A node that joins a log of many events says it is not ready (`/healthz`'s `catching_up`)
@@ -556,6 +565,91 @@ fn a_listing_holds_every_record_while_they_are_rewritten() {
         }
         stop.store(true, Ordering::Relaxed);
         writer.await.unwrap();
+        relay.shutdown().unwrap();
+    });
+}
+
+/// A record deleted and made again while its kind is listed keeps the value it was made with:
+/// a listing that meets the delete, and on NATS removes the delete's marker, must not remove
+/// the write that came after it.
+#[test]
+fn a_record_made_again_while_listed_keeps_its_new_value() {
+    both(|setup| async move {
+        const N: usize = 30;
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        let records = relay.records();
+        let key = |i: usize| format!("code-{i:02}");
+        for i in 0..N {
+            records.put(RecordKind::Codes, key(i), vec![0]).await.unwrap();
+        }
+        for round in 1..=50u8 {
+            for i in 0..N {
+                records.delete(RecordKind::Codes, key(i)).await.unwrap();
+            }
+            let writer = {
+                let records = records.clone();
+                tokio::spawn(async move {
+                    for i in 0..N {
+                        records.put(RecordKind::Codes, key(i), vec![round]).await.unwrap();
+                    }
+                })
+            };
+            for _ in 0..3 {
+                for (k, v) in records.list(RecordKind::Codes).await.unwrap() {
+                    assert!(v == [round], "round {round}: {k} listed as {v:?}");
+                }
+            }
+            writer.await.unwrap();
+            for i in 0..N {
+                let v = records.get(RecordKind::Codes, key(i)).await.unwrap();
+                assert_eq!(v, Some(vec![round]), "round {round}: {}", key(i));
+            }
+        }
+        relay.shutdown().unwrap();
+    });
+}
+
+/// On NATS a deleted record leaves its bucket at the next listing: the bucket keeps each key's
+/// last message, a delete's marker too, so without that every record ever made and deleted
+/// (a settled task, a used code) stayed in the bucket and cost each listing one more read.
+#[test]
+fn deleted_records_leave_their_bucket_at_the_next_listing() {
+    nats_only(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        let records = relay.records();
+        for i in 0..200 {
+            records
+                .put(RecordKind::Tasks, format!("gone-{i:03}"), vec![1])
+                .await
+                .unwrap();
+        }
+        records.put(RecordKind::Tasks, "kept".into(), vec![2]).await.unwrap();
+        for i in 0..200 {
+            records.delete(RecordKind::Tasks, format!("gone-{i:03}")).await.unwrap();
+        }
+        let port = setup.server.as_ref().unwrap().port;
+        let js = async_nats::jetstream::new(async_nats::connect(format!("nats://127.0.0.1:{port}")).await.unwrap());
+        let held = || async {
+            let mut stream = js.get_stream(format!("KV_{}_MCP_TASKS", setup.stream)).await.unwrap();
+            stream.info().await.unwrap().state.messages
+        };
+        assert_eq!(held().await, 201, "the deletes' markers, and the kept record");
+
+        let listed = records.list(RecordKind::Tasks).await.unwrap();
+        assert_eq!(listed, [("kept".to_owned(), vec![2])]);
+        assert_eq!(held().await, 1, "the markers are gone");
+        assert_eq!(records.list(RecordKind::Tasks).await.unwrap(), listed);
+        // A key made again after its marker went is made as new.
+        records
+            .put(RecordKind::Tasks, "gone-000".into(), vec![3])
+            .await
+            .unwrap();
+        assert_eq!(
+            records.get(RecordKind::Tasks, "gone-000".into()).await.unwrap(),
+            Some(vec![3])
+        );
         relay.shutdown().unwrap();
     });
 }
