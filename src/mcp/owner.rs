@@ -73,8 +73,37 @@ struct Session {
 #[derive(Default)]
 struct Table {
     sessions: HashMap<String, Session>,
-    /// Per principal key: live sessions plus `initialize` requests in flight.
-    counts: HashMap<String, usize>,
+    /// Per principal key: what it holds.
+    counts: HashMap<String, Slots>,
+}
+
+/// A principal's slots: its live sessions, and its `initialize` requests in flight that have
+/// no session yet. An `initialize` holds a slot while it is answered, and the session rmcp
+/// opens for it takes that slot over ([`Owners::opened`]) rather than a second one: counted
+/// twice, 1,000 agents behind one token initializing at once were refused at 1,024 while
+/// they would hold 1,000 sessions (seen in the benchmark's row 11).
+#[derive(Default, Debug, PartialEq)]
+struct Slots {
+    sessions: usize,
+    initializing: usize,
+    /// Slots of `initialize` requests still in flight that a session has taken over: their
+    /// [`Reserved`] gives nothing back when it drops.
+    handed_over: usize,
+}
+
+impl Slots {
+    fn slots(&self) -> usize {
+        self.sessions + self.initializing
+    }
+}
+
+/// Changes `key`'s slots, and forgets the principal once it holds none.
+fn change(counts: &mut HashMap<String, Slots>, key: &str, f: impl FnOnce(&mut Slots)) {
+    let held = counts.entry(key.to_owned()).or_default();
+    f(held);
+    if *held == Slots::default() {
+        counts.remove(key);
+    }
 }
 
 /// Who opened each live MCP session (both faces), and how many each principal holds.
@@ -120,8 +149,8 @@ impl Owners {
         let key = p.key().to_owned();
         let (max, setting) = this.limit(p);
         let mut t = this.table.lock();
-        let n = t.counts.entry(key.clone()).or_insert(0);
-        if *n >= max {
+        let held = t.counts.get(&key).map_or(0, Slots::slots);
+        if held >= max {
             let mut e = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 TOO_MANY_SESSIONS,
@@ -134,7 +163,7 @@ impl Owners {
             e.retry_after = Some(INIT_GRACE.as_secs() as u32);
             return Err(e);
         }
-        *n += 1;
+        change(&mut t.counts, &key, |h| h.initializing += 1);
         Ok(Reserved {
             owners: this.clone(),
             key,
@@ -147,7 +176,13 @@ impl Owners {
         if t.sessions.contains_key(id) {
             return;
         }
-        *t.counts.entry(p.key().to_owned()).or_insert(0) += 1;
+        change(&mut t.counts, p.key(), |h| {
+            h.sessions += 1;
+            if h.initializing > 0 {
+                h.initializing -= 1;
+                h.handed_over += 1;
+            }
+        });
         t.sessions.insert(
             id.to_owned(),
             Session {
@@ -178,7 +213,9 @@ impl Owners {
     pub fn closed(&self, id: &str) {
         let mut t = self.table.lock();
         let Some(s) = t.sessions.remove(id) else { return };
-        release(&mut t.counts, s.principal.key());
+        change(&mut t.counts, s.principal.key(), |h| {
+            h.sessions = h.sessions.saturating_sub(1)
+        });
         self.open.fetch_sub(1, Relaxed);
         if !s.initialized {
             self.initializing.fetch_sub(1, Relaxed);
@@ -186,17 +223,8 @@ impl Owners {
     }
 }
 
-fn release(counts: &mut HashMap<String, usize>, key: &str) {
-    if let Some(n) = counts.get_mut(key) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            counts.remove(key);
-        }
-    }
-}
-
-/// An `initialize` in flight, holding one of its principal's slots until it is answered (by
-/// then the session, if rmcp made one, holds a slot of its own).
+/// An `initialize` in flight, holding one of its principal's slots until it is answered or
+/// the session rmcp opens for it takes the slot over.
 struct Reserved {
     owners: Arc<Owners>,
     key: String,
@@ -204,7 +232,13 @@ struct Reserved {
 
 impl Drop for Reserved {
     fn drop(&mut self) {
-        release(&mut self.owners.table.lock().counts, &self.key);
+        change(&mut self.owners.table.lock().counts, &self.key, |h| {
+            if h.handed_over > 0 {
+                h.handed_over -= 1;
+            } else {
+                h.initializing = h.initializing.saturating_sub(1);
+            }
+        });
     }
 }
 
@@ -303,4 +337,72 @@ pub async fn bind(
         }),
         None => res.map_body(|_, body| EitherBody::left(EitherBody::right(body))),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owners(max: usize) -> Arc<Owners> {
+        Arc::new(Owners {
+            table: Default::default(),
+            max,
+            max_one_client: max,
+            open: Default::default(),
+            initializing: Default::default(),
+        })
+    }
+
+    fn slots(o: &Owners) -> usize {
+        o.table
+            .lock()
+            .counts
+            .get(Principal::Anyone.key())
+            .map_or(0, Slots::slots)
+    }
+
+    /// Agents initializing at once each hold one slot, whether or not rmcp has opened their
+    /// session yet: three sessions opened of a limit of four leave room for a fourth.
+    #[test]
+    fn a_session_takes_over_the_slot_of_its_initialize() {
+        let o = owners(4);
+        let p = Principal::Anyone;
+        let inits: Vec<Reserved> = (0..3).map(|_| Owners::reserve(&o, &p).unwrap()).collect();
+        for i in 0..3 {
+            o.opened(&format!("s{i}"), p.clone());
+        }
+        assert_eq!(slots(&o), 3, "three sessions, their initializes still being answered");
+        let fourth = Owners::reserve(&o, &p).expect("a fourth fits");
+        assert!(Owners::reserve(&o, &p).is_err(), "a fifth does not");
+        drop(inits);
+        assert_eq!(slots(&o), 4);
+        drop(fourth);
+        assert_eq!(slots(&o), 3);
+        for i in 0..3 {
+            o.closed(&format!("s{i}"));
+        }
+        assert!(o.table.lock().counts.is_empty(), "{:?}", o.table.lock().counts.keys());
+    }
+
+    /// An `initialize` that opens no session gives its slot back, whichever of several in
+    /// flight ends first; a session opened with no `initialize` in flight takes a slot of its own.
+    #[test]
+    fn slots_come_back_however_the_initializes_end() {
+        let o = owners(2);
+        let p = Principal::Anyone;
+        let (failed, made) = (Owners::reserve(&o, &p).unwrap(), Owners::reserve(&o, &p).unwrap());
+        assert!(Owners::reserve(&o, &p).is_err());
+        o.opened("made", p.clone());
+        drop(failed);
+        assert_eq!(slots(&o), 2, "the session and the initialize still answering");
+        drop(made);
+        assert_eq!(slots(&o), 1);
+        o.opened("resumed", p.clone());
+        assert_eq!(slots(&o), 2);
+        assert!(Owners::reserve(&o, &p).is_err());
+        o.closed("made");
+        o.closed("resumed");
+        o.closed("resumed");
+        assert!(o.table.lock().counts.is_empty());
+    }
 }
