@@ -31,11 +31,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// Default of `--max-sessions-per-principal`: a large fleet behind one token, at about 70 KB
-/// a session.
+/// Default of `--max-sessions-per-principal`: a large fleet behind one token, at about 50 KB
+/// an idle session (docs/benchmarks.md).
 pub const DEFAULT_MAX_SESSIONS: usize = 1024;
 /// Default of `--max-sessions-per-participant`: one identity's agent, its reconnections and a
-/// few hosts (rmcp closes a session idle for 5 minutes), at most about 4.5 MB.
+/// few hosts (rmcp closes a session idle for 5 minutes), at most about 3 MB idle.
 pub const DEFAULT_MAX_SESSIONS_PER_PARTICIPANT: usize = 64;
 /// The 429's code for an `initialize` beyond `--max-sessions-per-principal`.
 pub const TOO_MANY_SESSIONS: &str = "too_many_sessions";

@@ -30,6 +30,8 @@ pub mod handler;
 pub mod task_manager;
 #[cfg(any(feature = "client", feature = "server"))]
 pub mod transport;
+#[cfg(any(feature = "client", feature = "server"))]
+pub mod boxed_mpsc;
 
 // re-export
 #[cfg(all(feature = "macros", feature = "server"))]

@@ -167,9 +167,9 @@ impl<W: Worker> WorkerSendRequest<W> {
 }
 
 pub struct WorkerTransport<W: Worker> {
-    rx: tokio::sync::mpsc::Receiver<RxJsonRpcMessage<W::Role>>,
-    send_service: tokio::sync::mpsc::Sender<WorkerSendRequest<W>>,
-    control_send_service: tokio::sync::mpsc::Sender<WorkerSendRequest<W>>,
+    rx: crate::boxed_mpsc::Receiver<RxJsonRpcMessage<W::Role>>,
+    send_service: crate::boxed_mpsc::Sender<WorkerSendRequest<W>>,
+    control_send_service: crate::boxed_mpsc::Sender<WorkerSendRequest<W>>,
     request_cancellations: RequestCancellations,
     control_generation: Arc<AtomicU64>,
     join_handle: Option<tokio::task::JoinHandle<Result<(), WorkerQuitReason<W::Error>>>>,
@@ -211,11 +211,11 @@ impl<W: Worker> WorkerTransport<W> {
         let config = worker.config();
         let worker_name = config.name;
         let (to_transport_tx, from_handler_rx) =
-            tokio::sync::mpsc::channel::<WorkerSendRequest<W>>(config.channel_buffer_capacity);
+            crate::boxed_mpsc::channel::<WorkerSendRequest<W>>(config.channel_buffer_capacity);
         let (control_to_transport_tx, control_from_handler_rx) =
-            tokio::sync::mpsc::channel::<WorkerSendRequest<W>>(config.channel_buffer_capacity);
+            crate::boxed_mpsc::channel::<WorkerSendRequest<W>>(config.channel_buffer_capacity);
         let (to_handler_tx, from_transport_rx) =
-            tokio::sync::mpsc::channel::<RxJsonRpcMessage<W::Role>>(config.channel_buffer_capacity);
+            crate::boxed_mpsc::channel::<RxJsonRpcMessage<W::Role>>(config.channel_buffer_capacity);
         let request_cancellations = RequestCancellations::default();
         let control_generation = Arc::new(AtomicU64::new(0));
         let context = WorkerContext {
@@ -292,10 +292,10 @@ pub struct SendRequest<W: Worker> {
 
 #[non_exhaustive]
 pub struct WorkerContext<W: Worker> {
-    pub to_handler_tx: tokio::sync::mpsc::Sender<RxJsonRpcMessage<W::Role>>,
-    pub from_handler_rx: tokio::sync::mpsc::Receiver<WorkerSendRequest<W>>,
+    pub to_handler_tx: crate::boxed_mpsc::Sender<RxJsonRpcMessage<W::Role>>,
+    pub from_handler_rx: crate::boxed_mpsc::Receiver<WorkerSendRequest<W>>,
     /// Messages selected by [`Worker::is_control_message`].
-    pub control_from_handler_rx: tokio::sync::mpsc::Receiver<WorkerSendRequest<W>>,
+    pub control_from_handler_rx: crate::boxed_mpsc::Receiver<WorkerSendRequest<W>>,
     pub cancellation_token: CancellationToken,
     control_generation: Arc<AtomicU64>,
 }

@@ -7,11 +7,9 @@ use std::{
 
 use futures::{Stream, StreamExt};
 use thiserror::Error;
-use tokio::sync::{
-    mpsc::{Receiver, Sender},
-    oneshot,
-};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::oneshot;
+
+use crate::boxed_mpsc::{Receiver, Sender};
 use tracing::instrument;
 
 use crate::{
@@ -117,7 +115,7 @@ impl SessionManager for LocalSessionManager {
         let receiver = handle.establish_request_wise_channel().await?;
         let http_request_id = receiver.http_request_id;
         handle.push_message(message, http_request_id).await?;
-        Ok(ReceiverStream::new(receiver.inner))
+        Ok(receiver.inner)
     }
 
     async fn create_standalone_stream(
@@ -126,7 +124,7 @@ impl SessionManager for LocalSessionManager {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + 'static, Self::Error> {
         let handle = self.session_handle(id).await?;
         let receiver = handle.establish_common_channel().await?;
-        Ok(ReceiverStream::new(receiver.inner))
+        Ok(receiver.inner)
     }
 
     async fn resume(
@@ -143,7 +141,7 @@ impl SessionManager for LocalSessionManager {
         }
         let handle = self.session_handle(id).await?;
         let receiver = handle.resume(last_event_id.parse()?).await?;
-        Ok(ReceiverStream::new(receiver.inner).right_stream())
+        Ok(receiver.inner.right_stream())
     }
 
     async fn accept_message(
@@ -444,7 +442,7 @@ impl LocalSessionWorker {
         // Close the sender so the client's SSE stream ends,
         // but keep the entry so the cache is available for
         // late resume requests.
-        let (closed_tx, _) = tokio::sync::mpsc::channel(1);
+        let (closed_tx, _) = crate::boxed_mpsc::channel(1);
         channel.tx.tx = closed_tx;
         for resource in resources {
             self.resource_router.remove(&resource);
@@ -499,7 +497,7 @@ impl LocalSessionWorker {
         &mut self,
     ) -> Result<StreamableHttpMessageReceiver, SessionError> {
         let http_request_id = self.next_http_request_id();
-        let (tx, rx) = tokio::sync::mpsc::channel(self.session_config.channel_capacity);
+        let (tx, rx) = crate::boxed_mpsc::channel(self.session_config.channel_capacity);
         let mut cached_tx = CachedTx::new(
             tx,
             Some(http_request_id),
@@ -664,14 +662,14 @@ impl LocalSessionWorker {
                     .get_mut(&http_request_id)
                     .ok_or(SessionError::ChannelClosed(Some(http_request_id)))?;
                 let is_completed = request_wise.completed_at.is_some();
-                let (tx, rx) = tokio::sync::mpsc::channel(self.session_config.channel_capacity);
+                let (tx, rx) = crate::boxed_mpsc::channel(self.session_config.channel_capacity);
                 request_wise.tx.tx = tx;
                 let index = last_event_id.index;
                 request_wise.tx.sync(index).await?;
                 if is_completed {
                     // Drop the sender after replaying so the stream ends
                     // instead of hanging indefinitely.
-                    let (closed_tx, _) = tokio::sync::mpsc::channel(1);
+                    let (closed_tx, _) = crate::boxed_mpsc::channel(1);
                     request_wise.tx.tx = closed_tx;
                 }
                 Ok(StreamableHttpMessageReceiver {
@@ -715,7 +713,7 @@ impl LocalSessionWorker {
         } else {
             1 // Shadow streams only need keep-alive pings
         };
-        let (tx, rx) = tokio::sync::mpsc::channel(capacity);
+        let (tx, rx) = crate::boxed_mpsc::channel(capacity);
         if is_replacing_dead_primary {
             // Primary common channel is dead — replace it.
             tracing::debug!("Replacing dead common channel with new primary");
@@ -768,7 +766,7 @@ impl LocalSessionWorker {
                 }
 
                 // Close the stream by dropping the sender
-                let (tx, _rx) = tokio::sync::mpsc::channel(1);
+                let (tx, _rx) = crate::boxed_mpsc::channel(1);
                 request_wise.tx.tx = tx;
 
                 tracing::debug!(
@@ -785,7 +783,7 @@ impl LocalSessionWorker {
                 }
 
                 // Close the stream by dropping the sender
-                let (tx, _rx) = tokio::sync::mpsc::channel(1);
+                let (tx, _rx) = crate::boxed_mpsc::channel(1);
                 self.common.tx = tx;
 
                 // Also close all shadow streams
@@ -1285,8 +1283,8 @@ fn create_local_session_with_event_store(
     event_store: Option<Arc<dyn EventStore>>,
 ) -> (LocalSessionHandle, LocalSessionWorker) {
     let id = id.into();
-    let (event_tx, event_rx) = tokio::sync::mpsc::channel(config.channel_capacity);
-    let (common_tx, _) = tokio::sync::mpsc::channel(config.channel_capacity);
+    let (event_tx, event_rx) = crate::boxed_mpsc::channel(config.channel_capacity);
+    let (common_tx, _) = crate::boxed_mpsc::channel(config.channel_capacity);
     let common = CachedTx::new_common(common_tx, &id, event_store.clone());
     tracing::info!(session_id = ?id, "create new session");
     let handle = LocalSessionHandle {
