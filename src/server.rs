@@ -200,17 +200,10 @@ pub fn claim_data_dir(dir: &std::path::Path) -> Result<(), ServeError> {
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(refuse(io_why("cannot lock its pid file", &e))),
     }
-    write_pid_file(&mut file, &PidRecord::here(None)).map_err(|e| refuse(io_why("cannot write its pid file", &e)))?;
+    served::write_pid_file(&mut file, &PidRecord::here(None))
+        .map_err(|e| refuse(io_why("cannot write its pid file", &e)))?;
     HELD.lock().push((dir.to_path_buf(), file));
     Ok(())
-}
-
-/// Replaces a pid file's text with `record`.
-fn write_pid_file(file: &mut std::fs::File, record: &PidRecord) -> std::io::Result<()> {
-    use std::io::{Seek, Write};
-    file.set_len(0)?;
-    file.rewind()?;
-    file.write_all(record.render().as_bytes())
 }
 
 /// Adds the URL the relay answers at to the pid file of `dir`, if this process holds it, so
@@ -218,7 +211,7 @@ fn write_pid_file(file: &mut std::fs::File, record: &PidRecord) -> std::io::Resu
 fn record_url(dir: &std::path::Path, url: String) {
     let mut held = HELD.lock();
     if let Some((_, file)) = held.iter_mut().find(|(d, _)| d == dir) {
-        if let Err(e) = write_pid_file(file, &PidRecord::here(Some(url))) {
+        if let Err(e) = served::write_pid_file(file, &PidRecord::here(Some(url))) {
             tracing::warn!(error = %e, dir = %dir.display(), "cannot record the address in the pid file");
         }
     }
