@@ -278,6 +278,25 @@ mod tests {
         writer.join().unwrap();
     }
 
+    /// A held pid file caught between two writes (text that does not parse yet) is read
+    /// again until its record is whole.
+    #[test]
+    fn a_held_pid_file_caught_half_written_is_read_again() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let mut held = std::fs::File::create(dir.path().join(super::super::PID_FILE)).unwrap();
+        held.lock().unwrap();
+        held.write_all(b"not a pid\n").unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            write_pid_file(&mut held, &PidRecord::here(None)).unwrap();
+            held
+        });
+        let found = served_by(dir.path()).unwrap();
+        let _held = writer.join().unwrap();
+        assert_eq!(found.map(|r| r.pid), Some(std::process::id()));
+    }
+
     #[test]
     fn a_pid_file_reads_back_and_an_old_one_is_a_pid_alone() {
         let r = PidRecord {

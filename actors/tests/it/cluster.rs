@@ -85,39 +85,41 @@ where
     F: Fn(Setup) -> Fut,
     Fut: Future<Output = ()>,
 {
-    // The harness names each test's thread after the test.
-    let test_name = std::thread::current().name().unwrap_or("a test").to_owned();
-    let server = nats::or_skip(&format!("the NATS half of {test_name}"));
-    for kind in [Kind::Embedded, Kind::Nats] {
-        if matches!(kind, Kind::Nats) && server.is_none() {
-            continue;
-        }
-        let setup = Setup::new(kind, server.as_deref());
-        let within = actix_rt::System::new()
-            .block_on(async { tokio::time::timeout(Duration::from_secs(60), test(setup)).await });
-        let name = match kind {
-            Kind::Embedded => "the embedded store",
-            Kind::Nats => "NATS",
-        };
-        assert!(within.is_ok(), "the test did not finish within 60 s on {name}");
+    run_on(Setup::new(Kind::Embedded, None), &test);
+    if let Some(server) = nats::or_skip(&format!("the NATS half of {}", test_name())) {
+        run_on(Setup::new(Kind::Nats, Some(&server)), test);
     }
 }
 
-/// Runs `test` on NATS only, on a fresh actix system, where there is a nats-server (else one
-/// line says it was skipped).
+/// Runs `test` on NATS only, where there is a nats-server (else one line says it was skipped).
 fn nats_only<F, Fut>(test: F)
 where
     F: FnOnce(Setup) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let test_name = std::thread::current().name().unwrap_or("a test").to_owned();
-    let Some(server) = nats::or_skip(&test_name) else {
-        return;
+    if let Some(server) = nats::or_skip(&test_name()) {
+        run_on(Setup::new(Kind::Nats, Some(&server)), test);
+    }
+}
+
+/// The running test's name: the harness names each test's thread after the test.
+fn test_name() -> String {
+    std::thread::current().name().unwrap_or("a test").to_owned()
+}
+
+/// Runs `test` on `setup`, on a fresh actix system, failing it past 60 s.
+fn run_on<F, Fut>(setup: Setup, test: F)
+where
+    F: FnOnce(Setup) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let name = match setup.kind {
+        Kind::Embedded => "the embedded store",
+        Kind::Nats => "NATS",
     };
-    let setup = Setup::new(Kind::Nats, Some(&server));
     let within =
         actix_rt::System::new().block_on(async { tokio::time::timeout(Duration::from_secs(60), test(setup)).await });
-    assert!(within.is_ok(), "the test did not finish within 60 s");
+    assert!(within.is_ok(), "the test did not finish within 60 s on {name}");
 }
 
 /// Waits until `deadline`, failing with `what` past it (a cluster node folds the log a moment

@@ -61,17 +61,11 @@ impl<T> Sender<T> {
         self.inner.is_closed()
     }
 
-    pub async fn closed(&self) {
-        self.inner.closed().await
-    }
 
     pub fn capacity(&self) -> usize {
         self.inner.capacity()
     }
 
-    pub fn max_capacity(&self) -> usize {
-        self.inner.max_capacity()
-    }
 }
 
 pub struct Receiver<T> {
@@ -89,9 +83,6 @@ impl<T> Receiver<T> {
         self.inner.recv().await.map(|b| *b)
     }
 
-    pub fn try_recv(&mut self) -> Result<T, error::TryRecvError> {
-        self.inner.try_recv().map(|b| *b)
-    }
 
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
         self.inner.poll_recv(cx).map(|m| m.map(|b| *b))
@@ -101,9 +92,6 @@ impl<T> Receiver<T> {
         self.inner.is_closed()
     }
 
-    pub fn close(&mut self) {
-        self.inner.close()
-    }
 }
 
 /// A receiver is a stream of its messages, as tokio-stream's `ReceiverStream` makes one.
