@@ -518,15 +518,18 @@ async fn a_task_made_through_a_revoked_oauth_connection_fails_within_seconds() {
 async fn a_task_whose_participant_token_a_restart_dropped_is_not_resumed() {
     let mut s = Server::process(&["--participants", "alice:token-1"]);
     let id = long_wait(&with_token(&s, "token-1")).await;
-    let (_, clean) = s.terminate();
-    assert!(clean);
+    let (took, clean) = s.terminate();
+    assert!(clean, "the first relay's exit after SIGTERM was not clean ({took:?})");
     let dir = s.take_dir().unwrap();
     // Restarted without alice: her task does not wait on for her.
     let mut s = Server::start_in(dir.path(), &["--participants", "bob:token-2"]);
     // Serving (its signal handler in place) before it is stopped.
     assert_eq!(get_json(&client(), &s.url("/healthz")).await.0, 200);
-    let (_, clean) = s.terminate();
-    assert!(clean);
+    let (took, clean) = s.terminate();
+    assert!(
+        clean,
+        "the restarted relay's exit after SIGTERM was not clean ({took:?})"
+    );
     // Alice back with a new token: the task ended when her old one went.
     let s = Server::start_in(dir.path(), &["--participants", "alice:token-3"]);
     let t = modern(&with_token(&s, "token-3"), "tasks/get", json!({"taskId": id})).await;
