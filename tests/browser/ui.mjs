@@ -209,6 +209,8 @@ const answered = await asked;
 check(answered.answered === true && answered.answer?.body === "yes, ship it", "the blocked ask returns the page's answer", answered);
 await page.locator("#questions").waitFor({ state: "hidden", timeout: 5_000 });
 const qMsg = list.locator(`li[data-id="${answered.question.id}"] > .head > .status`);
+// The message's status follows the answer through the stream: give it the time to arrive.
+await qMsg.getByText("answered", { exact: true }).waitFor({ timeout: 5_000 }).catch(() => {});
 check((await qMsg.textContent()) === "answered", "the page shows the question answered", await qMsg.textContent());
 
 // Delivery state: who has read a message (an identity that joined reads it).
@@ -464,6 +466,7 @@ await paused.getByText("waiting on you: crosstalk wake stopped waking rev-1 for 
 ok("a paused woken identity shows as waiting on you, with its question");
 check((await presence.locator("li", { hasText: "rev-2" }).textContent()).includes("listening (wakes on messages)"), "the member list shows a woken identity listening", await presence.locator("li", { hasText: "rev-2" }).textContent());
 await paused.locator(".activity.wake").click();
+await page.locator("#detail-body").getByText("Asked on team").waitFor({ timeout: 5_000 }).catch(() => {});
 const turnsShown = await page.textContent("#detail-body");
 check(/2 message\(s\) on team · ok \(attempt 1/.test(turnsShown), "a woken identity's last turns show on a click", turnsShown);
 check(/Asked on team: crosstalk wake stopped waking rev-1/.test(turnsShown), "and what it asked", turnsShown);
@@ -582,12 +585,19 @@ check(
   "the page sends a DIRECTIVE to worker-1 as a reply",
   sentDirective,
 );
-const composer = await page.evaluate(() => ({
-  kind: document.querySelector("#kind").value,
-  to: document.querySelector("#to").value,
-  replying: !document.querySelector("#replying").hidden,
-  body: document.querySelector("#body").value,
-}));
+// The stream can show the message before the page has the POST's answer, and the composer is
+// reset on that answer: wait for it (a composer that is never reset still fails, after 5 s).
+const composerState = () =>
+  page.evaluate(() => ({
+    kind: document.querySelector("#kind").value,
+    to: document.querySelector("#to").value,
+    replying: !document.querySelector("#replying").hidden,
+    body: document.querySelector("#body").value,
+  }));
+await page
+  .waitForFunction(() => document.querySelector("#body").value === "", null, { timeout: 5_000 })
+  .catch(() => {});
+const composer = await composerState();
 check(
   composer.kind === "message" && composer.to === "" && !composer.replying && composer.body === "",
   "after a send the type is message again, the recipient and the reply are cleared",
