@@ -519,7 +519,11 @@ async fn a_task_whose_participant_token_a_restart_dropped_is_not_resumed() {
     let mut s = Server::process(&["--participants", "alice:token-1"]);
     let id = long_wait(&with_token(&s, "token-1")).await;
     let (took, clean) = s.terminate();
-    assert!(clean, "the first relay's exit after SIGTERM was not clean ({took:?})");
+    assert!(
+        clean,
+        "the first relay's exit after SIGTERM was not clean ({took:?}); it said:\n{}",
+        s.stderr()
+    );
     let dir = s.take_dir().unwrap();
     // Restarted without alice: her task does not wait on for her.
     let mut s = Server::start_in(dir.path(), &["--participants", "bob:token-2"]);
@@ -528,7 +532,8 @@ async fn a_task_whose_participant_token_a_restart_dropped_is_not_resumed() {
     let (took, clean) = s.terminate();
     assert!(
         clean,
-        "the restarted relay's exit after SIGTERM was not clean ({took:?})"
+        "the restarted relay's exit after SIGTERM was not clean ({took:?}); it said:\n{}",
+        s.stderr()
     );
     // Alice back with a new token: the task ended when her old one went.
     let s = Server::start_in(dir.path(), &["--participants", "alice:token-3"]);
