@@ -123,6 +123,11 @@ async fn exclusive_reservations_conflict_shared_ones_coexist_and_each_change_is_
     assert_eq!((status, gone["released"].as_bool()), (200, Some(true)));
     let (status, _) = release(&c, &s, &alice_id, "alice").await;
     assert_eq!(status, 404);
+    // An id that names a record no project has (a wildcard, on a cluster a filter) is unknown.
+    for odd in ["*.x", ">.x", "%2A.%3E", "a..b", "%20.x"] {
+        let (status, e) = release(&c, &s, odd, "alice").await;
+        assert_eq!(status, 404, "{odd}: {e}");
+    }
     let (_, b) = reserve(
         &c,
         &s,

@@ -141,6 +141,21 @@ async fn a_legacy_task_waits_past_the_tool_call_cap_and_is_told() {
     // arguments (a tool error at once, no task).
     let unknown = m.request("tasks/get", json!({"taskId": "nope"})).await;
     assert_eq!(unknown.message["error"]["code"], -32602);
+    // An id no store could hold as a key is unknown too, not the store's trouble.
+    for odd in ["", "a b", "x.>", "*", "a..b", ".", "é", &"k".repeat(5000)] {
+        let odd_get = m.request("tasks/get", json!({"taskId": odd})).await;
+        assert_eq!(
+            odd_get.message["error"]["code"], -32602,
+            "{odd:?}: {:?}",
+            odd_get.message
+        );
+        let odd_cancel = m.request("tasks/cancel", json!({"taskId": odd})).await;
+        assert_eq!(
+            odd_cancel.message["error"]["code"], -32602,
+            "{odd:?}: {:?}",
+            odd_cancel.message
+        );
+    }
     let again = m.request("tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(again.message["error"]["code"], -32602, "{:?}", again.message);
     let not_a_wait = m

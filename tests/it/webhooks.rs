@@ -194,8 +194,10 @@ async fn slack_shape_admin_only_and_private_addresses_refused() {
         let (status, e) = request(&admin, "POST", &s.url("/api/webhooks"), Some(bad.clone()), None).await;
         assert_eq!(status, 400, "{bad}: {e}");
     }
-    let (status, _) = request(&admin, "DELETE", &s.url("/api/webhooks/nope"), None, None).await;
-    assert_eq!(status, 404);
+    for odd in ["nope", "%3E", "*", "a..b", "%20"] {
+        let (status, e) = request(&admin, "DELETE", &s.url(&format!("/api/webhooks/{odd}")), None, None).await;
+        assert_eq!(status, 404, "{odd}: {e}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -203,6 +203,7 @@ impl<V: Value> Bucket<V> {
 
     /// The key's latest entry, `None` if it never existed.
     pub async fn entry(&self, key: &str) -> Result<Option<Stored<V>>, RelayError> {
+        let Some(key) = literal(key) else { return Ok(None) };
         if self.from_leader {
             return self.entry_at_leader(key).await;
         }
@@ -256,6 +257,7 @@ impl<V: Value> Bucket<V> {
     }
 
     pub async fn put(&self, key: &str, value: &V) -> Result<(), RelayError> {
+        let key = literal(key).ok_or_else(|| unholdable(self.what, key))?;
         self.store
             .put(key, value.encode())
             .await
@@ -264,6 +266,8 @@ impl<V: Value> Bucket<V> {
     }
 
     pub async fn delete(&self, key: &str) -> Result<(), RelayError> {
+        // Nothing is stored under a key no entry can have: deleting it is done.
+        let Some(key) = literal(key) else { return Ok(()) };
         self.store
             .delete(key)
             .await
@@ -302,6 +306,7 @@ impl<V: Value> Bucket<V> {
     /// Writes `value` under `key` if the key is still at `revision` (`None`: if it has no
     /// value); `false` if another writer came first.
     async fn compare_and_set(&self, key: &str, revision: Option<u64>, value: &V) -> Result<bool, RelayError> {
+        let key = literal(key).ok_or_else(|| unholdable(self.what, key))?;
         let what = || format!("writing the {} bucket", self.what);
         match revision {
             None => match self.store.create(key, value.encode()).await {
@@ -489,6 +494,35 @@ impl<V: Value> Bucket<V> {
 }
 
 /// Any string as a KV key part (keys allow only `[-/_=.a-zA-Z0-9]`): its bytes in hex.
+/// Longest key a bucket takes. The relay's longest is a shared data version: a 256-byte key
+/// in hex and its version, 533 bytes; a longer key names nothing stored. (A subject must fit
+/// in a server's 4 KiB control line with the bucket's prefix and a reply inbox.)
+const MAX_KEY: usize = 1024;
+
+/// `key` as a literal subject token sequence of a bucket, or `None` for a key no entry can
+/// have. A key is put into a subject as it is, and a subject with a wildcard token (`*`, `>`)
+/// or an empty one is a filter or an error to the servers, not a name: read with one, a
+/// leader answers the newest message of *any* key it matches. A key from outside (a task id,
+/// a client id, a reservation's record as its id names it) is checked here, so a read of a
+/// key nobody could have made answers "absent", on every kind of bucket.
+fn literal(key: &str) -> Option<&str> {
+    let ok = !key.is_empty()
+        && key.len() <= MAX_KEY
+        && key.split('.').all(|token| !token.is_empty())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/' | b'=' | b'.'));
+    ok.then_some(key)
+}
+
+/// A write under a key no bucket can hold: the relay makes every key it writes, so this is
+/// a bug of the caller's, refused before it reaches the servers.
+fn unholdable(what: &str, key: &str) -> RelayError {
+    RelayError::Store(StoreError::Io(format!(
+        "the {what} bucket cannot hold the key {key:?}; nothing was written"
+    )))
+}
+
 pub(super) fn hex(key: &str) -> String {
     key.bytes().map(|b| format!("{b:02x}")).collect()
 }
@@ -514,6 +548,49 @@ mod tests {
             assert_eq!(unhex(&h).as_deref(), Some(s));
         }
         assert_eq!(unhex("zz"), None);
+    }
+
+    #[test]
+    fn only_a_literal_key_names_an_entry() {
+        let long = "k".repeat(MAX_KEY + 1);
+        let made = [
+            "0123abcd",
+            "ct_client_9f",
+            "0a1b2c.5e6f",
+            "3f2a.1",
+            "A-b_c/d=e",
+            "k".repeat(MAX_KEY).leak(),
+        ];
+        for key in made {
+            assert_eq!(literal(key), Some(key), "{key:?}");
+        }
+        let nobodys = [
+            "",
+            ">",
+            "*",
+            "a.>",
+            "a.*",
+            "*.b",
+            ".",
+            "a.",
+            ".a",
+            "a..b",
+            "a b",
+            "a\tb",
+            "é",
+            "a\u{0}",
+            "a$b",
+            long.as_str(),
+        ];
+        for key in nobodys {
+            assert_eq!(literal(key), None, "{key:?}");
+        }
+        // Every key made of hex parts is one (a part is never empty: no name is), the longest
+        // the relay makes too: a shared data key of 256 bytes with its version.
+        for name in ["alice", "team.alpha", "ünïcode ✓", "é".repeat(128).leak()] {
+            let key = format!("{}.{}", hex(name), u64::MAX);
+            assert!(literal(&key).is_some(), "{name:?}");
+        }
     }
 
     #[test]

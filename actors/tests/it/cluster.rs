@@ -655,3 +655,54 @@ fn deleted_records_leave_their_bucket_at_the_next_listing() {
         relay.shutdown().unwrap();
     });
 }
+
+/// A key nobody could have made (a task id, a client id or a reservation's record as a client
+/// names it) is absent on both stores. On NATS a key goes into a subject as it is, and a
+/// subject with a wildcard is a filter: a read of `>` was answered with the newest record of
+/// *any* key, and an empty key was the servers' error, answered to the client as the store's
+/// trouble.
+#[test]
+fn a_key_nobody_could_have_made_names_no_record() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        let records = relay.records();
+        for key in ["mine.one", "mine.two"] {
+            records.put(RecordKind::Tasks, key.into(), vec![7]).await.unwrap();
+        }
+        let long = "k".repeat(5_000);
+        for odd in [
+            ">",
+            "*",
+            "mine.>",
+            "mine.*",
+            "",
+            ".",
+            "mine.",
+            ".mine",
+            "mine..one",
+            "a b",
+            "é",
+            long.as_str(),
+        ] {
+            let k = || odd.to_owned();
+            assert_eq!(records.get(RecordKind::Tasks, k()).await.unwrap(), None, "get {odd:?}");
+            assert_eq!(
+                records.take(RecordKind::Tasks, k()).await.unwrap(),
+                None,
+                "take {odd:?}"
+            );
+            records.delete(RecordKind::Tasks, k()).await.unwrap();
+            let swapped = records.swap(RecordKind::Tasks, k(), Some(vec![7]), None).await.unwrap();
+            assert!(!swapped, "swap {odd:?}: nothing is stored under it");
+        }
+        // Nothing the odd keys were asked about changed the records there are.
+        let mut listed = records.list(RecordKind::Tasks).await.unwrap();
+        listed.sort();
+        assert_eq!(
+            listed,
+            [("mine.one".to_owned(), vec![7]), ("mine.two".to_owned(), vec![7])]
+        );
+        relay.shutdown().unwrap();
+    });
+}
