@@ -89,6 +89,10 @@ pub trait RecordStore: Send + Sync + 'static {
     fn take(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>>;
     /// Every record of a kind.
     fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>>;
+    /// The records of a kind in `group`: those whose key is `<group>.<rest>`. What one
+    /// owner's records cost to list, whatever every other owner holds. A group that is not
+    /// one part of a key (empty, or holding a `.` or a character no key has) holds none.
+    fn list_group(&self, kind: Kind, group: String) -> Answer<Vec<(String, Vec<u8>)>>;
     /// Writes `new` (`None`: deletes) if the record is still `expected` (`None`: absent);
     /// `false` if it was not (another writer came first). A lease's compare-and-set.
     fn swap(&self, kind: Kind, key: String, expected: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Answer<bool>;
@@ -186,9 +190,22 @@ impl RecordStore for Local {
     }
 
     fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>> {
+        self.scan(key(kind, ""))
+    }
+
+    fn list_group(&self, kind: Kind, group: String) -> Answer<Vec<(String, Vec<u8>)>> {
+        if !is_group(&group) {
+            return Box::pin(std::future::ready(Ok(Vec::new())));
+        }
+        self.scan(key(kind, &format!("{group}.")))
+    }
+}
+
+impl Local {
+    /// The records whose stored key starts with `prefix` (a kind's tag, then a key's start).
+    fn scan(&self, prefix: Vec<u8>) -> Answer<Vec<(String, Vec<u8>)>> {
         let store = self.store.clone();
         Box::pin(async move {
-            let prefix = [kind.tag().0];
             Ok(store
                 .scan_aux(Space::Records, &prefix, MAX_LISTED)?
                 .into_iter()
@@ -196,4 +213,14 @@ impl RecordStore for Local {
                 .collect())
         })
     }
+}
+
+/// Whether `group` can be the first part of a key ([`RecordStore::list_group`]): the
+/// characters every store's keys may hold, and no `.`.
+pub fn is_group(group: &str) -> bool {
+    !group.is_empty()
+        && group.len() <= 256
+        && group
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'='))
 }

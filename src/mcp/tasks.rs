@@ -242,7 +242,7 @@ impl Tasks {
             .unwrap_or(KEEP_DEFAULT)
             .clamp(KEEP_MIN, KEEP_MAX);
         let record = TaskRecord {
-            id: uuid::Uuid::new_v4().simple().to_string(),
+            id: TaskStore::new_id(cx.principal.key()),
             owner: cx.principal.key().to_owned(),
             face: cx.face.label().to_owned(),
             tool: tool.to_owned(),

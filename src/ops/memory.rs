@@ -51,4 +51,16 @@ impl RecordStore for Memory {
             .collect();
         Box::pin(async move { Ok(v) })
     }
+    fn list_group(&self, kind: Kind, group: String) -> crosstalk_actors::records::Answer<Vec<(String, Vec<u8>)>> {
+        let ok = crosstalk_actors::records::is_group(&group);
+        let prefix = format!("{group}.");
+        let v = self
+            .0
+            .lock()
+            .iter()
+            .filter(|((k, key), _)| ok && *k == kind.tag().0 && key.starts_with(&prefix))
+            .map(|((_, key), v)| (key.clone(), v.clone()))
+            .collect();
+        Box::pin(async move { Ok(v) })
+    }
 }

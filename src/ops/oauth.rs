@@ -1181,6 +1181,10 @@ mod tests {
             self.saw(kind);
             self.inner.list(kind)
         }
+        fn list_group(&self, kind: Kind, group: String) -> crosstalk_actors::records::Answer<Vec<(String, Vec<u8>)>> {
+            self.saw(kind);
+            self.inner.list_group(kind, group)
+        }
     }
 
     #[tokio::test]

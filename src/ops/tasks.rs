@@ -8,6 +8,12 @@
 //! working task changes, once, to completed, failed or cancelled, and of two nodes or runners
 //! racing to settle it the first wins (a compare-and-set); a principal keeps at most
 //! [`MAX_TASKS_PER_PRINCIPAL`] records; a record is forgotten after its time to live.
+//!
+//! A task's id is `<owner group>.<uuid>` ([`TaskStore::new_id`]), its record's key, so
+//! `tasks/list` reads the caller's group of records and no one else's: what one principal's
+//! listing costs does not grow with what every other principal holds. Ids an earlier
+//! release made are a bare uuid; while any such record is stored, listings read every task
+//! (they are forgotten after their time to live, a day at most, and a sweep notices).
 
 use super::{ErrorKind, OpError, Principal};
 use crosstalk_actors::records::{Kind, RecordStore};
@@ -16,6 +22,7 @@ use crosstalk_schema::task::{TaskRecord, TaskState};
 use crosstalk_schema::{codec, Timestamp};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Task records one principal may hold (working or finished, until they expire): the bound
@@ -32,11 +39,28 @@ fn decode(bytes: &[u8]) -> Result<TaskRecord, RelayError> {
         .map_err(|e| RelayError::Store(StoreError::Corrupt(format!("a stored task is damaged: {e}"))))
 }
 
+/// The part of a task's id that names its owner: the first 8 bytes of the SHA-256 of the
+/// owner's key, in hex. Two owners sharing one only share a listing's reads (each record
+/// names its owner, which is what is checked).
+pub fn owner_group(owner: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, owner.as_bytes());
+    d.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether a stored task's key is an earlier release's, with no owner group.
+fn is_legacy(key: &str) -> bool {
+    !key.contains('.')
+}
+
 /// The tasks' records, with this node's count of each principal's.
 #[derive(Clone)]
 pub struct TaskStore {
     store: Arc<dyn RecordStore>,
     held: Arc<Mutex<HashMap<String, usize>>>,
+    /// Whether a record an earlier release made (its key has no owner group) may be stored:
+    /// then a listing reads every task, as that release's did. True until a full listing
+    /// ([`TaskStore::load`], each [`TaskStore::sweep`]) finds none.
+    legacy: Arc<AtomicBool>,
 }
 
 /// A record as read, with its stored bytes: what a compare-and-set compares against.
@@ -51,13 +75,22 @@ impl TaskStore {
         TaskStore {
             store,
             held: Default::default(),
+            legacy: Arc::new(AtomicBool::new(true)),
         }
+    }
+
+    /// A new task's id (its record's key): `<owner group>.<uuid>`.
+    pub fn new_id(owner: &str) -> String {
+        format!("{}.{}", owner_group(owner), uuid::Uuid::new_v4().simple())
     }
 
     /// Every stored task, counting each principal's: read once at start.
     pub async fn load(&self) -> Result<Vec<TaskRecord>, RelayError> {
         let mut all = Vec::new();
-        for (key, bytes) in self.store.list(Kind::Tasks).await? {
+        let listed = self.store.list(Kind::Tasks).await?;
+        self.legacy
+            .store(listed.iter().any(|(key, _)| is_legacy(key)), Ordering::Relaxed);
+        for (key, bytes) in listed {
             match decode(&bytes) {
                 Ok(r) => all.push(r),
                 Err(e) => tracing::warn!(task = %key, error = %e, "a stored task is damaged; skipped"),
@@ -179,10 +212,13 @@ impl TaskStore {
 
     /// `principal`'s tasks, newest first.
     pub async fn list_owned(&self, principal: &Principal) -> Result<Vec<TaskRecord>, RelayError> {
-        let mut mine: Vec<TaskRecord> = self
-            .store
-            .list(Kind::Tasks)
-            .await?
+        let listed = if self.legacy.load(Ordering::Relaxed) {
+            self.store.list(Kind::Tasks).await?
+        } else {
+            let group = owner_group(principal.key());
+            self.store.list_group(Kind::Tasks, group).await?
+        };
+        let mut mine: Vec<TaskRecord> = listed
             .into_iter()
             .filter_map(|(_, b)| decode(&b).ok())
             .filter(|r| r.owner == principal.key())
@@ -193,14 +229,22 @@ impl TaskStore {
 
     /// Forgets the records whose time to live has passed; answers how many.
     pub async fn sweep(&self, now: i64) -> Result<usize, RelayError> {
-        let mut gone = 0;
+        let (mut gone, mut legacy) = (0, false);
         for (key, bytes) in self.store.list(Kind::Tasks).await? {
-            let Ok(r) = decode(&bytes) else { continue };
+            let old = is_legacy(&key);
+            let Ok(r) = decode(&bytes) else {
+                legacy |= old;
+                continue;
+            };
             if r.expired(now) && self.store.swap(Kind::Tasks, key, Some(bytes), None).await? {
                 self.forget_one(&r.owner);
                 gone += 1;
+            } else {
+                legacy |= old;
             }
         }
+        // Also set again when a node of an earlier release made one since the last sweep.
+        self.legacy.store(legacy, Ordering::Relaxed);
         Ok(gone)
     }
 }
@@ -209,6 +253,8 @@ impl TaskStore {
 mod tests {
     use super::*;
     use crate::ops::memory::Memory;
+    use crosstalk_actors::records::Answer;
+    use futures_util::FutureExt;
 
     fn record(id: &str, owner: &str, created_ms: i64) -> TaskRecord {
         TaskRecord {
@@ -266,6 +312,116 @@ mod tests {
         assert_eq!(tasks.sweep(10_050).await.unwrap(), 1);
         assert!(tasks.get("t1").await.unwrap().is_none());
         assert!(tasks.get("t2").await.unwrap().is_some());
+    }
+
+    /// Records as [`Memory`] keeps them, counting how many each listing hands out.
+    #[derive(Default)]
+    struct Counting {
+        inner: Memory,
+        listed: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Counting {
+        fn take_listed(&self) -> usize {
+            self.listed.swap(0, Ordering::Relaxed)
+        }
+        fn count(&self, listing: Answer<Vec<(String, Vec<u8>)>>) -> Answer<Vec<(String, Vec<u8>)>> {
+            let listed = listing.now_or_never().unwrap().unwrap();
+            self.listed.fetch_add(listed.len(), Ordering::Relaxed);
+            Box::pin(std::future::ready(Ok(listed)))
+        }
+    }
+
+    impl RecordStore for Counting {
+        fn get(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>> {
+            self.inner.get(kind, key)
+        }
+        fn put(&self, kind: Kind, key: String, value: Vec<u8>) -> Answer<()> {
+            self.inner.put(kind, key, value)
+        }
+        fn delete(&self, kind: Kind, key: String) -> Answer<()> {
+            self.inner.delete(kind, key)
+        }
+        fn take(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>> {
+            self.inner.take(kind, key)
+        }
+        fn swap(&self, kind: Kind, key: String, expected: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Answer<bool> {
+            self.inner.swap(kind, key, expected, new)
+        }
+        fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>> {
+            self.count(self.inner.list(kind))
+        }
+        fn list_group(&self, kind: Kind, group: String) -> Answer<Vec<(String, Vec<u8>)>> {
+            self.count(self.inner.list_group(kind, group))
+        }
+    }
+
+    fn ids(records: Vec<TaskRecord>) -> Vec<String> {
+        records.into_iter().map(|r| r.id).collect()
+    }
+
+    #[tokio::test]
+    async fn a_principals_listing_reads_its_own_tasks_only() {
+        let store = Arc::new(Counting::default());
+        let tasks = TaskStore::new(store.clone());
+        for owner in (0..40).map(|i| format!("p{i}")) {
+            for at in 0..25 {
+                let id = TaskStore::new_id(&owner);
+                assert!(id.starts_with(&format!("{}.", owner_group(&owner))), "{id}");
+                tasks.create(&record(&id, &owner, at)).await.unwrap();
+            }
+        }
+        assert_eq!(tasks.load().await.unwrap().len(), 1_000);
+        store.take_listed();
+        let p7 = Principal::Participant("p7".into());
+        assert_eq!(p7.key(), "p7");
+        let mine = tasks.list_owned(&p7).await.unwrap();
+        assert_eq!(mine.len(), 25);
+        assert!(mine.iter().all(|r| r.owner == "p7"));
+        assert!(
+            mine.windows(2).all(|w| w[0].created_ms >= w[1].created_ms),
+            "newest first"
+        );
+        assert_eq!(store.take_listed(), 25, "the 975 records of 39 others are not read");
+    }
+
+    #[tokio::test]
+    async fn a_task_an_earlier_release_made_is_listed_until_it_is_forgotten() {
+        let store = Arc::new(Counting::default());
+        let tasks = TaskStore::new(store.clone());
+        let alice = Principal::Participant("alice".into());
+        // An earlier release's id is a bare uuid; it lives 10 s.
+        let old = "0123456789abcdef0123456789abcdef";
+        store
+            .put(Kind::Tasks, old.into(), codec::encode(&record(old, "alice", 0)))
+            .await
+            .unwrap();
+        let new = TaskStore::new_id("alice");
+        let mut fresh = record(&new, "alice", 5_000);
+        fresh.ttl_ms = 60_000;
+        tasks.create(&fresh).await.unwrap();
+        let mut bobs = record(&TaskStore::new_id("bob"), "bob", 5_000);
+        bobs.ttl_ms = 60_000;
+        tasks.create(&bobs).await.unwrap();
+        tasks.load().await.unwrap();
+        store.take_listed();
+        assert_eq!(
+            ids(tasks.list_owned(&alice).await.unwrap()),
+            [new.clone(), old.to_owned()]
+        );
+        assert_eq!(store.take_listed(), 3, "while one is stored, every task is read");
+        // Forgotten after its ttl: from then on a listing reads alice's group only.
+        assert_eq!(tasks.sweep(10_050).await.unwrap(), 1);
+        store.take_listed();
+        assert_eq!(ids(tasks.list_owned(&alice).await.unwrap()), std::slice::from_ref(&new));
+        assert_eq!(store.take_listed(), 1);
+        // One made since by a node of that release is seen again at the next sweep.
+        let late = "fedcba9876543210fedcba9876543210";
+        let mut made = record(late, "alice", 20_000);
+        made.ttl_ms = 60_000;
+        store.put(Kind::Tasks, late.into(), codec::encode(&made)).await.unwrap();
+        assert_eq!(tasks.sweep(20_000).await.unwrap(), 0);
+        assert_eq!(ids(tasks.list_owned(&alice).await.unwrap()), [late.to_owned(), new]);
     }
 
     #[tokio::test]

@@ -391,9 +391,9 @@ impl<V: Value> Bucket<V> {
     /// skipped at its old place and not yet counted at its new one, and is missing from the
     /// list. A listing also then cost a consumer, created and deleted through the cluster's
     /// meta group.
-    async fn keys(&self) -> Result<Vec<String>, RelayError> {
+    async fn keys(&self, under: &str) -> Result<Vec<String>, RelayError> {
         let what = format!("listing the {} bucket", self.what);
-        let filter = format!("{}>", self.store.prefix);
+        let filter = format!("{}{under}>", self.store.prefix);
         let mut subjects = self
             .store
             .stream
@@ -418,7 +418,22 @@ impl<V: Value> Bucket<V> {
     /// removed, [`LISTING_AT_ONCE`] at a time: one after another, a listing of a few thousand
     /// keys took a third of a second on loopback.
     pub async fn values(&self, max: usize) -> Result<Vec<(String, V)>, RelayError> {
-        let mut entries = futures_util::stream::iter(self.keys().await?)
+        self.values_under("", max).await
+    }
+
+    /// [`Bucket::values`] of the keys `<group>.<rest>` only: the leader names only the
+    /// subjects under the group, so the listing costs what the group holds. A `group` that is
+    /// not one literal key part holds none.
+    pub async fn values_in(&self, group: &str, max: usize) -> Result<Vec<(String, V)>, RelayError> {
+        match literal(group) {
+            Some(group) if !group.contains('.') => self.values_under(&format!("{group}."), max).await,
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// The values of the keys that start with `under` (empty, or key parts each ending in `.`).
+    async fn values_under(&self, under: &str, max: usize) -> Result<Vec<(String, V)>, RelayError> {
+        let mut entries = futures_util::stream::iter(self.keys(under).await?)
             .map(|key| async move { self.entry(&key).await.map(|e| (key, e)) })
             .buffered(LISTING_AT_ONCE);
         let (mut out, mut deleted) = (Vec::new(), Vec::new());

@@ -706,3 +706,41 @@ fn a_key_nobody_could_have_made_names_no_record() {
         relay.shutdown().unwrap();
     });
 }
+
+/// A group's listing holds the records `<group>.<rest>` and nothing else, on both stores:
+/// not a key that only starts with the group's letters, not the group's name as a key, not
+/// another kind's.
+#[test]
+fn a_group_lists_its_own_records_only() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        let records = relay.records();
+        for key in ["a1.x", "a1.y", "a1.y.z", "a10.x", "a1", "b.x", "0123abcd"] {
+            records
+                .put(RecordKind::Tasks, key.into(), key.as_bytes().to_vec())
+                .await
+                .unwrap();
+        }
+        records
+            .put(RecordKind::Codes, "a1.other-kind".into(), vec![0])
+            .await
+            .unwrap();
+        records.delete(RecordKind::Tasks, "a1.x".into()).await.unwrap();
+        records
+            .put(RecordKind::Tasks, "a1.w".into(), b"a1.w".to_vec())
+            .await
+            .unwrap();
+        let mut listed = records.list_group(RecordKind::Tasks, "a1".into()).await.unwrap();
+        listed.sort();
+        let keys: Vec<_> = listed.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["a1.w", "a1.y", "a1.y.z"]);
+        assert!(listed.iter().all(|(k, v)| v == k.as_bytes()));
+        for nobody in ["", "a1.y", ">", "*", "a 1", "a1.", ".a1"] {
+            let none = records.list_group(RecordKind::Tasks, nobody.into()).await.unwrap();
+            assert!(none.is_empty(), "{nobody:?}: {none:?}");
+        }
+        assert_eq!(records.list(RecordKind::Tasks).await.unwrap().len(), 7);
+        relay.shutdown().unwrap();
+    });
+}
