@@ -185,7 +185,12 @@ impl Tasks {
     ) -> Result<TaskRecord, CallToolResult> {
         let refused = |e: OpError| tools::error_result(&e);
         tools::check(cx.face, tool, &args).map_err(refused)?;
-        if !self.store.has_room(cx.principal.key()) {
+        if !self
+            .store
+            .has_room(cx.principal.key())
+            .await
+            .map_err(|e| refused(e.into()))?
+        {
             return Err(refused(OpError::new(
                 ErrorKind::LimitReached,
                 format!("this token already holds {MAX_TASKS_PER_PRINCIPAL} tasks; finished ones are forgotten after their ttl"),

@@ -7,7 +7,8 @@
 //! The rules: a task is its owner's (the principal that made it) and nobody else's; only a
 //! working task changes, once, to completed, failed or cancelled, and of two nodes or runners
 //! racing to settle it the first wins (a compare-and-set); a principal keeps at most
-//! [`MAX_TASKS_PER_PRINCIPAL`] records; a record is forgotten after its time to live.
+//! [`MAX_TASKS_PER_PRINCIPAL`] records (counted by each node; at the limit, counted again from
+//! the store); a record is forgotten after its time to live.
 //!
 //! A task's id is `<owner group>.<uuid>` ([`TaskStore::new_id`]), its record's key, so
 //! `tasks/list` reads the caller's group of records and no one else's: what one principal's
@@ -105,12 +106,44 @@ impl TaskStore {
     }
 
     /// Whether `owner` may make another task (checked before a task's question is posted).
-    pub fn has_room(&self, owner: &str) -> bool {
-        self.held.lock().get(owner).copied().unwrap_or(0) < MAX_TASKS_PER_PRINCIPAL
+    /// This node's count answers at once below the limit; at it, the store is counted first.
+    pub async fn has_room(&self, owner: &str) -> Result<bool, RelayError> {
+        if self.counted(owner) < MAX_TASKS_PER_PRINCIPAL {
+            return Ok(true);
+        }
+        Ok(self.recount(owner).await? < MAX_TASKS_PER_PRINCIPAL)
+    }
+
+    fn counted(&self, owner: &str) -> usize {
+        self.held.lock().get(owner).copied().unwrap_or(0)
+    }
+
+    /// Counts `owner`'s stored tasks and keeps that as this node's count. On a cluster this
+    /// node's count is only what it loaded and made: another node's sweep may have forgotten
+    /// some of them since, and without this the owner was refused for tasks it no longer held.
+    async fn recount(&self, owner: &str) -> Result<usize, RelayError> {
+        let listed = if self.legacy.load(Ordering::Relaxed) {
+            self.store.list(Kind::Tasks).await?
+        } else {
+            self.store.list_group(Kind::Tasks, owner_group(owner)).await?
+        };
+        let n = listed
+            .iter()
+            .filter(|(_, b)| decode(b).is_ok_and(|r| r.owner == owner))
+            .count();
+        let mut held = self.held.lock();
+        match n {
+            0 => held.remove(owner),
+            n => held.insert(owner.to_owned(), n),
+        };
+        Ok(n)
     }
 
     /// Stores a new task, or refuses when its owner already holds too many.
     pub async fn create(&self, record: &TaskRecord) -> Result<(), OpError> {
+        if self.counted(&record.owner) >= MAX_TASKS_PER_PRINCIPAL {
+            self.recount(&record.owner).await?;
+        }
         {
             let mut held = self.held.lock();
             let n = held.entry(record.owner.clone()).or_default();
@@ -424,19 +457,55 @@ mod tests {
         assert_eq!(ids(tasks.list_owned(&alice).await.unwrap()), [late.to_owned(), new]);
     }
 
+    /// Two nodes on one cluster's records: what one node's sweep forgets, the other still
+    /// counted, and refused its owner for tasks the owner no longer held.
+    #[tokio::test]
+    async fn tasks_another_node_forgot_are_not_held_against_their_owner() {
+        let shared = Arc::new(Memory::default());
+        let (a, b) = (TaskStore::new(shared.clone()), TaskStore::new(shared));
+        for _ in 0..MAX_TASKS_PER_PRINCIPAL {
+            a.create(&record(&TaskStore::new_id("alice"), "alice", 0))
+                .await
+                .unwrap();
+        }
+        a.load().await.unwrap();
+        b.load().await.unwrap();
+        assert!(!a.has_room("alice").await.unwrap());
+        // Node b's sweep wins every record: node a's count is not told.
+        assert_eq!(b.sweep(20_000).await.unwrap(), MAX_TASKS_PER_PRINCIPAL);
+        assert!(a.has_room("alice").await.unwrap());
+        // The recount is node a's count again: the limit still holds on it.
+        for _ in 0..MAX_TASKS_PER_PRINCIPAL {
+            a.create(&record(&TaskStore::new_id("alice"), "alice", 20_000))
+                .await
+                .unwrap();
+        }
+        let e = a
+            .create(&record(&TaskStore::new_id("alice"), "alice", 20_000))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::LimitReached);
+        // Its own sweep makes room, as before.
+        assert_eq!(a.sweep(40_000).await.unwrap(), MAX_TASKS_PER_PRINCIPAL);
+        a.create(&record(&TaskStore::new_id("alice"), "alice", 40_000))
+            .await
+            .unwrap();
+        assert!(a.has_room("alice").await.unwrap());
+    }
+
     #[tokio::test]
     async fn a_principal_holds_a_bounded_number_of_tasks() {
         let tasks = TaskStore::new(Arc::new(Memory::default()));
         for i in 0..MAX_TASKS_PER_PRINCIPAL {
             tasks.create(&record(&format!("t{i}"), "alice", 0)).await.unwrap();
         }
-        assert!(!tasks.has_room("alice"));
+        assert!(!tasks.has_room("alice").await.unwrap());
         let e = tasks.create(&record("one-more", "alice", 0)).await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::LimitReached);
-        assert!(tasks.has_room("bob"), "the bound is per principal");
+        assert!(tasks.has_room("bob").await.unwrap(), "the bound is per principal");
         // Forgotten ones make room again; a restart counts what is stored.
         assert_eq!(tasks.sweep(20_000).await.unwrap(), MAX_TASKS_PER_PRINCIPAL);
-        assert!(tasks.has_room("alice"));
+        assert!(tasks.has_room("alice").await.unwrap());
         tasks.create(&record("again", "alice", 20_000)).await.unwrap();
         assert_eq!(tasks.load().await.unwrap().len(), 1);
     }
