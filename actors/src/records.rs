@@ -7,7 +7,7 @@
 //! committer, so a write is answered once it is durable), and on a NATS cluster one key-value
 //! bucket per kind (`crate::nats`), so what one node writes every other reads.
 //!
-//! Keys are hex or plain ids, valid on both stores. What the records mean — lifetimes,
+//! Keys are hex or plain ids, valid on both stores ([`is_key`]). What the records mean — lifetimes,
 //! rotation, leases, who may do what — is the caller's business (the relay's `ops::oauth`
 //! and `ops::webhooks`); the seam promises durability, that [`RecordStore::take`] hands a
 //! record to one caller however many race for it, and that [`RecordStore::swap`] changes a
@@ -215,12 +215,27 @@ impl Local {
     }
 }
 
-/// Whether `group` can be the first part of a key ([`RecordStore::list_group`]): the
-/// characters every store's keys may hold, and no `.`.
-pub fn is_group(group: &str) -> bool {
-    !group.is_empty()
-        && group.len() <= 256
-        && group
+/// Longest key a record may have on every store. The longest a cluster makes is a shared data
+/// version's, a 256-byte name in hex and its version: 533 bytes. (A subject must fit in a
+/// server's 4 KiB control line with its bucket's prefix and a reply inbox.)
+pub const MAX_KEY: usize = 1024;
+
+/// Whether every store can hold a record under `key`: non-empty parts, split by `.`, of ASCII
+/// letters, digits and `-_/=`, at most [`MAX_KEY`] bytes. A cluster puts a key into a
+/// subject as it is, where anything else is a wildcard, an error or another token, so a key
+/// made from what a client sends is either checked with this or encoded (as hex). On a
+/// cluster a key that is not one names no record: a read answers none.
+pub fn is_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= MAX_KEY
+        && key.split('.').all(|part| !part.is_empty())
+        && key
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'='))
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/' | b'=' | b'.'))
+}
+
+/// Whether `group` can be the first part of a key ([`RecordStore::list_group`]): a key with
+/// no `.`.
+pub fn is_group(group: &str) -> bool {
+    is_key(group) && !group.contains('.')
 }

@@ -6,7 +6,7 @@
 //! restarts of the process and of the relay, and on a cluster across nodes.
 
 use super::{Caller, Ctx, ErrorKind, Limit, OpError, Operation};
-use crosstalk_actors::records::{Kind, RecordStore};
+use crosstalk_actors::records::{is_key, Kind, RecordStore};
 use crosstalk_actors::{Posted, RelayError, StoreError};
 use crosstalk_schema::wake::{Activity, Turn, WakeLease, WakeState, TURNS_KEPT};
 use crosstalk_schema::{codec, ChannelName, InstanceKind, Timestamp};
@@ -29,6 +29,22 @@ fn damaged(e: impl std::fmt::Display) -> RelayError {
     RelayError::Store(StoreError::Corrupt(format!("a stored wake state is damaged: {e}")))
 }
 
+/// The record key of `who`'s wake state. An identity that every store can hold as a key
+/// ([`is_key`]) is its own key, as it always was; any other (a space, a letter beyond ASCII,
+/// `>`) is `=` and its UTF-8 in hex. A cluster could not hold those as themselves: a wake of
+/// "code reviewer" was refused there. No identity kept as itself begins with `=`.
+fn key_for(who: &str) -> String {
+    if is_key(who) && !who.starts_with('=') {
+        return who.to_owned();
+    }
+    let mut key = String::with_capacity(1 + 2 * who.len());
+    key.push('=');
+    for b in who.bytes() {
+        key.push_str(&format!("{b:02x}"));
+    }
+    key
+}
+
 /// An identity's wake state in the records store, changed by compare-and-set.
 struct Store {
     records: Arc<dyn RecordStore>,
@@ -41,10 +57,21 @@ impl Store {
         }
     }
 
-    async fn read(&self, who: &str) -> Result<(Option<WakeState>, Option<Vec<u8>>), RelayError> {
-        match self.records.get(Kind::Wake, who.to_owned()).await? {
-            Some(bytes) => Ok((Some(codec::decode(&bytes).map_err(damaged)?), Some(bytes))),
-            None => Ok((None, None)),
+    /// `who`'s state, its stored bytes, and the key it is kept under.
+    async fn read(&self, who: &str) -> Result<(Option<WakeState>, Option<Vec<u8>>, String), RelayError> {
+        let key = key_for(who);
+        let mut found = self.records.get(Kind::Wake, key.clone()).await?;
+        let mut at = key;
+        if found.is_none() && at != who {
+            // Releases before 2026-12-07 kept every identity as itself, which a lone relay
+            // could hold ("code reviewer"): such a state stays where it is.
+            if let Some(bytes) = self.records.get(Kind::Wake, who.to_owned()).await? {
+                (found, at) = (Some(bytes), who.to_owned());
+            }
+        }
+        match found {
+            Some(bytes) => Ok((Some(codec::decode(&bytes).map_err(damaged)?), Some(bytes), at)),
+            None => Ok((None, None, at)),
         }
     }
 
@@ -56,17 +83,13 @@ impl Store {
         mut change: impl FnMut(Option<WakeState>, i64) -> Result<(T, Option<WakeState>), OpError>,
     ) -> Result<T, OpError> {
         for _ in 0..16 {
-            let (state, bytes) = self.read(who).await?;
+            let (state, bytes, key) = self.read(who).await?;
             let (answer, write) = change(state, now_ms())?;
             let Some(new) = write else {
                 return Ok(answer);
             };
             let encoded = codec::encode(&new);
-            if self
-                .records
-                .swap(Kind::Wake, who.to_owned(), bytes, Some(encoded))
-                .await?
-            {
+            if self.records.swap(Kind::Wake, key, bytes, Some(encoded)).await? {
                 return Ok(answer);
             }
         }
@@ -406,7 +429,7 @@ impl Operation for WakePending {
             let handled = match &checked {
                 Some((at, handled)) if now.duration_since(*at) < LOOK_ANYWAY => handled.clone(),
                 _ => {
-                    let (state, _) = store.read(&who).await?;
+                    let (state, _, _) = store.read(&who).await?;
                     let Some(state) = state else {
                         return Err(OpError::not_found(format!("{who} is not woken: take its lease first")));
                     };
@@ -713,4 +736,77 @@ pub async fn woken(cx: &Ctx) -> Result<Vec<WakeView>, OpError> {
     }
     out.sort_by(|a, b| a.identity.cmp(&b.identity));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::memory::Memory;
+
+    fn state(identity: &str, handled: u64) -> WakeState {
+        WakeState {
+            identity: identity.into(),
+            lease: None,
+            handled: BTreeMap::from([("dev".to_owned(), handled)]),
+            activity: Activity::Listening,
+            turns: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_identity_no_store_could_hold_as_a_key_is_kept_in_hex() {
+        for plain in ["reviewer", "team.rev", "rev-1_a/b", "A=b"] {
+            assert_eq!(key_for(plain), plain);
+        }
+        let mut keys = BTreeSet::new();
+        for odd in [
+            "code reviewer",
+            "rév",
+            ">",
+            "*",
+            "a..b",
+            ".rev",
+            "rev.",
+            "=2a",
+            "=3d3261",
+        ] {
+            let key = key_for(odd);
+            assert!(key.starts_with('=') && is_key(&key), "{odd:?} -> {key:?}");
+            assert!(keys.insert(key), "{odd:?}: two identities, one key");
+        }
+        assert_eq!(key_for("*"), "=2a");
+        assert_eq!(key_for("=2a"), "=3d3261", "not the key of `*`");
+        assert!(is_key(&key_for(&"é".repeat(64))), "the longest identity, 128 bytes");
+    }
+
+    #[tokio::test]
+    async fn a_state_an_earlier_release_kept_under_the_identity_itself_stays_there() {
+        let records = Arc::new(Memory::default());
+        let store = Store {
+            records: records.clone(),
+        };
+        // A lone relay of an earlier release kept "code reviewer" as itself.
+        let old = codec::encode(&state("code reviewer", 41));
+        records.put(Kind::Wake, "code reviewer".into(), old).await.unwrap();
+        let (found, _, key) = store.read("code reviewer").await.unwrap();
+        assert_eq!((found.unwrap().handled["dev"], key.as_str()), (41, "code reviewer"));
+        store
+            .update("code reviewer", |s, _| {
+                let mut s = s.unwrap();
+                s.handled.insert("dev".into(), 42);
+                Ok(((), Some(s)))
+            })
+            .await
+            .unwrap();
+        let (found, _, key) = store.read("code reviewer").await.unwrap();
+        assert_eq!((found.unwrap().handled["dev"], key.as_str()), (42, "code reviewer"));
+        assert_eq!(records.list(Kind::Wake).await.unwrap().len(), 1, "no second copy");
+        // A new one goes under its hex key.
+        store
+            .update("rév", |_, _| Ok(((), Some(state("rév", 7)))))
+            .await
+            .unwrap();
+        assert!(records.get(Kind::Wake, key_for("rév")).await.unwrap().is_some());
+        assert_eq!(store.read("rév").await.unwrap().0.unwrap().handled["dev"], 7);
+    }
 }

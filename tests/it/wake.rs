@@ -204,6 +204,50 @@ fn quiet(agent: &Agent, n: usize, for_: Duration) {
     assert_eq!(turns.len(), n, "a turn ran that should not have: {turns:?}");
 }
 
+/// Identities are any printable text; a cluster keeps a record's key in a subject, where a
+/// space, a letter beyond ASCII or a `>` cannot be: a wake of "code reviewer" was refused
+/// there ("the records bucket cannot hold the key"), and each gets a key of its own now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identities_of_any_text_are_woken_each_as_itself() {
+    let s = Server::start();
+    let c = client();
+    let names = ["code reviewer", "rév", ">", "*"];
+    let agents: Vec<Agent> = names.iter().map(|_| Agent::new()).collect();
+    let mut procs: Vec<Child> = names
+        .iter()
+        .zip(&agents)
+        .map(|(who, agent)| wake(&s, agent, who, &[], &[], true))
+        .collect();
+    for who in names {
+        until_woken(&s, who).await;
+    }
+    for who in names {
+        post(&c, &s, "dev", directive("alice", who, &format!("for {who} only"))).await;
+    }
+    for (who, agent) in names.iter().zip(&agents) {
+        let turns = agent.until_turns(1, Duration::from_secs(10));
+        assert_eq!(turns[0].who, *who);
+        assert!(
+            turns[0].prompt.contains(&format!("for {who} only")),
+            "{who}: {}",
+            turns[0].prompt
+        );
+    }
+    let (_, list) = get_json(&c, &s.url("/api/wake")).await;
+    let mut listed: Vec<&str> = list["woken"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["identity"].as_str().unwrap())
+        .collect();
+    listed.sort_unstable();
+    assert_eq!(listed, ["*", ">", "code reviewer", "rév"], "{list}");
+    for (p, agent) in procs.iter_mut().zip(&agents) {
+        terminate(p);
+        quiet(agent, 1, Duration::from_millis(0));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directive_wakes_the_agent_within_a_second_with_the_message_in_its_prompt() {
     let s = Server::start();

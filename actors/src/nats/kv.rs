@@ -426,7 +426,7 @@ impl<V: Value> Bucket<V> {
     /// not one literal key part holds none.
     pub async fn values_in(&self, group: &str, max: usize) -> Result<Vec<(String, V)>, RelayError> {
         match literal(group) {
-            Some(group) if !group.contains('.') => self.values_under(&format!("{group}."), max).await,
+            Some(group) if crate::records::is_group(group) => self.values_under(&format!("{group}."), max).await,
             _ => Ok(Vec::new()),
         }
     }
@@ -509,25 +509,15 @@ impl<V: Value> Bucket<V> {
 }
 
 /// Any string as a KV key part (keys allow only `[-/_=.a-zA-Z0-9]`): its bytes in hex.
-/// Longest key a bucket takes. The relay's longest is a shared data version: a 256-byte key
-/// in hex and its version, 533 bytes; a longer key names nothing stored. (A subject must fit
-/// in a server's 4 KiB control line with the bucket's prefix and a reply inbox.)
-const MAX_KEY: usize = 1024;
-
 /// `key` as a literal subject token sequence of a bucket, or `None` for a key no entry can
-/// have. A key is put into a subject as it is, and a subject with a wildcard token (`*`, `>`)
-/// or an empty one is a filter or an error to the servers, not a name: read with one, a
-/// leader answers the newest message of *any* key it matches. A key from outside (a task id,
-/// a client id, a reservation's record as its id names it) is checked here, so a read of a
-/// key nobody could have made answers "absent", on every kind of bucket.
+/// have ([`crate::records::is_key`]). A key is put into a subject as it is, and a subject
+/// with a wildcard token (`*`, `>`) or an empty one is a filter or an error to the servers,
+/// not a name: read with one, a leader answers the newest message of *any* key it matches.
+/// A key from outside (a task id, a client id, a reservation's record as its id names it) is
+/// checked here, so a read of a key nobody could have made answers "absent", on every kind
+/// of bucket.
 fn literal(key: &str) -> Option<&str> {
-    let ok = !key.is_empty()
-        && key.len() <= MAX_KEY
-        && key.split('.').all(|token| !token.is_empty())
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/' | b'=' | b'.'));
-    ok.then_some(key)
+    crate::records::is_key(key).then_some(key)
 }
 
 /// A write under a key no bucket can hold: the relay makes every key it writes, so this is
@@ -567,14 +557,14 @@ mod tests {
 
     #[test]
     fn only_a_literal_key_names_an_entry() {
-        let long = "k".repeat(MAX_KEY + 1);
+        let long = "k".repeat(crate::records::MAX_KEY + 1);
         let made = [
             "0123abcd",
             "ct_client_9f",
             "0a1b2c.5e6f",
             "3f2a.1",
             "A-b_c/d=e",
-            "k".repeat(MAX_KEY).leak(),
+            "k".repeat(crate::records::MAX_KEY).leak(),
         ];
         for key in made {
             assert_eq!(literal(key), Some(key), "{key:?}");
