@@ -117,8 +117,17 @@ where
         Kind::Embedded => "the embedded store",
         Kind::Nats => "NATS",
     };
-    let within =
-        actix_rt::System::new().block_on(async { tokio::time::timeout(Duration::from_secs(60), test(setup)).await });
+    let system = actix_rt::System::new();
+    let (within, runtime) = system.block_on(async {
+        let within = tokio::time::timeout(Duration::from_secs(60), test(setup)).await;
+        (within, tokio::runtime::Handle::current())
+    });
+    // The system's tasks are dropped with it, some holding a NATS subscription, whose drop
+    // spawns its unsubscribe: inside the runtime's context, or each printed a panic ("there is
+    // no reactor running") that hid any real one in the suite's output.
+    let entered = runtime.enter();
+    drop(system);
+    drop(entered);
     assert!(within.is_ok(), "the test did not finish within 60 s on {name}");
 }
 
