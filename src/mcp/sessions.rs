@@ -80,7 +80,8 @@ enum TaskRequest {
     Cancel(String),
     Result(String),
     /// From the cursor a previous page answered (an offset into the newest-first list).
-    List(usize),
+    /// A page of the caller's tasks, after the cursor's task if there is one.
+    List(Option<String>),
 }
 
 /// Tasks one `tasks/list` page holds.
@@ -110,9 +111,8 @@ fn task_request(request: &ClientRequest) -> Option<TaskRequest> {
             r.params
                 .as_ref()
                 .and_then(|p| p.get("cursor"))
-                .and_then(Value::as_str)
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0),
+                .filter(|c| !c.is_null())
+                .map(|c| c.as_str().unwrap_or_default().to_owned()),
         )),
         _ => None,
     }
@@ -143,16 +143,39 @@ async fn serve_task_request(tasks: Arc<Tasks>, principal: Principal, request: Ta
             &tasks.cancel(&principal, &id).await.map_err(task_error)?,
         )),
         TaskRequest::Result(id) => tasks::v1::result(&tasks.finished(&principal, &id).await.map_err(task_error)?),
-        TaskRequest::List(from) => {
+        TaskRequest::List(cursor) => {
             let all = tasks.list(&principal).await.map_err(task_error)?;
-            let page: Vec<Value> = all.iter().skip(from).take(TASKS_PAGE).map(tasks::v1::task).collect();
-            let mut answer = json!({ "tasks": page });
-            if from + TASKS_PAGE < all.len() {
-                answer["nextCursor"] = json!((from + TASKS_PAGE).to_string());
+            let from = match cursor.as_deref() {
+                None => 0,
+                Some(c) => page_start(&all, c).ok_or_else(|| {
+                    ErrorData::invalid_params(format!("tasks/list: {c:?} is not a cursor this relay gave"), None)
+                })?,
+            };
+            let page = &all[from..all.len().min(from + TASKS_PAGE)];
+            let mut answer = json!({ "tasks": page.iter().map(tasks::v1::task).collect::<Vec<_>>() });
+            if let (Some(last), true) = (page.last(), from + page.len() < all.len()) {
+                answer["nextCursor"] = json!(format!("{}:{}", last.created_ms, last.id));
             }
             Ok(answer)
         }
     }
+}
+
+/// Where the page after `cursor` starts in `all` (newest first: by creation, then id, each
+/// descending). The cursor names the last task of the page before (`<created ms>:<id>`), so a
+/// task made or forgotten between two pages neither repeats one nor skips one, as an offset
+/// did. A bare number is an earlier release's offset; anything else is no cursor (`None`).
+fn page_start(all: &[crosstalk_schema::task::TaskRecord], cursor: &str) -> Option<usize> {
+    if let Ok(offset) = cursor.parse::<usize>() {
+        return Some(offset.min(all.len()));
+    }
+    let (created, id) = cursor.split_once(':')?;
+    let after = (created.parse::<i64>().ok()?, id);
+    Some(
+        all.iter()
+            .position(|r| (r.created_ms, r.id.as_str()) < after)
+            .unwrap_or(all.len()),
+    )
 }
 
 /// rmcp's answer, reshaped for 2025-11-25's tasks (see the module's doc).

@@ -474,11 +474,32 @@ async fn a_legacy_task_list_comes_in_pages() {
         .await;
     }
     let first = m.ok("tasks/list", json!({})).await;
-    assert_eq!(first["tasks"].as_array().unwrap().len(), 100);
-    assert_eq!(first["nextCursor"], "100");
-    let rest = m.ok("tasks/list", json!({"cursor": "100"})).await;
-    assert_eq!(rest["tasks"].as_array().unwrap().len(), 1);
+    let ids = |page: &Value| -> Vec<String> {
+        page["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["taskId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&first).len(), 100);
+    let cursor = first["nextCursor"].as_str().unwrap().to_owned();
+    // A task made between two pages is on neither: the next page is the one task left, not
+    // the last of the first page again (an offset cursor shifted by the new task).
+    m.ok(
+        "tools/call",
+        json!({"name": "wait_for_message", "arguments": {"channel": "pages", "since_id": 0, "timeout_s": 0}, "task": {}}),
+    )
+    .await;
+    let rest = m.ok("tasks/list", json!({"cursor": cursor})).await;
+    assert_eq!(ids(&rest).len(), 1, "{rest}");
+    assert!(!ids(&first).contains(&ids(&rest)[0]), "a task listed twice: {rest}");
     assert!(rest.get("nextCursor").is_none(), "{rest}");
+    // A cursor the relay did not give is refused, not read as the first page.
+    for bad in [json!("nope"), json!(""), json!("x:y"), json!(7)] {
+        let refused = m.request("tasks/list", json!({"cursor": bad})).await;
+        assert_eq!(refused.message["error"]["code"], -32602, "{bad}: {:?}", refused.message);
+    }
 }
 
 /// A stateless client of `s` with `token`.
