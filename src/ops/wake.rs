@@ -29,6 +29,12 @@ fn damaged(e: impl std::fmt::Display) -> RelayError {
     RelayError::Store(StoreError::Corrupt(format!("a stored wake state is damaged: {e}")))
 }
 
+/// The identity a wake request names, as an instance id is (1–128 bytes, no control
+/// characters, trimmed), if the caller may act as it.
+fn identity_of(caller: &Caller, raw: &str) -> Result<String, OpError> {
+    caller.claim(&crosstalk_schema::identity::instance_id(raw)?)
+}
+
 /// The record key of `who`'s wake state. An identity that every store can hold as a key
 /// ([`is_key`]) is its own key, as it always was; any other (a space, a letter beyond ASCII,
 /// `>`) is `=` and its UTF-8 in hex. A cluster could not hold those as themselves: a wake of
@@ -240,7 +246,7 @@ impl Operation for WakeLeaseOp {
     type Response = WakeView;
 
     async fn run(cx: &Ctx, caller: Caller, r: LeaseRequest) -> Result<WakeView, OpError> {
-        let who = caller.claim(&r.identity)?;
+        let who = identity_of(&caller, &r.identity)?;
         if r.ttl_s == 0 || r.ttl_s > MAX_LEASE_S {
             return Err(OpError::invalid(format!("ttl_s must be 1 to {MAX_LEASE_S}")));
         }
@@ -300,7 +306,7 @@ impl Operation for WakeRelease {
     type Response = WakeView;
 
     async fn run(cx: &Ctx, caller: Caller, r: HolderRequest) -> Result<WakeView, OpError> {
-        let who = caller.claim(&r.identity)?;
+        let who = identity_of(&caller, &r.identity)?;
         Store::new(cx)
             .update(&who, |state, now| {
                 let Some(mut state) = state else {
@@ -410,7 +416,7 @@ impl Operation for WakePending {
     type Response = Pending;
 
     async fn run(cx: &Ctx, caller: Caller, r: PendingRequest) -> Result<Pending, OpError> {
-        let who = caller.claim(&r.identity)?;
+        let who = identity_of(&caller, &r.identity)?;
         let listen = channel_list(r.listen.as_deref())?;
         let paused = PausedSet::parse(r.paused.as_deref())?;
         let most = Limit::or(r.limit, PENDING_MOST).min(PENDING_MOST);
@@ -649,7 +655,7 @@ impl Operation for WakeTurn {
     type Response = WakeView;
 
     async fn run(cx: &Ctx, caller: Caller, r: TurnRequest) -> Result<WakeView, OpError> {
-        let who = caller.claim(&r.identity)?;
+        let who = identity_of(&caller, &r.identity)?;
         let activity = match r.activity {
             ActivityArg::Listening => Activity::Listening,
             ActivityArg::Working => Activity::Working {

@@ -204,6 +204,33 @@ fn quiet(agent: &Agent, n: usize, for_: Duration) {
     assert_eq!(turns.len(), n, "a turn ran that should not have: {turns:?}");
 }
 
+/// An identity woken is an instance id: 1–128 bytes without control characters, trimmed.
+/// A longer one was kept (on a lone relay) or refused as the store's failure (on a cluster).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_identity_is_an_instance_id() {
+    let s = Server::start();
+    let c = client();
+    let lease = json!({"holder": "h1", "host": "here", "pid": 1, "ttl_s": 30});
+    let long = "x".repeat(129);
+    for (who, status) in [
+        (long.as_str(), 400),
+        ("bell%07", 400),
+        ("%20%20", 400),
+        ("%20reviewer%20", 200),
+    ] {
+        let url = s.url(&format!("/api/wake/{who}/lease"));
+        let (got, answer) = common::request(&c, "POST", &url, Some(lease.clone()), None).await;
+        assert_eq!(got, status, "{who}: {answer}");
+        if status == 400 {
+            assert_eq!(answer["code"], "invalid_input", "{who}: {answer}");
+        } else {
+            assert_eq!(answer["identity"], "reviewer", "{answer}");
+        }
+    }
+    let (_, list) = get_json(&c, &s.url("/api/wake")).await;
+    assert_eq!(list["woken"].as_array().unwrap().len(), 1, "{list}");
+}
+
 /// Identities are any printable text; a cluster keeps a record's key in a subject, where a
 /// space, a letter beyond ASCII or a `>` cannot be: a wake of "code reviewer" was refused
 /// there ("the records bucket cannot hold the key"), and each gets a key of its own now.
