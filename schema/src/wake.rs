@@ -22,6 +22,47 @@ pub struct WakeState {
     pub activity: Activity,
     /// The last turns, newest last (at most [`TURNS_KEPT`]).
     pub turns: Vec<Turn>,
+    /// Whose request made this state, as its principal's key, when that was one client's token
+    /// (a participant's, or an OAuth connection's, which may act as anyone): what such a token
+    /// keeps is counted, and bounded. `None` for one the admin's token, a relay without tokens
+    /// or an earlier release made.
+    pub made_by: Option<String>,
+}
+
+/// A wake state as the first release with wake stored it, before `made_by`.
+#[derive(Deserialize)]
+struct WakeStateV1 {
+    identity: String,
+    lease: Option<WakeLease>,
+    handled: BTreeMap<String, u64>,
+    activity: Activity,
+    turns: Vec<Turn>,
+}
+
+impl From<WakeStateV1> for WakeState {
+    fn from(v: WakeStateV1) -> Self {
+        WakeState {
+            identity: v.identity,
+            lease: v.lease,
+            handled: v.handled,
+            activity: v.activity,
+            turns: v.turns,
+            made_by: None,
+        }
+    }
+}
+
+/// Version 2 added `made_by`.
+impl crate::Stored for WakeState {
+    const KIND: &'static str = "wake state";
+    const VERSION: u8 = 2;
+
+    fn upgrade(version: u8, payload: &[u8]) -> Result<Self, crate::CodecError> {
+        match version {
+            1 => crate::codec::payload_of::<WakeStateV1>(payload).map(Into::into),
+            v => Err(crate::CodecError::unknown::<Self>(v)),
+        }
+    }
 }
 
 /// Who holds an identity's turns, until when (ms since the epoch; renewed while it runs).
@@ -65,5 +106,3 @@ pub struct Turn {
     /// Its attempt at those messages, from 1.
     pub attempt: u32,
 }
-
-crate::stored!(WakeState => "wake state");

@@ -18,6 +18,10 @@ use std::time::Duration;
 
 /// Longest lease a wake process may ask for; it renews well before.
 pub const MAX_LEASE_S: u64 = 300;
+/// Identities one client's token may make wake states for. A state is kept for good (it is
+/// where the identity has handled up to), and an OAuth connection may act as anyone: without
+/// this it could fill the store with states, one request each.
+pub const MAX_WOKEN_PER_TOKEN: usize = 256;
 /// Messages one `wake_pending` answers at most.
 const PENDING_MOST: usize = 200;
 
@@ -253,10 +257,18 @@ impl Operation for WakeLeaseOp {
         if r.holder.trim().is_empty() {
             return Err(OpError::invalid("holder is required"));
         }
+        let store = Store::new(cx);
+        let principal = &caller.principal;
+        let made_by = principal.is_one_client().then(|| principal.key().to_owned());
+        if let Some(token) = &made_by {
+            if store.read(&who).await?.0.is_none() {
+                room_for_one_more(&store, token).await?;
+            }
+        }
         // Where a new identity starts: every channel's newest message now, so a first start
         // hands out nothing that was posted before it.
         let channels = cx.relay.list_channels()?;
-        Store::new(cx)
+        store
             .update(&who, |state, now| {
                 let mut state = state.unwrap_or_else(|| WakeState {
                     identity: who.clone(),
@@ -264,6 +276,7 @@ impl Operation for WakeLeaseOp {
                         .iter()
                         .map(|(name, meta)| (name.to_string(), meta.last_id))
                         .collect(),
+                    made_by: made_by.clone(),
                     ..WakeState::default()
                 });
                 if let Some(l) = held(&state, now).filter(|l| l.holder != r.holder) {
@@ -286,6 +299,26 @@ impl Operation for WakeLeaseOp {
             })
             .await
     }
+}
+
+/// Refuses a new wake state for `token` once it made [`MAX_WOKEN_PER_TOKEN`], counted from
+/// the states stored (on a cluster, every node's), so the count holds across restarts.
+async fn room_for_one_more(store: &Store, token: &str) -> Result<(), OpError> {
+    let mut made = 0;
+    for (_, bytes) in store.records.list(Kind::Wake).await? {
+        let state: WakeState = codec::decode(&bytes).map_err(damaged)?;
+        made += usize::from(state.made_by.as_deref() == Some(token));
+    }
+    if made >= MAX_WOKEN_PER_TOKEN {
+        return Err(OpError::new(
+            ErrorKind::LimitReached,
+            format!(
+                "this token has woken {made} identities, the most one token may ({MAX_WOKEN_PER_TOKEN}); \
+                 wake one of those, or ask the relay's admin for another token"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 // ---- wake_release
@@ -756,6 +789,7 @@ mod tests {
             handled: BTreeMap::from([("dev".to_owned(), handled)]),
             activity: Activity::Listening,
             turns: Vec::new(),
+            made_by: None,
         }
     }
 

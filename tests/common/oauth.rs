@@ -73,14 +73,21 @@ impl Flow {
 
     /// A consent on `s` with a fresh invite for `identity`: the authorization code.
     pub async fn code(&self, s: &Server, identity: &str) -> String {
-        let (status, invite) = request(
-            &self.admin,
-            "POST",
-            &s.url("/api/oauth/invites"),
-            Some(json!({ "as": identity })),
-            None,
-        )
-        .await;
+        self.code_for(s, json!({ "as": identity })).await
+    }
+
+    /// A whole consent on `s` with an invite that binds no identity (the connection may act as
+    /// anyone, as the admin's token does): its first tokens.
+    pub async fn connect_as_anyone(&self, s: &Server) -> Tokens {
+        let code = self.code_for(s, json!({})).await;
+        let (status, v) = self.exchange(s, &code).await;
+        assert_eq!(status, 200, "{v}");
+        Tokens::of(&v)
+    }
+
+    /// A consent on `s` with a fresh invite made of `invite`: the authorization code.
+    async fn code_for(&self, s: &Server, invite: Value) -> String {
+        let (status, invite) = request(&self.admin, "POST", &s.url("/api/oauth/invites"), Some(invite), None).await;
         assert_eq!(status, 201, "{invite}");
         let challenge = crosstalk::ops::oauth::s256(&self.verifier);
         let pairs = [

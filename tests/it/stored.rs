@@ -394,7 +394,8 @@ fn every_stored_type_reads_its_committed_bytes_in_every_layout() {
         }],
         vec![],
     );
-    c.stored(
+    // Wake state: version 2 added `made_by`; version 1's states were made by nobody counted.
+    let wake_states = || {
         vec![
             from_json::<WakeState>(json!({
                 "identity": "reviewer",
@@ -402,18 +403,50 @@ fn every_stored_type_reads_its_committed_bytes_in_every_layout() {
                 "handled": {"dev": 12, "ops": 3},
                 "activity": {"Working": {"since_ms": 8, "channels": ["dev"]}},
                 "turns": [{"started_ms": 1, "ended_ms": 2, "channels": ["dev"], "messages": 2,
-                           "outcome": "exit 1", "attempt": 2}]
+                           "outcome": "exit 1", "attempt": 2}],
+                "made_by": null
             })),
             from_json::<WakeState>(json!({
                 "identity": "builder", "lease": null, "handled": {},
                 "activity": {"Paused": {"channel": "dev", "why": "the loop guard", "question": 14}},
-                "turns": []
+                "turns": [], "made_by": null
             })),
             from_json::<WakeState>(json!({
-                "identity": "idle", "lease": null, "handled": {}, "activity": "Listening", "turns": []
+                "identity": "idle", "lease": null, "handled": {}, "activity": "Listening", "turns": [],
+                "made_by": null
             })),
-        ],
-        vec![],
+        ]
+    };
+    let mut now = wake_states();
+    now[2].made_by = Some("\u{0}grant:g-1".into());
+    #[derive(Serialize)]
+    struct WakeBefore {
+        identity: String,
+        lease: Option<crosstalk_schema::wake::WakeLease>,
+        handled: std::collections::BTreeMap<String, u64>,
+        activity: crosstalk_schema::wake::Activity,
+        turns: Vec<crosstalk_schema::wake::Turn>,
+    }
+    let before: Vec<Vec<u8>> = wake_states()
+        .into_iter()
+        .map(|w| {
+            let v1 = WakeBefore {
+                identity: w.identity,
+                lease: w.lease,
+                handled: w.handled,
+                activity: w.activity,
+                turns: w.turns,
+            };
+            old_layout::<WakeState, _>(1, &v1)
+        })
+        .collect();
+    c.stored(
+        now,
+        vec![Older {
+            version: 1,
+            bytes: before,
+            reads_as: wake_states(),
+        }],
     );
 
     c.stored(

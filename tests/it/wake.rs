@@ -204,6 +204,43 @@ fn quiet(agent: &Agent, n: usize, for_: Duration) {
     assert_eq!(turns.len(), n, "a turn ran that should not have: {turns:?}");
 }
 
+/// An OAuth connection that may act as anyone makes wake states for at most
+/// `MAX_WOKEN_PER_TOKEN` identities: a state is kept for good, and without a bound one
+/// connection could fill the store, one request each. Counted from the store, so a restart
+/// does not reset it; taking an identity it already woke again is not one more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oauth_connection_wakes_a_bounded_number_of_identities() {
+    use crosstalk::ops::wake::MAX_WOKEN_PER_TOKEN;
+    const ADMIN: &str = "admin-s3cret";
+    let mut s = Server::process(&["--oauth", "--token", ADMIN]);
+    let flow = common::oauth::Flow::new(&s, ADMIN).await;
+    let anyone = common::client_with_token(&flow.connect_as_anyone(&s).await.access);
+    let admin = common::client_with_token(ADMIN);
+    let lease = json!({"holder": "h1", "host": "here", "pid": 1, "ttl_s": 30});
+    let take = |c: &reqwest::Client, s: &Server, who: &str| {
+        let (c, url, lease) = (c.clone(), s.url(&format!("/api/wake/{who}/lease")), lease.clone());
+        async move { common::request(&c, "POST", &url, Some(lease), None).await }
+    };
+    // One the admin woke is not the connection's.
+    assert_eq!(take(&admin, &s, "lead").await.0, 200);
+    for i in 0..MAX_WOKEN_PER_TOKEN {
+        let (status, v) = take(&anyone, &s, &format!("worker-{i}")).await;
+        assert_eq!(status, 200, "worker-{i}: {v}");
+    }
+    let (status, v) = take(&anyone, &s, "one-more").await;
+    assert_eq!((status, v["code"].as_str()), (429, Some("limit_reached")), "{v}");
+    assert_eq!(take(&anyone, &s, "worker-0").await.0, 200, "one it woke, again");
+    assert_eq!(take(&anyone, &s, "lead").await.0, 200, "one another woke");
+    assert_eq!(take(&admin, &s, "admins-own").await.0, 200, "the admin is not bounded");
+
+    let (_, clean) = s.terminate();
+    assert!(clean);
+    let dir = s.take_dir().unwrap();
+    let s = Server::start_in(dir.path(), &["--oauth", "--token", ADMIN]);
+    let (status, v) = take(&anyone, &s, "one-more").await;
+    assert_eq!(status, 429, "after a restart: {v}");
+}
+
 /// An identity woken is an instance id: 1–128 bytes without control characters, trimmed.
 /// A longer one was kept (on a lone relay) or refused as the store's failure (on a cluster).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
