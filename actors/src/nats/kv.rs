@@ -425,10 +425,10 @@ impl<V: Value> Bucket<V> {
     /// subjects under the group, so the listing costs what the group holds. A `group` that is
     /// not one literal key part holds none.
     pub async fn values_in(&self, group: &str, max: usize) -> Result<Vec<(String, V)>, RelayError> {
-        match literal(group) {
-            Some(group) if crate::records::is_group(group) => self.values_under(&format!("{group}."), max).await,
-            _ => Ok(Vec::new()),
+        if !crate::records::is_group(group) {
+            return Ok(Vec::new());
         }
+        self.values_under(&format!("{group}."), max).await
     }
 
     /// The values of the keys that start with `under` (empty, or key parts each ending in `.`).
