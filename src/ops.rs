@@ -724,6 +724,23 @@ impl OpError {
     }
 }
 
+/// The records of a listing that read as `T`. One that does not (damaged on disk, or in a
+/// layout of a later release) is logged with its key and left out: one bad record must not
+/// take a whole listing down, nor what reads it (the webhook supervisor, the console's
+/// lists). A read of that record by its key still says it is damaged.
+pub fn readable<T: crosstalk_schema::Stored>(listed: Vec<(String, Vec<u8>)>) -> Vec<T> {
+    listed
+        .into_iter()
+        .filter_map(|(key, bytes)| match crosstalk_schema::codec::decode::<T>(&bytes) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(kind = T::KIND, %key, error = %e, "a stored record is damaged; left out of the listing");
+                None
+            }
+        })
+        .collect()
+}
+
 impl std::fmt::Display for OpError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)

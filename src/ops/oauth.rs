@@ -1063,11 +1063,7 @@ impl OAuth {
 
     /// Every grant, oldest first.
     pub async fn grants(&self) -> Result<Vec<GrantView>, OAuthError> {
-        let mut out = Vec::new();
-        for (_, bytes) in self.store.list(Kind::Grants).await.map_err(OAuthError::server)? {
-            let g: Grant = decode("grant", &bytes)?;
-            out.push(g);
-        }
+        let mut out = super::readable::<Grant>(self.store.list(Kind::Grants).await.map_err(OAuthError::server)?);
         out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
         Ok(out.iter().map(GrantView::from).collect())
     }
@@ -1185,6 +1181,24 @@ mod tests {
             self.saw(kind);
             self.inner.list_group(kind, group)
         }
+    }
+
+    /// The admin's list of connections leaves a damaged grant out instead of failing whole.
+    #[tokio::test]
+    async fn a_damaged_grant_leaves_the_others_listed() {
+        let store = Arc::new(Memory::default());
+        let grant: Grant = serde_json::from_value(serde_json::json!({
+            "id": "g-1", "client_id": "c-1", "client_name": "Claude", "redirect_host": "claude.ai",
+            "identity": "coder", "invite_id": "i-1", "scope": "relay", "resource": "https://relay/mcp",
+            "created_at": 1, "access": "aa", "refresh": "rr", "retired": []
+        }))
+        .unwrap();
+        store.put(Kind::Grants, "g-1".into(), encode(&grant)).await.unwrap();
+        store.put(Kind::Grants, "g-0".into(), vec![9; 12]).await.unwrap();
+        let o = OAuth::new("http://127.0.0.1:1".into(), store);
+        let listed = o.grants().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].grant, "g-1");
     }
 
     #[tokio::test]

@@ -179,13 +179,7 @@ impl Store {
         let now = now_ms();
         let sets: Vec<ReservationSet> = match project {
             Some(p) => vec![self.read(&project_key(p)).await?.0],
-            None => self
-                .records
-                .list(Kind::Reservations)
-                .await?
-                .into_iter()
-                .map(|(_, b)| codec::decode(&b).map_err(damaged))
-                .collect::<Result<_, _>>()?,
+            None => super::readable(self.records.list(Kind::Reservations).await?),
         };
         let mut all: Vec<Reservation> = sets
             .into_iter()

@@ -304,14 +304,11 @@ impl Operation for WakeLeaseOp {
 /// Refuses a new wake state for `token` once it made [`MAX_WOKEN_PER_TOKEN`], counted from
 /// the states stored (on a cluster, every node's), so the count holds across restarts.
 async fn room_for_one_more(store: &Store, token: &str) -> Result<(), OpError> {
-    let mut made = 0;
-    for (_, bytes) in store.records.list(Kind::Wake).await? {
-        // A damaged state counts for nobody: it must not stop every token from waking.
-        let Ok(state) = codec::decode::<WakeState>(&bytes) else {
-            continue;
-        };
-        made += usize::from(state.made_by.as_deref() == Some(token));
-    }
+    // A damaged state counts for nobody: it must not stop every token from waking.
+    let made = super::readable::<WakeState>(store.records.list(Kind::Wake).await?)
+        .iter()
+        .filter(|s| s.made_by.as_deref() == Some(token))
+        .count();
     if made >= MAX_WOKEN_PER_TOKEN {
         return Err(OpError::new(
             ErrorKind::LimitReached,
@@ -758,8 +755,7 @@ impl Operation for WakeListOp {
 pub async fn woken(cx: &Ctx) -> Result<Vec<WakeView>, OpError> {
     let now = now_ms();
     let mut out = Vec::new();
-    for (_, bytes) in Store::new(cx).records.list(Kind::Wake).await? {
-        let state: WakeState = codec::decode(&bytes).map_err(damaged)?;
+    for state in super::readable::<WakeState>(Store::new(cx).records.list(Kind::Wake).await?) {
         if held(&state, now).is_none() {
             continue;
         }
@@ -820,6 +816,34 @@ mod tests {
         assert_eq!(key_for("*"), "=2a");
         assert_eq!(key_for("=2a"), "=3d3261", "not the key of `*`");
         assert!(is_key(&key_for(&"é".repeat(64))), "the longest identity, 128 bytes");
+    }
+
+    /// The per-token count reads every state; a damaged one counts for nobody and stops no one.
+    #[tokio::test]
+    async fn the_count_of_a_tokens_states_passes_over_a_damaged_one() {
+        let records = Arc::new(Memory::default());
+        let store = Store {
+            records: records.clone(),
+        };
+        records.put(Kind::Wake, "broken".into(), vec![1, 2, 3]).await.unwrap();
+        for i in 0..MAX_WOKEN_PER_TOKEN - 1 {
+            let mut s = state(&format!("w{i}"), 0);
+            s.made_by = Some("tok".into());
+            records
+                .put(Kind::Wake, format!("w{i}"), codec::encode(&s))
+                .await
+                .unwrap();
+        }
+        room_for_one_more(&store, "tok").await.unwrap();
+        let mut last = state("last", 0);
+        last.made_by = Some("tok".into());
+        records
+            .put(Kind::Wake, "last".into(), codec::encode(&last))
+            .await
+            .unwrap();
+        let e = room_for_one_more(&store, "tok").await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::LimitReached);
+        room_for_one_more(&store, "another").await.unwrap();
     }
 
     #[tokio::test]

@@ -148,10 +148,7 @@ impl Webhooks {
     }
 
     pub async fn all(&self) -> Result<Vec<Webhook>, RelayError> {
-        let mut out = Vec::new();
-        for (_, b) in self.store.list(Kind::Webhooks).await? {
-            out.push(decode::<Webhook>("webhook", &b)?);
-        }
+        let mut out = super::readable::<Webhook>(self.store.list(Kind::Webhooks).await?);
         out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
         Ok(out)
     }
@@ -252,6 +249,34 @@ pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::memory::Memory;
+
+    /// One damaged record (here bytes of no layout) is left out of the listing the supervisor
+    /// delivers from, not the end of every webhook's delivery.
+    #[tokio::test]
+    async fn a_damaged_webhook_leaves_the_others_listed() {
+        let store = Arc::new(Memory::default());
+        let hook = Webhook {
+            id: "w1".into(),
+            channel: "ops".into(),
+            types: vec![],
+            url: "https://example.com/hook".into(),
+            format: WebhookFormat::Json,
+            secret: "s".into(),
+            created_at: 1,
+        };
+        store
+            .put(Kind::Webhooks, "w1".into(), codec::encode(&hook))
+            .await
+            .unwrap();
+        store
+            .put(Kind::Webhooks, "w0".into(), b"not a webhook".to_vec())
+            .await
+            .unwrap();
+        let hooks = Webhooks::new(store);
+        assert_eq!(hooks.all().await.unwrap(), [hook]);
+        assert!(hooks.get("w0").await.is_err(), "read by its id it is still damaged");
+    }
 
     #[test]
     fn filters_backoff_and_signature() {
