@@ -202,6 +202,9 @@ pub struct Ctx {
     /// Reservations (by id) and shared data keys each token of one client keeps.
     pub reservations_kept: Arc<Kept>,
     pub shared_kept: Arc<Kept>,
+    /// Tokens found at their limit of wake states, so a token asking again and again is
+    /// refused without a listing each time.
+    pub wake_full: Arc<Recounts>,
     /// The relay is an OAuth authorization server (`--oauth`): its `/api/oauth/…` routes are
     /// mounted, which `whoami` tells the console.
     pub oauth: bool,
@@ -336,6 +339,7 @@ impl Ctx {
             humans: Default::default(),
             reservations_kept: Arc::new(Kept::new(DEFAULT_MAX_RESERVATIONS)),
             shared_kept: Arc::new(Kept::new(DEFAULT_MAX_SHARED_KEYS)),
+            wake_full: Default::default(),
             oauth: false,
         }
     }
@@ -722,6 +726,57 @@ impl OpError {
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotFound, message)
     }
+}
+
+/// How long a count of a principal's records taken from the store stands: a count is a
+/// listing, and a caller at its limit asking again and again must not make the relay list
+/// each time.
+pub const RECOUNT_EVERY: Duration = Duration::from_secs(5);
+
+/// When each principal was last counted from the store at a limit. Holds only those counted
+/// within the last interval.
+pub struct Recounts {
+    every: Duration,
+    at: parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+impl Default for Recounts {
+    fn default() -> Self {
+        Recounts::every(RECOUNT_EVERY)
+    }
+}
+
+impl Recounts {
+    pub fn every(every: Duration) -> Self {
+        Recounts {
+            every,
+            at: Default::default(),
+        }
+    }
+
+    /// Whether `key` was counted within the interval.
+    pub fn recent(&self, key: &str) -> bool {
+        let now = std::time::Instant::now();
+        let mut at = self.at.lock();
+        at.retain(|_, t| now.duration_since(*t) < self.every);
+        at.contains_key(key)
+    }
+
+    /// Notes that `key` was counted now.
+    pub fn counted(&self, key: &str) {
+        self.at.lock().insert(key.to_owned(), std::time::Instant::now());
+    }
+}
+
+/// Bytes in lowercase hex: record keys made of digests and random ids.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The first `len` bytes of `text`'s SHA-256, in hex: a short key part that names `text`
+/// (a project's reservations, a task owner's group) whatever characters it holds.
+pub fn digest_hex(text: &str, len: usize) -> String {
+    hex(&ring::digest::digest(&ring::digest::SHA256, text.as_bytes()).as_ref()[..len])
 }
 
 /// The records of a listing that read as `T`. One that does not (damaged on disk, or in a

@@ -79,7 +79,6 @@ enum TaskRequest {
     Get(String),
     Cancel(String),
     Result(String),
-    /// From the cursor a previous page answered (an offset into the newest-first list).
     /// A page of the caller's tasks, after the cursor's task if there is one.
     List(Option<String>),
 }

@@ -57,8 +57,7 @@ fn project_key(project: &str) -> String {
     if project.is_empty() {
         return "none".into();
     }
-    let d = ring::digest::digest(&ring::digest::SHA256, project.as_bytes());
-    d.as_ref()[..12].iter().map(|b| format!("{b:02x}")).collect()
+    super::digest_hex(project, 12)
 }
 
 /// A reservation's id names its project's record: `<record key>.<uuid>`.

@@ -16,7 +16,7 @@
 //! release made are a bare uuid; while any such record is stored, listings read every task
 //! (they are forgotten after their time to live, a day at most, and a sweep notices).
 
-use super::{ErrorKind, OpError, Principal};
+use super::{readable, ErrorKind, OpError, Principal, Recounts};
 use crosstalk_actors::records::{Kind, RecordStore};
 use crosstalk_actors::{RelayError, StoreError};
 use crosstalk_schema::task::{TaskRecord, TaskState};
@@ -44,8 +44,7 @@ fn decode(bytes: &[u8]) -> Result<TaskRecord, RelayError> {
 /// owner's key, in hex. Two owners sharing one only share a listing's reads (each record
 /// names its owner, which is what is checked).
 pub fn owner_group(owner: &str) -> String {
-    let d = ring::digest::digest(&ring::digest::SHA256, owner.as_bytes());
-    d.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect()
+    super::digest_hex(owner, 8)
 }
 
 /// Whether a stored task's key is an earlier release's, with no owner group.
@@ -62,6 +61,9 @@ pub struct TaskStore {
     /// then a listing reads every task, as that release's did. True until a full listing
     /// ([`TaskStore::load`], each [`TaskStore::sweep`]) finds none.
     legacy: Arc<AtomicBool>,
+    /// Owners counted again from the store at their limit lately: at most one listing per
+    /// owner per [`super::RECOUNT_EVERY`], however often it asks.
+    recounts: Arc<Recounts>,
 }
 
 /// A record as read, with its stored bytes: what a compare-and-set compares against.
@@ -77,7 +79,15 @@ impl TaskStore {
             store,
             held: Default::default(),
             legacy: Arc::new(AtomicBool::new(true)),
+            recounts: Default::default(),
         }
+    }
+
+    /// This store, counting an owner again at its limit at most once per `every`.
+    #[cfg(test)]
+    fn recounting_every(mut self, every: std::time::Duration) -> Self {
+        self.recounts = Arc::new(Recounts::every(every));
+        self
     }
 
     /// A new task's id (its record's key): `<owner group>.<uuid>`.
@@ -87,16 +97,10 @@ impl TaskStore {
 
     /// Every stored task, counting each principal's: read once at start.
     pub async fn load(&self) -> Result<Vec<TaskRecord>, RelayError> {
-        let mut all = Vec::new();
         let listed = self.store.list(Kind::Tasks).await?;
         self.legacy
             .store(listed.iter().any(|(key, _)| is_legacy(key)), Ordering::Relaxed);
-        for (key, bytes) in listed {
-            match decode(&bytes) {
-                Ok(r) => all.push(r),
-                Err(e) => tracing::warn!(task = %key, error = %e, "a stored task is damaged; skipped"),
-            }
-        }
+        let all = readable::<TaskRecord>(listed);
         let mut held = self.held.lock();
         held.clear();
         for r in &all {
@@ -108,29 +112,20 @@ impl TaskStore {
     /// Whether `owner` may make another task (checked before a task's question is posted).
     /// This node's count answers at once below the limit; at it, the store is counted first.
     pub async fn has_room(&self, owner: &str) -> Result<bool, RelayError> {
-        if self.counted(owner) < MAX_TASKS_PER_PRINCIPAL {
-            return Ok(true);
+        Ok(self.count(owner).await? < MAX_TASKS_PER_PRINCIPAL)
+    }
+
+    /// This node's count of `owner`'s tasks; at the limit, counted again from the store
+    /// first (at most once per [`super::RECOUNT_EVERY`]). On a cluster this node's count is
+    /// only what it loaded and made: another node's sweep may have forgotten some of them
+    /// since, and without the recount the owner was refused for tasks it no longer held.
+    async fn count(&self, owner: &str) -> Result<usize, RelayError> {
+        let n = self.held.lock().get(owner).copied().unwrap_or(0);
+        if n < MAX_TASKS_PER_PRINCIPAL || self.recounts.recent(owner) {
+            return Ok(n);
         }
-        Ok(self.recount(owner).await? < MAX_TASKS_PER_PRINCIPAL)
-    }
-
-    fn counted(&self, owner: &str) -> usize {
-        self.held.lock().get(owner).copied().unwrap_or(0)
-    }
-
-    /// Counts `owner`'s stored tasks and keeps that as this node's count. On a cluster this
-    /// node's count is only what it loaded and made: another node's sweep may have forgotten
-    /// some of them since, and without this the owner was refused for tasks it no longer held.
-    async fn recount(&self, owner: &str) -> Result<usize, RelayError> {
-        let listed = if self.legacy.load(Ordering::Relaxed) {
-            self.store.list(Kind::Tasks).await?
-        } else {
-            self.store.list_group(Kind::Tasks, owner_group(owner)).await?
-        };
-        let n = listed
-            .iter()
-            .filter(|(_, b)| decode(b).is_ok_and(|r| r.owner == owner))
-            .count();
+        self.recounts.counted(owner);
+        let n = self.stored_of(owner).await?.len();
         let mut held = self.held.lock();
         match n {
             0 => held.remove(owner),
@@ -139,11 +134,22 @@ impl TaskStore {
         Ok(n)
     }
 
+    /// `owner`'s stored tasks: its group, or every task's while an earlier release's may be
+    /// stored (its id names no group).
+    async fn stored_of(&self, owner: &str) -> Result<Vec<TaskRecord>, RelayError> {
+        let listed = if self.legacy.load(Ordering::Relaxed) {
+            self.store.list(Kind::Tasks).await?
+        } else {
+            self.store.list_group(Kind::Tasks, owner_group(owner)).await?
+        };
+        let mut mine = readable::<TaskRecord>(listed);
+        mine.retain(|r| r.owner == owner);
+        Ok(mine)
+    }
+
     /// Stores a new task, or refuses when its owner already holds too many.
     pub async fn create(&self, record: &TaskRecord) -> Result<(), OpError> {
-        if self.counted(&record.owner) >= MAX_TASKS_PER_PRINCIPAL {
-            self.recount(&record.owner).await?;
-        }
+        self.count(&record.owner).await?;
         {
             let mut held = self.held.lock();
             let n = held.entry(record.owner.clone()).or_default();
@@ -245,17 +251,7 @@ impl TaskStore {
 
     /// `principal`'s tasks, newest first.
     pub async fn list_owned(&self, principal: &Principal) -> Result<Vec<TaskRecord>, RelayError> {
-        let listed = if self.legacy.load(Ordering::Relaxed) {
-            self.store.list(Kind::Tasks).await?
-        } else {
-            let group = owner_group(principal.key());
-            self.store.list_group(Kind::Tasks, group).await?
-        };
-        let mut mine: Vec<TaskRecord> = listed
-            .into_iter()
-            .filter_map(|(_, b)| decode(&b).ok())
-            .filter(|r| r.owner == principal.key())
-            .collect();
+        let mut mine = self.stored_of(principal.key()).await?;
         mine.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.id.cmp(&a.id)));
         Ok(mine)
     }
@@ -286,8 +282,6 @@ impl TaskStore {
 mod tests {
     use super::*;
     use crate::ops::memory::Memory;
-    use crosstalk_actors::records::Answer;
-    use futures_util::FutureExt;
 
     fn record(id: &str, owner: &str, created_ms: i64) -> TaskRecord {
         TaskRecord {
@@ -347,55 +341,13 @@ mod tests {
         assert!(tasks.get("t2").await.unwrap().is_some());
     }
 
-    /// Records as [`Memory`] keeps them, counting how many each listing hands out.
-    #[derive(Default)]
-    struct Counting {
-        inner: Memory,
-        listed: std::sync::atomic::AtomicUsize,
-    }
-
-    impl Counting {
-        fn take_listed(&self) -> usize {
-            self.listed.swap(0, Ordering::Relaxed)
-        }
-        fn count(&self, listing: Answer<Vec<(String, Vec<u8>)>>) -> Answer<Vec<(String, Vec<u8>)>> {
-            let listed = listing.now_or_never().unwrap().unwrap();
-            self.listed.fetch_add(listed.len(), Ordering::Relaxed);
-            Box::pin(std::future::ready(Ok(listed)))
-        }
-    }
-
-    impl RecordStore for Counting {
-        fn get(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>> {
-            self.inner.get(kind, key)
-        }
-        fn put(&self, kind: Kind, key: String, value: Vec<u8>) -> Answer<()> {
-            self.inner.put(kind, key, value)
-        }
-        fn delete(&self, kind: Kind, key: String) -> Answer<()> {
-            self.inner.delete(kind, key)
-        }
-        fn take(&self, kind: Kind, key: String) -> Answer<Option<Vec<u8>>> {
-            self.inner.take(kind, key)
-        }
-        fn swap(&self, kind: Kind, key: String, expected: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Answer<bool> {
-            self.inner.swap(kind, key, expected, new)
-        }
-        fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>> {
-            self.count(self.inner.list(kind))
-        }
-        fn list_group(&self, kind: Kind, group: String) -> Answer<Vec<(String, Vec<u8>)>> {
-            self.count(self.inner.list_group(kind, group))
-        }
-    }
-
     fn ids(records: Vec<TaskRecord>) -> Vec<String> {
         records.into_iter().map(|r| r.id).collect()
     }
 
     #[tokio::test]
     async fn a_principals_listing_reads_its_own_tasks_only() {
-        let store = Arc::new(Counting::default());
+        let store = Arc::new(Memory::default());
         let tasks = TaskStore::new(store.clone());
         for owner in (0..40).map(|i| format!("p{i}")) {
             for at in 0..25 {
@@ -420,7 +372,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_task_an_earlier_release_made_is_listed_until_it_is_forgotten() {
-        let store = Arc::new(Counting::default());
+        let store = Arc::new(Memory::default());
         let tasks = TaskStore::new(store.clone());
         let alice = Principal::Participant("alice".into());
         // An earlier release's id is a bare uuid; it lives 10 s.
@@ -462,7 +414,8 @@ mod tests {
     #[tokio::test]
     async fn tasks_another_node_forgot_are_not_held_against_their_owner() {
         let shared = Arc::new(Memory::default());
-        let (a, b) = (TaskStore::new(shared.clone()), TaskStore::new(shared));
+        let a = TaskStore::new(shared.clone()).recounting_every(std::time::Duration::ZERO);
+        let b = TaskStore::new(shared);
         for _ in 0..MAX_TASKS_PER_PRINCIPAL {
             a.create(&record(&TaskStore::new_id("alice"), "alice", 0))
                 .await
@@ -491,6 +444,35 @@ mod tests {
             .await
             .unwrap();
         assert!(a.has_room("alice").await.unwrap());
+    }
+
+    /// A token at its limit asking again and again is counted from the store once per
+    /// interval, not once per request: each count is a listing of its tasks.
+    #[tokio::test]
+    async fn a_token_at_its_limit_is_counted_again_once_per_interval() {
+        let store = Arc::new(Memory::default());
+        let tasks = TaskStore::new(store.clone());
+        for _ in 0..MAX_TASKS_PER_PRINCIPAL {
+            tasks
+                .create(&record(&TaskStore::new_id("alice"), "alice", 0))
+                .await
+                .unwrap();
+        }
+        tasks.load().await.unwrap();
+        store.take_listed();
+        for _ in 0..50 {
+            assert!(!tasks.has_room("alice").await.unwrap());
+            let e = tasks
+                .create(&record(&TaskStore::new_id("alice"), "alice", 0))
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::LimitReached);
+        }
+        assert_eq!(
+            store.take_listed(),
+            MAX_TASKS_PER_PRINCIPAL,
+            "one count of alice's tasks"
+        );
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@
 //! identity's state. The state is a record of the relay's ([`WakeState`]), so it holds across
 //! restarts of the process and of the relay, and on a cluster across nodes.
 
-use super::{Caller, Ctx, ErrorKind, Limit, OpError, Operation};
+use super::{Caller, Ctx, ErrorKind, Limit, OpError, Operation, Recounts};
 use crosstalk_actors::records::{is_key, Kind, RecordStore};
 use crosstalk_actors::{Posted, RelayError, StoreError};
 use crosstalk_schema::wake::{Activity, Turn, WakeLease, WakeState, TURNS_KEPT};
@@ -47,12 +47,7 @@ fn key_for(who: &str) -> String {
     if is_key(who) && !who.starts_with('=') {
         return who.to_owned();
     }
-    let mut key = String::with_capacity(1 + 2 * who.len());
-    key.push('=');
-    for b in who.bytes() {
-        key.push_str(&format!("{b:02x}"));
-    }
-    key
+    format!("={}", super::hex(who.as_bytes()))
 }
 
 /// An identity's wake state in the records store, changed by compare-and-set.
@@ -262,7 +257,7 @@ impl Operation for WakeLeaseOp {
         let made_by = principal.is_one_client().then(|| principal.key().to_owned());
         if let Some(token) = &made_by {
             if store.read(&who).await?.0.is_none() {
-                room_for_one_more(&store, token).await?;
+                room_for_one_more(&store, &cx.wake_full, token).await?;
             }
         }
         // Where a new identity starts: every channel's newest message now, so a first start
@@ -302,21 +297,30 @@ impl Operation for WakeLeaseOp {
 }
 
 /// Refuses a new wake state for `token` once it made [`MAX_WOKEN_PER_TOKEN`], counted from
-/// the states stored (on a cluster, every node's), so the count holds across restarts.
-async fn room_for_one_more(store: &Store, token: &str) -> Result<(), OpError> {
+/// the states stored (on a cluster, every node's), so the count holds across restarts. A
+/// token found at the limit is refused without a listing for a while (`full`): each count
+/// lists every state.
+async fn room_for_one_more(store: &Store, full: &Recounts, token: &str) -> Result<(), OpError> {
+    let refused = || {
+        OpError::new(
+            ErrorKind::LimitReached,
+            format!(
+                "this token has woken {MAX_WOKEN_PER_TOKEN} identities, the most one token may; \
+                 wake one of those, or ask the relay's admin for another token"
+            ),
+        )
+    };
+    if full.recent(token) {
+        return Err(refused());
+    }
     // A damaged state counts for nobody: it must not stop every token from waking.
     let made = super::readable::<WakeState>(store.records.list(Kind::Wake).await?)
         .iter()
         .filter(|s| s.made_by.as_deref() == Some(token))
         .count();
     if made >= MAX_WOKEN_PER_TOKEN {
-        return Err(OpError::new(
-            ErrorKind::LimitReached,
-            format!(
-                "this token has woken {made} identities, the most one token may ({MAX_WOKEN_PER_TOKEN}); \
-                 wake one of those, or ask the relay's admin for another token"
-            ),
-        ));
+        full.counted(token);
+        return Err(refused());
     }
     Ok(())
 }
@@ -825,6 +829,7 @@ mod tests {
         let store = Store {
             records: records.clone(),
         };
+        let full = Recounts::default();
         records.put(Kind::Wake, "broken".into(), vec![1, 2, 3]).await.unwrap();
         for i in 0..MAX_WOKEN_PER_TOKEN - 1 {
             let mut s = state(&format!("w{i}"), 0);
@@ -834,16 +839,23 @@ mod tests {
                 .await
                 .unwrap();
         }
-        room_for_one_more(&store, "tok").await.unwrap();
+        room_for_one_more(&store, &full, "tok").await.unwrap();
         let mut last = state("last", 0);
         last.made_by = Some("tok".into());
         records
             .put(Kind::Wake, "last".into(), codec::encode(&last))
             .await
             .unwrap();
-        let e = room_for_one_more(&store, "tok").await.unwrap_err();
+        let e = room_for_one_more(&store, &full, "tok").await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::LimitReached);
-        room_for_one_more(&store, "another").await.unwrap();
+        room_for_one_more(&store, &full, "another").await.unwrap();
+        // Found full, the token is refused again without a listing each time.
+        records.take_listed();
+        for _ in 0..20 {
+            let e = room_for_one_more(&store, &full, "tok").await.unwrap_err();
+            assert_eq!(e.kind, ErrorKind::LimitReached);
+        }
+        assert_eq!(records.take_listed(), 0, "no state was listed");
     }
 
     #[tokio::test]

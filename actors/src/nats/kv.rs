@@ -508,7 +508,6 @@ impl<V: Value> Bucket<V> {
     }
 }
 
-/// Any string as a KV key part (keys allow only `[-/_=.a-zA-Z0-9]`): its bytes in hex.
 /// `key` as a literal subject token sequence of a bucket, or `None` for a key no entry can
 /// have ([`crate::records::is_key`]). A key is put into a subject as it is, and a subject
 /// with a wildcard token (`*`, `>`) or an empty one is a filter or an error to the servers,
@@ -528,6 +527,7 @@ fn unholdable(what: &str, key: &str) -> RelayError {
     )))
 }
 
+/// Any string as a KV key part (keys allow only `[-/_=.a-zA-Z0-9]`): its bytes in hex.
 pub(super) fn hex(key: &str) -> String {
     key.bytes().map(|b| format!("{b:02x}")).collect()
 }

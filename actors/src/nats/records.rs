@@ -93,9 +93,6 @@ impl RecordStore for RecordBuckets {
     fn list_group(&self, kind: Kind, group: String) -> Answer<Vec<(String, Vec<u8>)>> {
         let this = self.clone();
         Box::pin(async move {
-            if !crate::records::is_group(&group) {
-                return Ok(Vec::new());
-            }
             this.bucket(kind)
                 .await?
                 .values_in(&group, crate::records::MAX_LISTED)
