@@ -205,6 +205,9 @@ pub struct Ctx {
     /// Tokens found at their limit of wake states, so a token asking again and again is
     /// refused without a listing each time.
     pub wake_full: Arc<Recounts>,
+    /// Held while a token of one client makes a new wake state: its count and its making are
+    /// one step on this node, so requests side by side cannot pass the limit together.
+    pub wake_new: Arc<tokio::sync::Mutex<()>>,
     /// The relay is an OAuth authorization server (`--oauth`): its `/api/oauth/…` routes are
     /// mounted, which `whoami` tells the console.
     pub oauth: bool,
@@ -218,17 +221,24 @@ pub const DEFAULT_MAX_RESERVATIONS: usize = 100;
 /// Default of `--max-shared-keys-per-participant`: at most 100 MiB of current content at the
 /// default `--max-shared-bytes`.
 pub const DEFAULT_MAX_SHARED_KEYS: usize = 100;
+/// How often a token at its limit of shared keys may have them listed: the listing is every
+/// token's keys. Short, so that a key deleted by someone else gives its place back within it.
+pub const SHARED_KEYS_ASKED_EVERY: Duration = Duration::from_secs(1);
 
 /// What each token of one client ([`Principal::is_one_client`]) keeps in the relay, by name
 /// (a reservation's id, a shared data key), against a limit, so that no one client can take
 /// what all the others share. Counted on this node from its start: what the token made
 /// before, or on another node, is not in it. An operation that finds a token at its limit
 /// asks the store what is still kept ([`Kept::keep_only`]) before it refuses, so what
-/// lapsed, was released or was deleted by others gives its place back.
+/// lapsed, was released or was deleted by others gives its place back. Where that asking
+/// costs more than what the token holds (a listing of every token's shared keys), a token
+/// it refused is refused without asking again for a while ([`Kept::asking_at_most_every`]).
 pub struct Kept {
     names: parking_lot::Mutex<std::collections::HashMap<String, std::collections::HashSet<String>>>,
     /// Most names one token may keep.
     pub max: usize,
+    /// When each token at its limit last had the store asked, if that is spaced out.
+    asked: Option<Recounts>,
 }
 
 /// What [`Kept::take`] did.
@@ -247,6 +257,17 @@ impl Kept {
         Kept {
             names: Default::default(),
             max: max.max(1),
+            asked: None,
+        }
+    }
+
+    /// [`Kept::new`], where a token at its limit has the store asked at most once per `every`:
+    /// for what it costs more to ask than the token holds, so that a token at its limit
+    /// asking in a loop costs a listing a while, not a listing a request.
+    pub fn asking_at_most_every(max: usize, every: Duration) -> Kept {
+        Kept {
+            asked: Some(Recounts::every(every)),
+            ..Kept::new(max)
         }
     }
 
@@ -254,7 +275,8 @@ impl Kept {
     /// counted now, and must be [`forgotten`](Kept::forget) if what it stands for is not made.
     /// At the limit by this node's count, `still` is asked which of the token's names the
     /// store still keeps (what lapsed, was released or was deleted gives its place back), and
-    /// then the limit refuses (429) with `refused`'s words.
+    /// then the limit refuses (429) with `refused`'s words. Where asking is spaced out, a token
+    /// asked for within the interval is refused by this node's count alone.
     pub async fn admit<F>(
         &self,
         principal: &Principal,
@@ -273,12 +295,23 @@ impl Kept {
             Taken::Full => {}
             taken => return Ok(taken == Taken::New),
         }
-        let kept = still(self.names(token)).await?;
-        self.keep_only(token, |n| kept.contains(n));
-        match self.take(token, name) {
-            Taken::Full => Err(OpError::new(ErrorKind::LimitReached, refused(self.max))),
-            taken => Ok(taken == Taken::New),
+        let ask = match &self.asked {
+            None => true,
+            Some(asked) if asked.recent(token) => false,
+            Some(asked) => {
+                asked.counted(token);
+                true
+            }
+        };
+        if ask {
+            let kept = still(self.names(token)).await?;
+            self.keep_only(token, |n| kept.contains(n));
+            match self.take(token, name) {
+                Taken::Full => {}
+                taken => return Ok(taken == Taken::New),
+            }
         }
+        Err(OpError::new(ErrorKind::LimitReached, refused(self.max)))
     }
 
     /// The names `principal` keeps, by this node's count.
@@ -314,6 +347,15 @@ impl Kept {
         }
     }
 
+    /// Forgets `name` for every token that keeps it: a name that is one thing relay-wide (a
+    /// shared data key), gone.
+    pub fn forget_by_all(&self, name: &str) {
+        self.names.lock().retain(|_, mine| {
+            mine.remove(name);
+            !mine.is_empty()
+        });
+    }
+
     /// Of `principal`'s names, keeps only those `still` holds (what the store says is kept).
     fn keep_only(&self, principal: &str, still: impl Fn(&str) -> bool) {
         let mut all = self.names.lock();
@@ -338,8 +380,12 @@ impl Ctx {
             max_held: DEFAULT_MAX_HELD,
             humans: Default::default(),
             reservations_kept: Arc::new(Kept::new(DEFAULT_MAX_RESERVATIONS)),
-            shared_kept: Arc::new(Kept::new(DEFAULT_MAX_SHARED_KEYS)),
+            shared_kept: Arc::new(Kept::asking_at_most_every(
+                DEFAULT_MAX_SHARED_KEYS,
+                SHARED_KEYS_ASKED_EVERY,
+            )),
             wake_full: Default::default(),
+            wake_new: Default::default(),
             oauth: false,
         }
     }
@@ -887,6 +933,45 @@ mod tests {
             ours <= relays + 128,
             "a wait's future is {ours} bytes around the relay's {relays}: more than its answer needs"
         );
+    }
+
+    /// A token at its limit of shared keys has every token's keys listed at most once per
+    /// interval: one asking in a loop was a listing a request. Between two askings it is
+    /// refused by this node's count, and once the interval is over a place given back is
+    /// found again.
+    #[tokio::test]
+    async fn a_token_at_its_limit_has_the_store_asked_at_most_once_an_interval() {
+        let kept = Kept::asking_at_most_every(1, Duration::from_millis(300));
+        let alice = Principal::Participant("alice".into());
+        let asked = AtomicUsize::new(0);
+        let gone = std::sync::atomic::AtomicBool::new(false);
+        let still = |names: Vec<String>| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            let gone = gone.load(Ordering::SeqCst);
+            async move { Ok(names.into_iter().filter(|_| !gone).collect()) }
+        };
+        let refused = |max| format!("at most {max}");
+        assert!(kept.admit(&alice, "k1", still, refused).await.unwrap());
+        for k in ["k2", "k3", "k4"] {
+            let e = kept.admit(&alice, k, still, refused).await.unwrap_err();
+            assert_eq!(e.kind, ErrorKind::LimitReached);
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "asked once for three refusals");
+        // k1 deleted by someone else: found at the next asking, not before.
+        gone.store(true, Ordering::SeqCst);
+        assert!(kept.admit(&alice, "k5", still, refused).await.is_err());
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert!(kept.admit(&alice, "k5", still, refused).await.unwrap());
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+        // Without spacing (reservations: asking reads only what the token holds), every
+        // refusal asks.
+        let plain = Kept::new(1);
+        assert!(plain.admit(&alice, "r1", still, refused).await.unwrap());
+        gone.store(false, Ordering::SeqCst);
+        for r in ["r2", "r3"] {
+            assert!(plain.admit(&alice, r, still, refused).await.is_err());
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 4);
     }
 
     #[test]

@@ -340,7 +340,10 @@ pub async fn serve(
     let mut cx = Ctx::new(relay.clone());
     cx.max_held = config.max_waits_per_principal;
     cx.reservations_kept = Arc::new(Kept::new(config.max_reservations_per_participant));
-    cx.shared_kept = Arc::new(Kept::new(config.max_shared_keys_per_participant));
+    cx.shared_kept = Arc::new(Kept::asking_at_most_every(
+        config.max_shared_keys_per_participant,
+        crate::ops::SHARED_KEYS_ASKED_EVERY,
+    ));
     cx.humans = Arc::new(config.humans.iter().cloned().collect());
     cx.oauth = config.oauth;
     if !is_loopback(&config.host) && !config.auth.enabled() {

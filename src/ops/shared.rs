@@ -162,7 +162,8 @@ impl Operation for DeleteData {
     async fn run(cx: &Ctx, caller: Caller, r: DeleteDataRequest) -> Result<SharedSummary, OpError> {
         let owner = caller.identity(cx, r.owner.as_deref())?;
         let deleted = cx.relay.delete_shared_data(&owner, &r.key).await?;
-        cx.shared_kept.forget(caller.principal.key(), &deleted.key);
+        // Whoever deleted it, no token keeps it now.
+        cx.shared_kept.forget_by_all(&deleted.key);
         Ok(deleted)
     }
 }
