@@ -93,6 +93,11 @@ pub trait RecordStore: Send + Sync + 'static {
     /// owner's records cost to list, whatever every other owner holds. A group that is not
     /// one part of a key (empty, or holding a `.` or a character no key has) holds none.
     fn list_group(&self, kind: Kind, group: String) -> Answer<Vec<(String, Vec<u8>)>>;
+    /// The records of a kind whose keys sort after `after` (from the first when `None`), in
+    /// key order, at most `max`: a listing in pages, for what must read every record however
+    /// many there are (a sweep), where [`RecordStore::list`] stops at [`MAX_LISTED`]. A page
+    /// shorter than `max` is the last.
+    fn list_after(&self, kind: Kind, after: Option<String>, max: usize) -> Answer<Vec<(String, Vec<u8>)>>;
     /// Writes `new` (`None`: deletes) if the record is still `expected` (`None`: absent);
     /// `false` if it was not (another writer came first). A lease's compare-and-set.
     fn swap(&self, kind: Kind, key: String, expected: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Answer<bool>;
@@ -198,6 +203,18 @@ impl RecordStore for Local {
             return Box::pin(std::future::ready(Ok(Vec::new())));
         }
         self.scan(key(kind, &format!("{group}.")))
+    }
+
+    fn list_after(&self, kind: Kind, after: Option<String>, max: usize) -> Answer<Vec<(String, Vec<u8>)>> {
+        let store = self.store.clone();
+        Box::pin(async move {
+            let after = after.map(|a| key(kind, &a));
+            Ok(store
+                .scan_aux_after(Space::Records, &key(kind, ""), after.as_deref(), max)?
+                .into_iter()
+                .map(|(k, v)| (String::from_utf8_lossy(&k[1..]).into_owned(), v))
+                .collect())
+        })
     }
 }
 

@@ -527,6 +527,34 @@ impl EventStore for SledStore {
         }
     }
 
+    fn scan_aux_after(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<AuxEntries, StoreError> {
+        let h = self.handles()?;
+        let full = aux_key(space, prefix);
+        let strip = full.len() - prefix.len();
+        match after {
+            Some(a) if a.starts_with(prefix) => {
+                let from = std::ops::Bound::Excluded(aux_key(space, a));
+                let within = |item: &sled::Result<(sled::IVec, sled::IVec)>| {
+                    item.as_ref().map_or(true, |(k, _)| k.starts_with(&full))
+                };
+                aux_entries(
+                    h.log.range((from, std::ops::Bound::Unbounded)).take_while(within),
+                    strip,
+                    limit,
+                )
+            }
+            // Past every key with the prefix.
+            Some(a) if a > prefix => Ok(Vec::new()),
+            _ => aux_entries(h.log.scan_prefix(&full), strip, limit),
+        }
+    }
+
     fn read(&self, channel: &ChannelName, after: u64, upto: u64, limit: usize) -> Result<Vec<StoredEvent>, StoreError> {
         let h = self.handles()?;
         if after >= upto || limit == 0 {

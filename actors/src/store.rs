@@ -155,6 +155,15 @@ pub trait EventStore: Send + Sync + 'static {
         before: Option<&[u8]>,
         limit: usize,
     ) -> Result<AuxEntries, StoreError>;
+    /// Entries whose key starts with `prefix` and sorts after `after` (every one when `None`),
+    /// in key order, at most `limit`: the next page of a scan that stopped at `after`.
+    fn scan_aux_after(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<AuxEntries, StoreError>;
 
     /// The channel's summary, `None` for a channel never written.
     fn meta(&self, channel: &ChannelName) -> Result<Option<ChannelMeta>, StoreError>;

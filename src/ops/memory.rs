@@ -11,13 +11,24 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 #[derive(Default)]
 pub struct Memory {
     records: Mutex<BTreeMap<(u8, String), Vec<u8>>>,
-    /// Reads (`get`, `take`, `list`, `list_group`) asked of each kind, by its tag.
+    /// Reads (`get`, `take`, `list`, `list_group`, `list_after`) asked of each kind, by its tag.
     reads: Mutex<BTreeMap<u8, usize>>,
     /// Records handed out by listings, since [`Memory::take_listed`].
     listed: AtomicUsize,
+    /// Most records `list` and `list_group` hand out, as a store's listing stops at
+    /// `MAX_LISTED` ([`Memory::listing_at_most`]; `None`: `MAX_LISTED`).
+    most: Option<usize>,
 }
 
 impl Memory {
+    /// A store whose listings stop at `most` records, as every store's stops at `MAX_LISTED`.
+    pub fn listing_at_most(most: usize) -> Self {
+        Memory {
+            most: Some(most),
+            ..Memory::default()
+        }
+    }
+
     /// Reads asked of `kind` so far.
     pub fn reads(&self, kind: Kind) -> usize {
         self.reads.lock().get(&kind.tag().0).copied().unwrap_or(0)
@@ -39,6 +50,7 @@ impl Memory {
             .lock()
             .iter()
             .filter(|((k, key), _)| *k == kind.tag().0 && keep(key))
+            .take(self.most.unwrap_or(crosstalk_actors::records::MAX_LISTED))
             .map(|((_, key), v)| (key.clone(), v.clone()))
             .collect();
         self.listed.fetch_add(v.len(), Relaxed);
@@ -79,6 +91,21 @@ impl RecordStore for Memory {
     }
     fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>> {
         self.listing(kind, |_| true)
+    }
+    fn list_after(&self, kind: Kind, after: Option<String>, max: usize) -> Answer<Vec<(String, Vec<u8>)>> {
+        self.read(kind);
+        let from = (kind.tag().0, after.clone().unwrap_or_default());
+        let v: Vec<_> = self
+            .records
+            .lock()
+            .range(from..)
+            .take_while(|((k, _), _)| *k == kind.tag().0)
+            .filter(|((_, key), _)| after.as_ref().is_none_or(|a| key > a))
+            .take(max)
+            .map(|((_, key), v)| (key.clone(), v.clone()))
+            .collect();
+        self.listed.fetch_add(v.len(), Relaxed);
+        Box::pin(async move { Ok(v) })
     }
     fn list_group(&self, kind: Kind, group: String) -> Answer<Vec<(String, Vec<u8>)>> {
         let ok = crosstalk_actors::records::is_group(&group);

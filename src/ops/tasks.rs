@@ -30,6 +30,11 @@ use std::sync::Arc;
 /// on what a client can make the relay keep.
 pub const MAX_TASKS_PER_PRINCIPAL: usize = 1_000;
 
+/// Records read at a time by what reads every task (start-up, the sweep), a page at a time
+/// ([`RecordStore::list_after`]): a store's plain listing stops at `MAX_LISTED`, and tasks past
+/// it were never swept.
+const PAGE: usize = 10_000;
+
 /// Milliseconds since the epoch.
 pub fn now_ms() -> i64 {
     Timestamp::now().millis()
@@ -64,6 +69,8 @@ pub struct TaskStore {
     /// Owners counted again from the store at their limit lately: at most one listing per
     /// owner per [`super::RECOUNT_EVERY`], however often it asks.
     recounts: Arc<Recounts>,
+    /// Records a page of [`TaskStore::every_page`] holds.
+    page: usize,
 }
 
 /// A record as read, with its stored bytes: what a compare-and-set compares against.
@@ -80,7 +87,23 @@ impl TaskStore {
             held: Default::default(),
             legacy: Arc::new(AtomicBool::new(true)),
             recounts: Default::default(),
+            page: PAGE,
         }
+    }
+
+    /// This store, reading every task `page` records at a time.
+    #[cfg(test)]
+    fn paging_by(mut self, page: usize) -> Self {
+        self.page = page.max(1);
+        self
+    }
+
+    /// The next page of every stored task after `after` (from the first when `None`), and
+    /// whether there may be more: a page as long as asked for may not be the last.
+    async fn page_after(&self, after: Option<String>) -> Result<(Vec<(String, Vec<u8>)>, bool), RelayError> {
+        let page = self.store.list_after(Kind::Tasks, after, self.page).await?;
+        let more = page.len() >= self.page;
+        Ok((page, more))
     }
 
     /// This store, counting an owner again at its limit at most once per `every`.
@@ -97,7 +120,16 @@ impl TaskStore {
 
     /// Every stored task, counting each principal's: read once at start.
     pub async fn load(&self) -> Result<Vec<TaskRecord>, RelayError> {
-        let listed = self.store.list(Kind::Tasks).await?;
+        let mut listed = Vec::new();
+        loop {
+            let (page, more) = self
+                .page_after(listed.last().map(|(k, _): &(String, _)| k.clone()))
+                .await?;
+            listed.extend(page);
+            if !more {
+                break;
+            }
+        }
         self.legacy
             .store(listed.iter().any(|(key, _)| is_legacy(key)), Ordering::Relaxed);
         let all = readable::<TaskRecord>(listed);
@@ -258,18 +290,25 @@ impl TaskStore {
 
     /// Forgets the records whose time to live has passed; answers how many.
     pub async fn sweep(&self, now: i64) -> Result<usize, RelayError> {
-        let (mut gone, mut legacy) = (0, false);
-        for (key, bytes) in self.store.list(Kind::Tasks).await? {
-            let old = is_legacy(&key);
-            let Ok(r) = decode(&bytes) else {
-                legacy |= old;
-                continue;
-            };
-            if r.expired(now) && self.store.swap(Kind::Tasks, key, Some(bytes), None).await? {
-                self.forget_one(&r.owner);
-                gone += 1;
-            } else {
-                legacy |= old;
+        let (mut gone, mut legacy, mut after) = (0, false, None);
+        loop {
+            let (page, more) = self.page_after(after.take()).await?;
+            after = page.last().map(|(k, _)| k.clone());
+            for (key, bytes) in page {
+                let old = is_legacy(&key);
+                let Ok(r) = decode(&bytes) else {
+                    legacy |= old;
+                    continue;
+                };
+                if r.expired(now) && self.store.swap(Kind::Tasks, key, Some(bytes), None).await? {
+                    self.forget_one(&r.owner);
+                    gone += 1;
+                } else {
+                    legacy |= old;
+                }
+            }
+            if !more {
+                break;
             }
         }
         // Also set again when a node of an earlier release made one since the last sweep.
@@ -300,6 +339,34 @@ mod tests {
             ttl_ms: 10_000,
             node: "n".into(),
             grant: None,
+        }
+    }
+
+    /// Start-up and the sweep read every task a page at a time: a store's listing stops at
+    /// `MAX_LISTED` records, and the tasks past it were never counted nor swept (their owners'
+    /// counts stayed up, their records stayed for good).
+    #[tokio::test]
+    async fn every_task_is_counted_and_swept_however_many_a_listing_holds() {
+        // A store whose listings stop at 10 records; 25 tasks of 5 owners, read 4 at a time.
+        let store = Arc::new(Memory::listing_at_most(10));
+        let tasks = TaskStore::new(store.clone()).paging_by(4);
+        for i in 0..25 {
+            let owner = format!("owner-{}", i % 5);
+            let mut r = record(&TaskStore::new_id(&owner), &owner, 0);
+            r.ttl_ms = 1_000 + i;
+            store.put(Kind::Tasks, r.id.clone(), codec::encode(&r)).await.unwrap();
+        }
+        assert_eq!(tasks.load().await.unwrap().len(), 25, "every task loaded");
+        for i in 0..5 {
+            assert_eq!(tasks.count(&format!("owner-{i}")).await.unwrap(), 5, "owner-{i}");
+        }
+        // Not yet expired: nothing goes. Then the first 12 by time to live, then the rest.
+        assert_eq!(tasks.sweep(0).await.unwrap(), 0);
+        assert_eq!(tasks.sweep(1_011).await.unwrap(), 12);
+        assert_eq!(tasks.sweep(10_000).await.unwrap(), 13);
+        assert!(store.list(Kind::Tasks).await.unwrap().is_empty(), "every record swept");
+        for i in 0..5 {
+            assert_eq!(tasks.count(&format!("owner-{i}")).await.unwrap(), 0, "owner-{i}");
         }
     }
 

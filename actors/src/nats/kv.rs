@@ -431,9 +431,25 @@ impl<V: Value> Bucket<V> {
         self.values_under(&format!("{group}."), max).await
     }
 
+    /// [`Bucket::values`] of the keys that sort after `after` (every key when `None`): the next
+    /// page of a listing that stopped there. The leader still names every key; only the page's
+    /// values are read.
+    pub async fn values_after(&self, after: Option<&str>, max: usize) -> Result<Vec<(String, V)>, RelayError> {
+        let mut keys = self.keys("").await?;
+        if let Some(after) = after {
+            keys.retain(|k| k.as_str() > after);
+        }
+        self.values_of(keys, max).await
+    }
+
     /// The values of the keys that start with `under` (empty, or key parts each ending in `.`).
     async fn values_under(&self, under: &str, max: usize) -> Result<Vec<(String, V)>, RelayError> {
-        let mut entries = futures_util::stream::iter(self.keys(under).await?)
+        self.values_of(self.keys(under).await?, max).await
+    }
+
+    /// The values of `keys` (in their order), deleted ones skipped, until `max` are found.
+    async fn values_of(&self, keys: Vec<String>, max: usize) -> Result<Vec<(String, V)>, RelayError> {
+        let mut entries = futures_util::stream::iter(keys)
             .map(|key| async move { self.entry(&key).await.map(|e| (key, e)) })
             .buffered(LISTING_AT_ONCE);
         let (mut out, mut deleted) = (Vec::new(), Vec::new());

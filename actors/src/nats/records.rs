@@ -99,4 +99,9 @@ impl RecordStore for RecordBuckets {
                 .await
         })
     }
+
+    fn list_after(&self, kind: Kind, after: Option<String>, max: usize) -> Answer<Vec<(String, Vec<u8>)>> {
+        let this = self.clone();
+        Box::pin(async move { this.bucket(kind).await?.values_after(after.as_deref(), max).await })
+    }
 }

@@ -716,6 +716,59 @@ fn a_key_nobody_could_have_made_names_no_record() {
     });
 }
 
+/// A listing in pages (`list_after`, what a task sweep reads every record with, however many)
+/// hands each record once, in key order, on both stores: not a deleted one, not another kind's.
+#[test]
+fn a_listing_in_pages_reads_every_record_once_in_key_order() {
+    both(|setup| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let relay = setup.relay(dir.path()).await;
+        let records = relay.records();
+        let keys: Vec<String> = (0..23).map(|i| format!("g{}.k{i:02}", i % 3)).collect();
+        for key in &keys {
+            records
+                .put(RecordKind::Tasks, key.clone(), key.as_bytes().to_vec())
+                .await
+                .unwrap();
+        }
+        // Neighbours in the store: another kind, and a deleted record of this one.
+        records
+            .put(RecordKind::Codes, "g0.other-kind".into(), vec![0])
+            .await
+            .unwrap();
+        records.delete(RecordKind::Tasks, "g1.k04".into()).await.unwrap();
+        let mut want = keys.clone();
+        want.retain(|k| k != "g1.k04");
+        want.sort();
+        let (mut seen, mut after) = (Vec::new(), None);
+        loop {
+            let page = records.list_after(RecordKind::Tasks, after.clone(), 5).await.unwrap();
+            assert!(page.len() <= 5, "{page:?}");
+            assert!(page.iter().all(|(k, v)| v == k.as_bytes()));
+            after = page.last().map(|(k, _)| k.clone());
+            let last = page.len() < 5;
+            seen.extend(page.into_iter().map(|(k, _)| k));
+            if last {
+                break;
+            }
+        }
+        assert_eq!(seen, want, "every record once, in key order");
+        // Past the last key, and from a key that is no record: what sorts after it.
+        let none = records
+            .list_after(RecordKind::Tasks, Some("g2.k99".into()), 5)
+            .await
+            .unwrap();
+        assert!(none.is_empty(), "{none:?}");
+        let from = records
+            .list_after(RecordKind::Tasks, Some("g1".into()), 2)
+            .await
+            .unwrap();
+        let from: Vec<_> = from.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(from, ["g1.k01", "g1.k07"]);
+        relay.shutdown().unwrap();
+    });
+}
+
 /// A group's listing holds the records `<group>.<rest>` and nothing else, on both stores:
 /// not a key that only starts with the group's letters, not the group's name as a key, not
 /// another kind's.

@@ -125,6 +125,15 @@ impl EventStore for Faulty {
     ) -> Result<AuxEntries, StoreError> {
         self.inner.scan_aux_before(space, prefix, before, limit)
     }
+    fn scan_aux_after(
+        &self,
+        space: Space,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<AuxEntries, StoreError> {
+        self.inner.scan_aux_after(space, prefix, after, limit)
+    }
     fn meta(&self, c: &ChannelName) -> Result<Option<ChannelMeta>, StoreError> {
         self.inner.meta(c)
     }
