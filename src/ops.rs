@@ -207,7 +207,7 @@ pub struct Ctx {
     pub wake_full: Arc<Recounts>,
     /// Held while a token of one client makes a new wake state: its count and its making are
     /// one step on this node, so requests side by side cannot pass the limit together.
-    pub wake_new: Arc<tokio::sync::Mutex<()>>,
+    pub wake_new: Arc<Stripes>,
     /// The relay is an OAuth authorization server (`--oauth`): its `/api/oauth/…` routes are
     /// mounted, which `whoami` tells the console.
     pub oauth: bool,
@@ -779,6 +779,28 @@ impl OpError {
 /// each time.
 pub const RECOUNT_EVERY: Duration = Duration::from_secs(5);
 
+/// Locks by name, a fixed number of them: what one name does is one step at a time, and names
+/// that fall on different stripes go side by side. Nothing to forget, whatever the names.
+pub struct Stripes([tokio::sync::Mutex<()>; 16]);
+
+impl Default for Stripes {
+    fn default() -> Self {
+        Stripes(std::array::from_fn(|_| tokio::sync::Mutex::new(())))
+    }
+}
+
+impl Stripes {
+    /// The lock `name` falls on, once it is free.
+    pub async fn lock(&self, name: &str) -> tokio::sync::MutexGuard<'_, ()> {
+        self.0[self.stripe(name)].lock().await
+    }
+
+    fn stripe(&self, name: &str) -> usize {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(name) as usize % self.0.len()
+    }
+}
+
 /// When each principal was last counted from the store at a limit. Holds only those counted
 /// within the last interval.
 pub struct Recounts {
@@ -972,6 +994,31 @@ mod tests {
             assert!(plain.admit(&alice, r, still, refused).await.is_err());
         }
         assert_eq!(asked.load(Ordering::SeqCst), 4);
+    }
+
+    /// One name's steps go one at a time; a name on another stripe goes beside them.
+    #[tokio::test]
+    async fn a_names_lock_is_one_at_a_time_and_another_name_goes_beside_it() {
+        let stripes = Stripes::default();
+        let held = stripes.lock("alice").await;
+        let wait = Duration::from_millis(50);
+        assert!(
+            tokio::time::timeout(wait, stripes.lock("alice")).await.is_err(),
+            "alice waits"
+        );
+        let bob = (0..)
+            .map(|i| format!("bob-{i}"))
+            .find(|b| stripes.stripe(b) != stripes.stripe("alice"))
+            .unwrap();
+        assert!(
+            tokio::time::timeout(wait, stripes.lock(&bob)).await.is_ok(),
+            "{bob} does not"
+        );
+        drop(held);
+        assert!(
+            tokio::time::timeout(wait, stripes.lock("alice")).await.is_ok(),
+            "alice's turn"
+        );
     }
 
     #[test]

@@ -255,13 +255,13 @@ impl Operation for WakeLeaseOp {
         let store = Store::new(cx);
         let principal = &caller.principal;
         let made_by = principal.is_one_client().then(|| principal.key().to_owned());
-        // A new state by a token of one client is counted and made under one lock, so that
-        // leases taken side by side are counted one after another. (Across a cluster's
-        // nodes, each may make one past the limit at the same moment.)
+        // A new state by a token of one client is counted and made under the token's lock, so
+        // that its leases taken side by side are counted one after another. (Across a
+        // cluster's nodes, each may make one past the limit at the same moment.)
         let mut _one = None;
         if let Some(token) = &made_by {
             if store.read(&who).await?.0.is_none() {
-                _one = Some(cx.wake_new.lock().await);
+                _one = Some(cx.wake_new.lock(token).await);
                 // Made meanwhile by a lease beside this one: not one more.
                 if store.read(&who).await?.0.is_none() {
                     room_for_one_more(&store, &cx.wake_full, token).await?;
