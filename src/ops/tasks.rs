@@ -32,8 +32,9 @@ pub const MAX_TASKS_PER_PRINCIPAL: usize = 1_000;
 
 /// Records read at a time by what reads every task (start-up, the sweep), a page at a time
 /// ([`RecordStore::list_after`]): a store's plain listing stops at `MAX_LISTED`, and tasks past
-/// it were never swept.
-const PAGE: usize = 10_000;
+/// it were never swept. As large as that listing, so that up to it a sweep costs what it did
+/// (on a cluster each page has the leader name every key again).
+const PAGE: usize = crosstalk_actors::records::MAX_LISTED;
 
 /// Milliseconds since the epoch.
 pub fn now_ms() -> i64 {
