@@ -114,7 +114,11 @@ impl Tasks {
     /// revoked OAuth connection), which fail; and sweeps expired ones every minute until the
     /// relay stops.
     pub async fn start(self: &Arc<Self>) -> Result<(), OpError> {
-        let all = self.store.load().await?;
+        let node = self.node.clone();
+        let all = self
+            .store
+            .load_only(|r| r.state == TaskState::Working && r.node == node)
+            .await?;
         let (mut resumed, mut ended) = (0, 0);
         for record in all {
             if record.state == TaskState::Working && record.node == self.node {

@@ -121,25 +121,30 @@ impl TaskStore {
 
     /// Every stored task, counting each principal's: read once at start.
     pub async fn load(&self) -> Result<Vec<TaskRecord>, RelayError> {
-        let mut listed = Vec::new();
+        self.load_only(|_| true).await
+    }
+
+    /// [`TaskStore::load`], answering only the records `keep` holds (this node's working
+    /// tasks, say), so that what start-up keeps in memory is not every task stored.
+    pub async fn load_only(&self, keep: impl Fn(&TaskRecord) -> bool) -> Result<Vec<TaskRecord>, RelayError> {
+        let (mut kept, mut held, mut legacy, mut after) = (Vec::new(), HashMap::new(), false, None);
         loop {
-            let (page, more) = self
-                .page_after(listed.last().map(|(k, _): &(String, _)| k.clone()))
-                .await?;
-            listed.extend(page);
+            let (page, more) = self.page_after(after.take()).await?;
+            after = page.last().map(|(k, _)| k.clone());
+            legacy |= page.iter().any(|(key, _)| is_legacy(key));
+            for r in readable::<TaskRecord>(page) {
+                *held.entry(r.owner.clone()).or_default() += 1;
+                if keep(&r) {
+                    kept.push(r);
+                }
+            }
             if !more {
                 break;
             }
         }
-        self.legacy
-            .store(listed.iter().any(|(key, _)| is_legacy(key)), Ordering::Relaxed);
-        let all = readable::<TaskRecord>(listed);
-        let mut held = self.held.lock();
-        held.clear();
-        for r in &all {
-            *held.entry(r.owner.clone()).or_default() += 1;
-        }
-        Ok(all)
+        self.legacy.store(legacy, Ordering::Relaxed);
+        *self.held.lock() = held;
+        Ok(kept)
     }
 
     /// Whether `owner` may make another task (checked before a task's question is posted).
