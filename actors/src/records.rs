@@ -195,36 +195,29 @@ impl RecordStore for Local {
     }
 
     fn list(&self, kind: Kind) -> Answer<Vec<(String, Vec<u8>)>> {
-        self.scan(key(kind, ""))
+        self.scan(key(kind, ""), None, MAX_LISTED)
     }
 
     fn list_group(&self, kind: Kind, group: String) -> Answer<Vec<(String, Vec<u8>)>> {
         if !is_group(&group) {
             return Box::pin(std::future::ready(Ok(Vec::new())));
         }
-        self.scan(key(kind, &format!("{group}.")))
+        self.scan(key(kind, &format!("{group}.")), None, MAX_LISTED)
     }
 
     fn list_after(&self, kind: Kind, after: Option<String>, max: usize) -> Answer<Vec<(String, Vec<u8>)>> {
-        let store = self.store.clone();
-        Box::pin(async move {
-            let after = after.map(|a| key(kind, &a));
-            Ok(store
-                .scan_aux_after(Space::Records, &key(kind, ""), after.as_deref(), max)?
-                .into_iter()
-                .map(|(k, v)| (String::from_utf8_lossy(&k[1..]).into_owned(), v))
-                .collect())
-        })
+        self.scan(key(kind, ""), after.map(|a| key(kind, &a)), max)
     }
 }
 
 impl Local {
-    /// The records whose stored key starts with `prefix` (a kind's tag, then a key's start).
-    fn scan(&self, prefix: Vec<u8>) -> Answer<Vec<(String, Vec<u8>)>> {
+    /// The records whose stored key starts with `prefix` (a kind's tag, then a key's start)
+    /// and sorts after `after` (a stored key too), in key order, at most `max`.
+    fn scan(&self, prefix: Vec<u8>, after: Option<Vec<u8>>, max: usize) -> Answer<Vec<(String, Vec<u8>)>> {
         let store = self.store.clone();
         Box::pin(async move {
             Ok(store
-                .scan_aux(Space::Records, &prefix, MAX_LISTED)?
+                .scan_aux_after(Space::Records, &prefix, after.as_deref(), max)?
                 .into_iter()
                 .map(|(k, v)| (String::from_utf8_lossy(&k[1..]).into_owned(), v))
                 .collect())

@@ -500,13 +500,6 @@ impl EventStore for SledStore {
         Ok(h.log.get(aux_key(space, key)).map_err(io)?.map(|v| v.to_vec()))
     }
 
-    fn scan_aux(&self, space: Space, prefix: &[u8], limit: usize) -> Result<AuxEntries, StoreError> {
-        let h = self.handles()?;
-        let full = aux_key(space, prefix);
-        let strip = full.len() - prefix.len();
-        aux_entries(h.log.scan_prefix(&full), strip, limit)
-    }
-
     fn scan_aux_before(
         &self,
         space: Space,

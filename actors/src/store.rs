@@ -144,7 +144,9 @@ pub trait EventStore: Send + Sync + 'static {
     fn put_aux_batch(&self, space: Space, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), StoreError>;
     fn get_aux(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// Entries whose key starts with `prefix`, in key order, at most `limit`.
-    fn scan_aux(&self, space: Space, prefix: &[u8], limit: usize) -> Result<AuxEntries, StoreError>;
+    fn scan_aux(&self, space: Space, prefix: &[u8], limit: usize) -> Result<AuxEntries, StoreError> {
+        self.scan_aux_after(space, prefix, None, limit)
+    }
     /// Entries whose key starts with `prefix` and sorts before `before` (every one when
     /// `None`), newest (greatest key) first, at most `limit`: the next page of a scan that
     /// stopped at `before`.

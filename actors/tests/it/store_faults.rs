@@ -113,9 +113,6 @@ impl EventStore for Faulty {
     fn get_aux(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.inner.get_aux(space, key)
     }
-    fn scan_aux(&self, space: Space, prefix: &[u8], limit: usize) -> Result<AuxEntries, StoreError> {
-        self.inner.scan_aux(space, prefix, limit)
-    }
     fn scan_aux_before(
         &self,
         space: Space,
