@@ -115,20 +115,18 @@ impl Tasks {
     /// relay stops.
     pub async fn start(self: &Arc<Self>) -> Result<(), OpError> {
         let node = self.node.clone();
-        let all = self
+        let working = self
             .store
             .load_only(|r| r.state == TaskState::Working && r.node == node)
             .await?;
         let (mut resumed, mut ended) = (0, 0);
-        for record in all {
-            if record.state == TaskState::Working && record.node == self.node {
-                if self.held(&record).await {
-                    self.spawn(record, None);
-                    resumed += 1;
-                } else {
-                    self.unheld(&record.id).await;
-                    ended += 1;
-                }
+        for record in working {
+            if self.held(&record).await {
+                self.spawn(record, None);
+                resumed += 1;
+            } else {
+                self.unheld(&record.id).await;
+                ended += 1;
             }
         }
         if resumed > 0 || ended > 0 {

@@ -70,8 +70,29 @@ pub struct TaskStore {
     /// Owners counted again from the store at their limit lately: at most one listing per
     /// owner per [`super::RECOUNT_EVERY`], however often it asks.
     recounts: Arc<Recounts>,
-    /// Records a page of [`TaskStore::every_page`] holds.
+    /// Records a page of [`TaskStore::pages`] holds.
     page: usize,
+}
+
+/// Every stored task, a page at a time, in key order ([`TaskStore::pages`]).
+struct Pages<'a> {
+    tasks: &'a TaskStore,
+    after: Option<String>,
+    done: bool,
+}
+
+impl Pages<'_> {
+    async fn next(&mut self) -> Result<Option<Vec<(String, Vec<u8>)>>, RelayError> {
+        if self.done {
+            return Ok(None);
+        }
+        let (store, size) = (&self.tasks.store, self.tasks.page);
+        let page = store.list_after(Kind::Tasks, self.after.take(), size).await?;
+        // A page shorter than asked for is the last.
+        self.done = page.len() < size;
+        self.after = page.last().map(|(k, _)| k.clone());
+        Ok(Some(page))
+    }
 }
 
 /// A record as read, with its stored bytes: what a compare-and-set compares against.
@@ -99,12 +120,13 @@ impl TaskStore {
         self
     }
 
-    /// The next page of every stored task after `after` (from the first when `None`), and
-    /// whether there may be more: a page as long as asked for may not be the last.
-    async fn page_after(&self, after: Option<String>) -> Result<(Vec<(String, Vec<u8>)>, bool), RelayError> {
-        let page = self.store.list_after(Kind::Tasks, after, self.page).await?;
-        let more = page.len() >= self.page;
-        Ok((page, more))
+    /// Every stored task, read a page at a time: what start-up and the sweep read.
+    fn pages(&self) -> Pages<'_> {
+        Pages {
+            tasks: self,
+            after: None,
+            done: false,
+        }
     }
 
     /// This store, counting an owner again at its limit at most once per `every`.
@@ -119,27 +141,24 @@ impl TaskStore {
         format!("{}.{}", owner_group(owner), uuid::Uuid::new_v4().simple())
     }
 
-    /// Every stored task, counting each principal's: read once at start.
-    pub async fn load(&self) -> Result<Vec<TaskRecord>, RelayError> {
+    /// Every stored task, counting each principal's.
+    #[cfg(test)]
+    async fn load(&self) -> Result<Vec<TaskRecord>, RelayError> {
         self.load_only(|_| true).await
     }
 
-    /// [`TaskStore::load`], answering only the records `keep` holds (this node's working
-    /// tasks, say), so that what start-up keeps in memory is not every task stored.
+    /// Counts each principal's stored tasks, read once at start, and answers those `keep`
+    /// holds (this node's working tasks), so that start-up does not keep every task in memory.
     pub async fn load_only(&self, keep: impl Fn(&TaskRecord) -> bool) -> Result<Vec<TaskRecord>, RelayError> {
-        let (mut kept, mut held, mut legacy, mut after) = (Vec::new(), HashMap::new(), false, None);
-        loop {
-            let (page, more) = self.page_after(after.take()).await?;
-            after = page.last().map(|(k, _)| k.clone());
+        let (mut kept, mut held, mut legacy) = (Vec::new(), HashMap::new(), false);
+        let mut pages = self.pages();
+        while let Some(page) = pages.next().await? {
             legacy |= page.iter().any(|(key, _)| is_legacy(key));
             for r in readable::<TaskRecord>(page) {
                 *held.entry(r.owner.clone()).or_default() += 1;
                 if keep(&r) {
                     kept.push(r);
                 }
-            }
-            if !more {
-                break;
             }
         }
         self.legacy.store(legacy, Ordering::Relaxed);
@@ -296,10 +315,9 @@ impl TaskStore {
 
     /// Forgets the records whose time to live has passed; answers how many.
     pub async fn sweep(&self, now: i64) -> Result<usize, RelayError> {
-        let (mut gone, mut legacy, mut after) = (0, false, None);
-        loop {
-            let (page, more) = self.page_after(after.take()).await?;
-            after = page.last().map(|(k, _)| k.clone());
+        let (mut gone, mut legacy) = (0, false);
+        let mut pages = self.pages();
+        while let Some(page) = pages.next().await? {
             for (key, bytes) in page {
                 let old = is_legacy(&key);
                 let Ok(r) = decode(&bytes) else {
@@ -312,9 +330,6 @@ impl TaskStore {
                 } else {
                     legacy |= old;
                 }
-            }
-            if !more {
-                break;
             }
         }
         // Also set again when a node of an earlier release made one since the last sweep.
