@@ -205,8 +205,8 @@ pub struct Ctx {
     /// Tokens found at their limit of wake states, so a token asking again and again is
     /// refused without a listing each time.
     pub wake_full: Arc<Recounts>,
-    /// Held while a token of one client makes a new wake state: its count and its making are
-    /// one step on this node, so requests side by side cannot pass the limit together.
+    /// Held while a token of one client takes a wake lease: a new state's count and its making
+    /// are one step on this node, so requests side by side cannot pass the limit together.
     pub wake_new: Arc<Stripes>,
     /// The relay is an OAuth authorization server (`--oauth`): its `/api/oauth/…` routes are
     /// mounted, which `whoami` tells the console.

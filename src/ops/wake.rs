@@ -255,19 +255,20 @@ impl Operation for WakeLeaseOp {
         let store = Store::new(cx);
         let principal = &caller.principal;
         let made_by = principal.is_one_client().then(|| principal.key().to_owned());
-        // A new state by a token of one client is counted and made under the token's lock, so
-        // that its leases taken side by side are counted one after another. (Across a
-        // cluster's nodes, each may make one past the limit at the same moment.)
-        let mut _one = None;
-        if let Some(token) = &made_by {
-            if store.read(&who).await?.0.is_none() {
-                _one = Some(cx.wake_new.lock(token).await);
-                // Made meanwhile by a lease beside this one: not one more.
+        // A token of one client takes its leases under its lock, so that a new state is counted
+        // and made in one step: leases side by side are counted one after another, and one for
+        // an identity a lease beside it has just made is not one more. (Across a cluster's
+        // nodes, each may make one past the limit at the same moment.)
+        let _one = match &made_by {
+            Some(token) => {
+                let one = cx.wake_new.lock(token).await;
                 if store.read(&who).await?.0.is_none() {
                     room_for_one_more(&store, &cx.wake_full, token).await?;
                 }
+                Some(one)
             }
-        }
+            None => None,
+        };
         // Where a new identity starts: every channel's newest message now, so a first start
         // hands out nothing that was posted before it.
         let channels = cx.relay.list_channels()?;
