@@ -435,23 +435,16 @@ async fn without_nats_writes_fail_fast_and_the_node_catches_up_when_it_returns()
     for n in 1..=3 {
         nats.restart(n);
     }
-    // Both nodes reconnect by themselves; a post on A reaches B again.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let after = loop {
-        let (status, v) = request(
-            &c,
-            "POST",
-            &a.url("/api/channels/ops/messages"),
-            Some(msg("a", "after")),
-            None,
-        )
-        .await;
-        if status == 200 {
-            break v;
-        }
-        assert!(Instant::now() < deadline, "writes did not come back: {status} {v}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    // Both nodes reconnect by themselves; a post on A reaches B again. While they do, an
+    // attempt can be appended and not answered: its retry carries the same idempotency key
+    // (a retry without one was posted twice).
+    let after = post_when_acknowledged(
+        &c,
+        &a,
+        "ops",
+        json!({"sender": "a", "body": "after", "idempotency_key": "after-the-outage"}),
+    )
+    .await;
     let (status, health) = request(&c, "GET", &a.url("/healthz"), None, None).await;
     assert_eq!(status, 200, "{health}");
     let on_b = until_count(&c, &b, "ops", 2).await;
