@@ -855,9 +855,11 @@ async fn a_signal_ends_the_bridge_within_100_ms_signed_off() {
     let url = s.url("");
     for (n, signal) in [libc::SIGINT, libc::SIGTERM].into_iter().enumerate() {
         let who = format!("signalled-{n}");
-        // The fastest of three tries: the 100 ms are the bridge's budget, not this machine's.
+        // The fastest of up to six tries: the 100 ms are the bridge's budget, not this
+        // machine's. The suite runs this beside the NATS suite's clusters on two cores, and
+        // once all of three tries took 105 ms or more there (a debug build, fresh checkout).
         let mut fastest = Duration::MAX;
-        for _ in 0..3 {
+        for _ in 0..6 {
             let mut b = tokio::task::block_in_place(|| Bridge::spawn(&["--relay", &url, "--listen", "dev"], &[]));
             tokio::task::block_in_place(|| b.call("register", json!({"instance_id": who})));
             assert_eq!(status_of(&c, &s, &who).await, "online");
