@@ -174,10 +174,19 @@ async fn the_allocator_purges_in_background_threads_unless_malloc_conf_says_othe
 async fn idle_channel_actors_leave_memory_and_come_back_with_their_messages() {
     let s = Server::process(&["--token", TOKEN, "--idle-after-secs", "1", "--presence-ttl-secs", "1"]);
     let http = common::client_with_token(TOKEN);
+    let t = Instant::now();
     for i in 0..20 {
         common::post(&http, &s, &format!("c{i}"), common::msg("a", &format!("body {i}"))).await;
     }
-    assert!(sample(&scrape(&s).await, "crosstalk_channel_actors").unwrap() >= 20.0);
+    let open = sample(&scrape(&s).await, "crosstalk_channel_actors").unwrap();
+    // All 20 are open if posting them took less than the quiet period; on a loaded machine
+    // (a fresh clone's first run) the first may have closed already, never the last.
+    let least = if t.elapsed() < Duration::from_secs(1) {
+        20.0
+    } else {
+        1.0
+    };
+    assert!(open >= least, "{open} channel actors open, expected at least {least}");
     actors_fall_to(&s, 0.0).await;
     let got = common::messages(&http, &s, "c7", 0).await;
     assert_eq!(got[0]["body"], "body 7", "{got:?}");
