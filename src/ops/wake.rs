@@ -269,20 +269,26 @@ impl Operation for WakeLeaseOp {
             }
             None => None,
         };
-        // Where a new identity starts: every channel's newest message now, so a first start
-        // hands out nothing that was posted before it.
-        let channels = cx.relay.list_channels()?;
         store
             .update(&who, |state, now| {
-                let mut state = state.unwrap_or_else(|| WakeState {
-                    identity: who.clone(),
-                    handled: channels
-                        .iter()
-                        .map(|(name, meta)| (name.to_string(), meta.last_id))
-                        .collect(),
-                    made_by: made_by.clone(),
-                    ..WakeState::default()
-                });
+                let mut state = match state {
+                    Some(state) => state,
+                    // Where a new identity starts: every channel's newest message now, so a
+                    // first start hands out nothing that was posted before it. Listed only for
+                    // a new identity: a renewal (every few seconds per wake process) reads no
+                    // channel.
+                    None => WakeState {
+                        identity: who.clone(),
+                        handled: cx
+                            .relay
+                            .list_channels()?
+                            .into_iter()
+                            .map(|(name, meta)| (name.to_string(), meta.last_id))
+                            .collect(),
+                        made_by: made_by.clone(),
+                        ..WakeState::default()
+                    },
+                };
                 if let Some(l) = held(&state, now).filter(|l| l.holder != r.holder) {
                     return Err(taken(&who, l));
                 }

@@ -258,6 +258,27 @@ async fn an_oauth_connection_wakes_a_bounded_number_of_identities() {
     assert_eq!(status, 429, "after a restart: {v}");
 }
 
+/// A new identity starts at every channel's newest message, so its first turn hands out
+/// nothing posted before it; renewing its lease moves nothing, whatever was posted since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_identity_starts_at_the_newest_message_and_a_renewal_moves_nothing() {
+    let s = Server::start();
+    let c = client();
+    post(&c, &s, "dev", common::msg("lead", "before one")).await;
+    let dev = post(&c, &s, "dev", common::msg("lead", "before two")).await["id"].clone();
+    let ops = post(&c, &s, "ops", common::msg("lead", "before")).await["id"].clone();
+    let lease = json!({"holder": "h1", "host": "here", "pid": 1, "ttl_s": 30});
+    let url = s.url("/api/wake/reviewer/lease");
+    let (status, first) = common::request(&c, "POST", &url, Some(lease.clone()), None).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["handled"], json!({"dev": dev, "ops": ops}), "{first}");
+    post(&c, &s, "dev", common::msg("lead", "after")).await;
+    post(&c, &s, "news", common::msg("lead", "a channel made after")).await;
+    let (status, renewed) = common::request(&c, "POST", &url, Some(lease), None).await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(renewed["handled"], first["handled"], "{renewed}");
+}
+
 /// An identity woken is an instance id: 1–128 bytes without control characters, trimmed.
 /// A longer one was kept (on a lone relay) or refused as the store's failure (on a cluster).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
